@@ -1,0 +1,1 @@
+"""Backend delegates: the backend interface, the registry, and the CUDA and OpenCL backends."""

@@ -1,0 +1,120 @@
+"""The op registry: one schema per operator (inputs, attributes with defaults, outputs, inference)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .onnx_ops import ONNX_OPS
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    optional: bool = False
+    variadic: bool = False
+
+    def __str__(self) -> str:
+        return self.name + ("?" if self.optional else "*" if self.variadic else "")
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    name: str
+    type: str  # int float str tensor graph ints floats strs tensors graphs type ...
+    required: bool = False
+    default: Any = None
+
+
+@dataclass
+class OpSchema:
+    domain: str
+    name: str
+    inputs: list[Param]
+    outputs: list[Param]
+    attributes: dict[str, AttrSpec]
+    since_version: int = 1
+    # infer(op) -> list of output types, or None when nothing can be said.
+    infer: Callable | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.domain, self.name)
+
+    def with_defaults(self, attributes: dict[str, Any]) -> dict[str, Any]:
+        """Every attribute of the schema, the given value or its default (None when it has none)."""
+        out = {name: spec.default for name, spec in self.attributes.items()}
+        out.update(attributes)
+        return out
+
+    def signature(self) -> str:
+        ins = ", ".join(map(str, self.inputs))
+        outs = ", ".join(map(str, self.outputs))
+        return f"{self.name}({ins}) -> {outs}"
+
+
+_REGISTRY: dict[tuple[str, str], OpSchema] = {}
+_LINE = re.compile(r"^(\w+)\((.*?)\) -> (.*?)(?:\s+\|\s+(.*?))?\s+@(\d+)$")
+
+
+def _params(text: str) -> list[Param]:
+    out = []
+    for p in filter(None, (x.strip() for x in text.split(","))):
+        out.append(Param(p.rstrip("?*"), p.endswith("?"), p.endswith("*")))
+    return out
+
+
+def _attributes(text: str | None) -> dict[str, AttrSpec]:
+    specs: dict[str, AttrSpec] = {}
+    if not text:
+        return specs
+    # Defaults may hold commas inside lists, so split on ", name:" boundaries.
+    for part in re.split(r",\s+(?=\w+: )", text):
+        name, rest = part.split(": ", 1)
+        if "=" in rest:
+            type_, default = (s.strip() for s in rest.split("=", 1))
+            specs[name] = AttrSpec(name, type_, False, ast.literal_eval(default))
+        else:
+            type_ = rest.strip()
+            specs[name] = AttrSpec(name, type_.rstrip("!"), type_.endswith("!"))
+    return specs
+
+
+def parse_schema_line(domain: str, line: str) -> OpSchema:
+    m = _LINE.match(line.strip())
+    if not m:
+        raise ValueError(f"bad schema line: {line!r}")
+    name, ins, outs, attrs, since = m.groups()
+    return OpSchema(domain, name, _params(ins), _params(outs), _attributes(attrs), int(since))
+
+
+def register(schema: OpSchema) -> OpSchema:
+    _REGISTRY[schema.key] = schema
+    return schema
+
+
+def lookup(domain: str, name: str) -> OpSchema | None:
+    """The schema of an operator, or None for an unknown one (unknown ops import fine)."""
+    return _REGISTRY.get(("" if domain == "ai.onnx" else domain, name))
+
+
+def all_schemas() -> list[OpSchema]:
+    return list(_REGISTRY.values())
+
+
+def inference(*names: str, domain: str = ""):
+    """Decorator: attach a type/shape inference function to the named schemas."""
+
+    def wrap(fn):
+        for n in names:
+            _REGISTRY[(domain, n)].infer = fn
+        return fn
+
+    return wrap
+
+
+for _domain, _text in ONNX_OPS.items():
+    for _line in _text.strip().splitlines():
+        register(parse_schema_line(_domain, _line))

@@ -1,0 +1,11 @@
+"""offload: run trained neural networks on GPUs through backend delegates.
+
+The public facade: ``load`` a model into an ``ir.Program``, ``evaluate`` it on the CPU kernels.
+"""
+
+from offload import errors
+from offload.frontends import load
+from offload.runtime import evaluate
+
+__all__ = ["errors", "evaluate", "load"]
+__version__ = "0.1.0"

@@ -1,0 +1,33 @@
+"""The exceptions offload raises for anything a user can cause."""
+
+
+class OffloadError(Exception):
+    """Base of every error offload raises on purpose."""
+
+
+class ModelFormatError(OffloadError):
+    """A model or .pte file is malformed, truncated, or not what its name says."""
+
+
+class UnsupportedOpError(OffloadError):
+    """An operator (or one of its attribute values) has no implementation here."""
+
+
+class ShapeError(OffloadError):
+    """A tensor's shape does not fit what an operator or a model input declares."""
+
+
+class DTypeError(OffloadError):
+    """A tensor's element type does not fit what an operator or a model input declares."""
+
+
+class VerificationError(OffloadError):
+    """A program breaks an IR invariant (SSA, order, names, types)."""
+
+
+class BackendUnavailableError(OffloadError):
+    """A backend was asked for but cannot run on this machine."""
+
+
+class KernelError(OffloadError):
+    """A kernel failed while running an operator; names the operator and its inputs."""

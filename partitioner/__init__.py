@@ -1,0 +1,1 @@
+"""Partitioner: tags the ops each backend supports and groups them into convex partitions."""

@@ -1,0 +1,1 @@
+"""Graph passes: cleanup, fusion and precision rewrites of an IR program (the Core ML MIL pass catalog)."""

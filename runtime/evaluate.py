@@ -1,0 +1,131 @@
+"""Reference execution of an IR program on the CPU kernels, one operation at a time."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from offload.errors import DTypeError, KernelError, OffloadError, ShapeError, UnsupportedOpError
+from offload.ir import Block, Operation, Program, TensorType, lookup
+
+from . import kernels
+
+
+class KernelContext:
+    """What a kernel may ask beyond its inputs: its op, how many outputs, nested blocks."""
+
+    __slots__ = ("op", "num_outputs", "_env")
+
+    def __init__(self, op: Operation, env: "_Env"):
+        self.op = op
+        self.num_outputs = len(op.outputs)
+        self._env = env
+
+    def output_wanted(self, i: int) -> bool:
+        return i < self.num_outputs and bool(self.op.outputs[i].name)
+
+    def run_block(self, block: Block, args: list) -> list:
+        """Run a nested block (If branch, Loop/Scan body) with these parameter values."""
+        return _run_block(block, args, _Env(self._env))
+
+
+class _Env:
+    """Values computed so far; a nested block's environment reads through to its parent's."""
+
+    __slots__ = ("values", "parent")
+
+    def __init__(self, parent: "_Env | None" = None):
+        self.values: dict[int, Any] = {}
+        self.parent = parent
+
+    def get(self, v):
+        e = self
+        key = id(v)
+        while e is not None:
+            if key in e.values:
+                return e.values[key]
+            e = e.parent
+        raise KeyError(v.name)
+
+
+def _missing_kernels(block: Block) -> list[Operation]:
+    return [op for op in block.walk() if kernels.find(op.domain, op.op_type) is None]
+
+
+def _call(op: Operation, env: _Env) -> None:
+    fn = kernels.find(op.domain, op.op_type)
+    args = [None if v is None else env.get(v) for v in op.inputs]
+    schema = lookup(op.domain, op.op_type)
+    attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+    try:
+        result = fn(KernelContext(op, env), *args, **attrs)
+    except OffloadError:
+        raise
+    except Exception as e:
+        shapes = ", ".join("None" if a is None else _describe(a) for a in args)
+        raise KernelError(
+            f"op '{op.name or op.op_type}' ({op.qualified_type}) failed on inputs ({shapes}): "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    if not isinstance(result, tuple):
+        result = (result,)
+    for out, value in zip(op.outputs, result):
+        env.values[id(out)] = value
+
+
+def _describe(a) -> str:
+    if isinstance(a, np.ndarray):
+        return f"{a.dtype}{list(a.shape)}"
+    if isinstance(a, list):
+        return f"seq[{len(a)}]"
+    return type(a).__name__
+
+
+def _run_block(block: Block, args: list, env: _Env) -> list:
+    for v in block.constants.values():
+        env.values[id(v)] = v.const_value
+    for v, a in zip(block.inputs, args):
+        env.values[id(v)] = a
+    for op in block.operations:
+        _call(op, env)
+    return [env.get(v) for v in block.outputs]
+
+
+def _check_input(name: str, declared, value) -> np.ndarray:
+    if not isinstance(declared, TensorType):
+        return value
+    value = np.asarray(value)
+    want = declared.dtype.numpy
+    if value.dtype != want and not (want == np.dtype(object) and value.dtype.kind in "US"):
+        raise DTypeError(f"input '{name}' has dtype {value.dtype}, the model declares {want}")
+    if declared.shape is not None:
+        if value.ndim != len(declared.shape):
+            raise ShapeError(f"input '{name}' has shape {value.shape}, the model declares rank {len(declared.shape)}")
+        for got, dim in zip(value.shape, declared.shape):
+            if isinstance(dim, int) and got != dim:
+                raise ShapeError(f"input '{name}' has shape {value.shape}, the model declares {declared}")
+    return value
+
+
+def evaluate(program: Program, inputs: Mapping[str, Any], function: str | None = None) -> dict[str, Any]:
+    """Run one function of a program (its first by default) on the CPU kernels."""
+    fn = program.functions[function] if function else program.main
+    missing = _missing_kernels(fn.body)
+    if missing:
+        names = sorted({op.qualified_type for op in missing})
+        raise UnsupportedOpError(
+            f"{program.source or 'program'}: no CPU kernel for {', '.join(names)}; "
+            "these ops cannot run in this version of offload"
+        )
+    declared = {v.name: v for v in fn.inputs}
+    unknown = set(inputs) - set(declared)
+    if unknown:
+        raise ShapeError(f"unknown input(s) {sorted(unknown)}; the model's inputs are {sorted(declared)}")
+    args = []
+    for name, v in declared.items():
+        if name not in inputs:
+            raise ShapeError(f"input '{name}' is missing; the model's inputs are {sorted(declared)}")
+        args.append(_check_input(name, v.type, inputs[name]))
+    results = _run_block(fn.body, args, _Env())
+    return {v.name: r for v, r in zip(fn.outputs, results)}

@@ -1,0 +1,27 @@
+"""Small helpers shared by the kernel modules."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from offload.errors import UnsupportedOpError
+
+
+def normalize_axis(axis: int, rank: int, op: str = "") -> int:
+    """A possibly negative axis as an index in [0, rank)."""
+    if not -rank <= axis < max(rank, 1):
+        raise UnsupportedOpError(f"{op}: axis {axis} is out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+def normalize_axes(axes, rank: int, op: str = "") -> tuple[int, ...]:
+    return tuple(normalize_axis(int(a), rank, op) for a in np.asarray(axes).reshape(-1))
+
+
+def like(x, y):
+    """``y`` as an array with ``x``'s element type (ONNX ops keep their input's type)."""
+    return np.asarray(y).astype(np.asarray(x).dtype, copy=False)
+
+
+def unsupported(op: str, what: str) -> UnsupportedOpError:
+    return UnsupportedOpError(f"{op}: {what} is not supported by the CPU kernels")

@@ -1,0 +1,1 @@
+"""Code generated from the schemas in schemas/ by schemas/regenerate.sh; never edited by hand."""

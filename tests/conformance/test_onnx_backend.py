@@ -1,0 +1,34 @@
+"""ONNX's backend node tests and on-disk model tests through offload.load + offload.evaluate."""
+
+import pytest
+
+from .cases import light_cases, model_cases, node_cases
+from .runner import case_id, load_expected_failures, run_case
+
+CASES = node_cases() + model_cases() + light_cases()
+EXPECTED = load_expected_failures()
+TALLY: dict[str, list[int]] = {}
+
+
+def _count(kind: str, passed: bool) -> None:
+    t = TALLY.setdefault(kind, [0, 0])
+    t[0] += passed
+    t[1] += 1
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_onnx_case(case):
+    reason = run_case(case)
+    _count(case.kind, reason is None)
+    key = case_id(case)
+    if key in EXPECTED:
+        if reason is None:
+            pytest.fail(f"{key} passes now: remove it from tests/conformance/expected_failures.txt")
+        pytest.xfail(EXPECTED[key])
+    assert reason is None, reason
+
+
+def test_expected_failures_name_real_cases():
+    known = {case_id(c) for c in CASES}
+    stale = sorted(set(EXPECTED) - known)
+    assert not stale, f"expected_failures.txt lists cases that no longer exist: {stale[:10]}"
