@@ -29,7 +29,10 @@ class _Importer:
         self.origin = origin
         self.base_dir = base_dir
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-        if "" not in self.opsets and model.ir_version and model.ir_version < 3:
+        if "" not in self.opsets:
+            if model.ir_version >= 3:
+                # Without it no operator version is known; a cut-off file often looks like this.
+                raise self.fail("model declares no opset_import for the default ONNX domain")
             self.opsets[""] = 1
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self._counter = 0
@@ -206,7 +209,7 @@ class _Importer:
 
     def inline(self, fn: pb.FunctionProto, node, inputs, attrs, block, scope, types, where) -> None:
         """Expand a model-local function in place: its body's names are made unique."""
-        inner = _Scope(scope, scope.depth + 1)
+        inner = _Scope(None, scope.depth + 1)  # a function body sees only its own names
         for formal, actual in zip(fn.input, inputs):
             if actual is not None:
                 inner.alias(formal, actual)
@@ -214,34 +217,25 @@ class _Importer:
             inner.alias(formal, None)
         defaults = {a.name: self.attribute(a, scope, where) for a in fn.attribute_proto}
         bound = {**defaults, **attrs}
-        rename = {}
         for n in fn.node:
             clone = pb.NodeProto()
             clone.CopyFrom(n)
             del clone.attribute[:]
             for a in n.attribute:
                 if a.ref_attr_name:
-                    if a.ref_attr_name not in bound:
-                        continue
-                    clone.attribute.append(_attribute_proto(a.name, bound[a.ref_attr_name], a.type))
+                    if a.ref_attr_name in bound:
+                        clone.attribute.append(_attribute_proto(a.name, bound[a.ref_attr_name], a.type))
                 else:
                     clone.attribute.append(a)
-            for i, name in enumerate(n.output):
-                rename[name] = self.fresh(f"{node.name or fn.name}/{name}")
-                clone.output[i] = rename[name]
-            for i, name in enumerate(n.input):
-                if name in rename:
-                    clone.input[i] = rename[name]
-            if not clone.domain and fn.domain and (fn.domain, clone.op_type) in self.functions:
-                clone.domain = fn.domain
+            # Outputs get fresh names (a function may be called twice); inputs resolve in `inner`.
+            fresh = [self.fresh(f"{node.name or fn.name}/{name}") if name else "" for name in n.output]
+            del clone.output[:]
+            clone.output.extend(fresh)
             sub = _Scope(inner, inner.depth)
-            for name in n.input:
-                if name and name not in rename:
-                    sub.alias(name, inner.get(name))
             self.node(clone, block, sub, types)
-            for name in n.output:
+            for name, new in zip(n.output, fresh):
                 if name:
-                    inner.alias(name, sub.get(rename[name]))
+                    inner.alias(name, sub.get(new))
         for formal, actual in zip(fn.output, node.output):
             if actual:
                 v = inner.get(formal)

@@ -1,0 +1,7 @@
+"""`python -m offload` runs the command line."""
+
+import sys
+
+from offload.cli import main
+
+sys.exit(main())

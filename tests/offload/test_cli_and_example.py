@@ -1,0 +1,64 @@
+"""The bundled example model and the command line, checked against onnxruntime."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import offload
+from offload.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("example") / "tiny_cnn.onnx")
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "build_example.py"), path], check=True)
+    return path
+
+
+def test_example_matches_onnxruntime(example):
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    got = offload.evaluate(offload.load(example), {"image": x})["probs"]
+    want = ort.InferenceSession(example, providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_cli_run_and_inspect(example, tmp_path, capsys):
+    x = np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out.npz"
+    assert main(["run", example, "--input", f"image={tmp_path / 'x.npy'}", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "probs: float32[1, 10]" in printed
+    want = ort.InferenceSession(example, providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
+    np.testing.assert_allclose(np.load(out)["probs"], want, rtol=1e-4, atol=1e-6)
+    assert main(["inspect", example, "--ir"]) == 0
+    printed = capsys.readouterr().out
+    assert "input  image: (1,3,32,32,fp32)" in printed
+    assert "2  Conv" in printed and "= Conv(X=%image, W=%conv1.w, B=%conv1.b" in printed
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "no/such/model.onnx"], "no such file"),
+        (["run", "{example}", "--input", "image"], "expects NAME=FILE.npy"),
+        (["run", "{example}", "--input", "image=missing.npy"], "cannot read"),
+    ],
+)
+def test_cli_errors_are_one_line_and_exit_2(example, capsys, argv, message):
+    argv = [a.replace("{example}", example) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("offload: error:") and message in err and "\n" not in err
+
+
+def test_cli_bad_usage_exits_2():
+    with pytest.raises(SystemExit) as e:
+        main(["frobnicate"])
+    assert e.value.code == 2
