@@ -10,7 +10,18 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from offload.errors import ModelFormatError
-from offload.ir import Block, DataType, Function, Operation, OptionalType, Program, SequenceType, TensorType, Value
+from offload.ir import (
+    Block,
+    DataType,
+    Function,
+    Operation,
+    OptionalType,
+    Program,
+    SequenceType,
+    TensorType,
+    Value,
+    infer_types,
+)
 from offload.schemas.generated import onnx_pb2 as pb
 
 from .onnx_versions import upgrade
@@ -29,10 +40,7 @@ class _Importer:
         self.origin = origin
         self.base_dir = base_dir
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-        if "" not in self.opsets:
-            if model.ir_version >= 3:
-                # Without it no operator version is known; a cut-off file often looks like this.
-                raise self.fail("model declares no opset_import for the default ONNX domain")
+        if "" not in self.opsets and model.ir_version < 3:
             self.opsets[""] = 1
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self._counter = 0
@@ -189,7 +197,10 @@ class _Importer:
             name = node.output[0]
             scope.define(name, block.add_constant(name, value), self)
             return
-        version = self.opsets.get(domain, 0)
+        if domain not in self.opsets and (domain, node.op_type) not in self.functions:
+            # Without it no operator version is known; a cut-off file often looks like this.
+            raise self.fail(f"{where}: the model declares no opset_import for domain '{domain or 'ai.onnx'}'")
+        version = self.opsets[domain]
         outputs = list(node.output)
         built = upgrade(_Builder(self, block, scope), domain, node.op_type, version, inputs, attrs, len(outputs))
         if built is None:
@@ -547,6 +558,8 @@ def import_onnx(data: bytes, origin: str = "<bytes>", base_dir: str | None = Non
     """Import ONNX ModelProto bytes; ``base_dir`` is where external data files are looked up."""
     model = parse_model(data, origin)
     try:
-        return _Importer(model, origin, base_dir).program()
+        program = _Importer(model, origin, base_dir).program()
     except RecursionError:
         raise ModelFormatError(f"{origin}: graph nesting too deep") from None
+    infer_types(program)
+    return program

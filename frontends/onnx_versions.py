@@ -165,6 +165,15 @@ def _resize_v10(b, op_type, inputs, attrs, n_out):
     attrs["nearest_mode"] = "floor"
 
 
+@_since("DFT", before=20)
+def _dft(b, op_type, inputs, attrs, n_out):
+    """Before 20 the axis was an attribute (default 1); now it is the third input."""
+    axis = attrs.pop("axis", 1)
+    while len(inputs) < 2:
+        inputs.append(None)
+    inputs.append(b.const(axis))
+
+
 @_since("Scatter", before=10**6)
 def _scatter(b, op_type, inputs, attrs, n_out):
     return b.op("ScatterElements", list(inputs), attrs)
@@ -175,11 +184,13 @@ def _legacy_broadcast(b, op_type, inputs, attrs, n_out):
     attrs.pop("consumed_inputs", None)
     attrs.pop("broadcast", None)
     axis = attrs.pop("axis", None)
+    if op_type == "PRelu" and axis is None:
+        axis = 1  # before 7 a 1-D slope was per channel
     if axis is not None and op_type != "Gemm" and len(inputs) == 2 and inputs[1] is not None:
         a_rank = inputs[0].type.rank if inputs[0].type is not None else None
         rhs = inputs[1]
         r_rank = rhs.type.rank if rhs.type is not None else None
-        if a_rank is not None and r_rank is not None and axis + r_rank < a_rank:
+        if a_rank is not None and r_rank is not None and 0 < r_rank and axis + r_rank < a_rank:
             trailing = list(range(r_rank, r_rank + a_rank - axis - r_rank))
             inputs[1] = b.op("Unsqueeze", [rhs, b.const(trailing)])[0]
 

@@ -1,6 +1,7 @@
 """The IR: Program → Function → Block → Operation over typed SSA Values, and the op registry."""
 
 from .core import Block, Function, Operation, Program, Value
+from .inference import infer_op, infer_types
 from .printer import dump
 from .registry import AttrSpec, OpSchema, Param, all_schemas, lookup, register
 from .types import DataType, OptionalType, QuantParams, SequenceType, TensorType
@@ -22,6 +23,8 @@ __all__ = [
     "Value",
     "all_schemas",
     "dump",
+    "infer_op",
+    "infer_types",
     "lookup",
     "register",
     "verify",

@@ -36,7 +36,7 @@ class OpSchema:
     outputs: list[Param]
     attributes: dict[str, AttrSpec]
     since_version: int = 1
-    # infer(op) -> list of output types, or None when nothing can be said.
+    # infer(op, attrs) -> one type (or None) per output; attrs have schema defaults filled.
     infer: Callable | None = field(default=None, repr=False)
 
     @property

@@ -30,6 +30,7 @@ _MODULES = (
     "ml",
     "training",
     "random",
+    "detection",
 )
 _loaded = False
 

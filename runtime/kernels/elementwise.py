@@ -1,37 +1,563 @@
-"""Elementwise kernels with numpy broadcasting: arithmetic, comparison, logic, activations."""
+"""Elementwise kernels: unary math, arithmetic, comparison, logic, bitwise, casts, activations.
+
+Inputs broadcast the numpy way. ONNX keeps an op's element type, so every result is cast
+back to its input's type. The narrow floats (float16, bfloat16, float8 ...) are computed in
+float32 and rounded once at the end.
+"""
 
 from __future__ import annotations
 
+import math
+
+import ml_dtypes
 import numpy as np
 
+from offload.ir import DataType
+
 from . import kernel
+from ._util import unsupported
+
+# ---------------------------------------------------------------- helpers
+
+_NARROW_FLOATS = {
+    np.dtype(t)
+    for t in (
+        np.float16,
+        ml_dtypes.bfloat16,
+        ml_dtypes.float8_e4m3fn,
+        ml_dtypes.float8_e4m3fnuz,
+        ml_dtypes.float8_e5m2,
+        ml_dtypes.float8_e5m2fnuz,
+        ml_dtypes.float8_e8m0fnu,
+        ml_dtypes.float4_e2m1fn,
+    )
+}
 
 
-def _same(x, y):
+def _as(dtype, y) -> np.ndarray:
+    """``y`` as an ndarray of ``dtype`` (ufuncs turn 0-d arrays into scalars)."""
+    return np.asarray(y).astype(dtype, copy=False)
+
+
+def _same(x, y) -> np.ndarray:
     """numpy's result cast back to the input's element type (ONNX keeps the dtype)."""
-    return np.asarray(y).astype(np.asarray(x).dtype, copy=False)
+    return _as(np.asarray(x).dtype, y)
 
 
-@kernel("Add")
-def add(ctx, A, B):
-    return _same(A, np.add(A, B))
+def _up(x) -> np.ndarray:
+    """``x`` in a type numpy computes well in: the narrow floats widen to float32."""
+    x = np.asarray(x)
+    return x.astype(np.float32) if x.dtype in _NARROW_FLOATS else x
 
 
-@kernel("Sub")
-def sub(ctx, A, B):
-    return _same(A, np.subtract(A, B))
+def _unary(fn):
+    """A kernel applying ``fn`` to its one input, keeping the input's element type."""
+
+    def run(ctx, x):
+        return _same(x, fn(_up(x)))
+
+    return run
 
 
-@kernel("Mul")
-def mul(ctx, A, B):
-    return _same(A, np.multiply(A, B))
+def _binary(fn):
+    """A kernel applying ``fn`` to two broadcast inputs, keeping the first input's type."""
+
+    def run(ctx, a, b):
+        return _same(a, fn(_up(a), _up(b)))
+
+    return run
 
 
-@kernel("Relu")
-def relu(ctx, X):
-    return _same(X, np.maximum(X, 0))
+def _predicate(fn):
+    """A kernel whose result is a bool tensor (comparisons, logic, IsNaN)."""
+
+    def run(ctx, *args):
+        return _as(np.bool_, fn(*(_up(a) for a in args)))
+
+    return run
+
+
+# ---------------------------------------------------------------- erf
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_ERF_SPLIT = 2.5  # below: the power series; above: the continued fraction of erfc
+_ERF_TERMS = 45  # series terms; the last one is < 1e-19 of the sum at the split
+_ERFC_DEPTH = 80  # continued-fraction depth; accurate to float64 rounding from the split on
+
+
+def _erf64(x: np.ndarray) -> np.ndarray:
+    """erf in float64, to within a few ulps, with numpy only.
+
+    |x| < 2.5: erf(x) = 2/sqrt(pi) exp(-x^2) sum_n 2^n x^(2n+1) / (1*3*...*(2n+1)), a series of
+    positive terms (no cancellation). Beyond: Laplace's continued fraction
+    erfc(x) = exp(-x^2)/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...)))), evaluated backwards.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    out = np.empty_like(a)
+    small = a < _ERF_SPLIT
+    s = a[small]
+    s2 = s * s
+    term = s.copy()
+    total = s.copy()
+    for n in range(1, _ERF_TERMS):
+        term *= 2.0 * s2 / (2 * n + 1)
+        total += term
+    out[small] = _TWO_OVER_SQRT_PI * np.exp(-s2) * total
+    big = a[~small]
+    with np.errstate(invalid="ignore", over="ignore"):
+        f = big.copy()
+        for k in range(_ERFC_DEPTH, 0, -1):
+            f = big + (0.5 * k) / f
+        out[~small] = 1.0 - np.exp(-big * big) / (math.sqrt(math.pi) * f)
+    return np.copysign(out, x)
+
+
+# ---------------------------------------------------------------- unary math
+
+_UNARY = {
+    "Abs": np.abs,
+    "Neg": np.negative,
+    "Sign": np.sign,
+    "Reciprocal": np.reciprocal,
+    "Floor": np.floor,
+    "Ceil": np.ceil,
+    "Round": np.round,  # numpy rounds half to even, as ONNX asks
+    "Exp": np.exp,
+    "Log": np.log,
+    "Sqrt": np.sqrt,
+    "Sin": np.sin,
+    "Cos": np.cos,
+    "Tan": np.tan,
+    "Asin": np.arcsin,
+    "Acos": np.arccos,
+    "Atan": np.arctan,
+    "Sinh": np.sinh,
+    "Cosh": np.cosh,
+    "Asinh": np.arcsinh,
+    "Acosh": np.arccosh,
+    "Atanh": np.arctanh,
+    "Tanh": np.tanh,
+    "Erf": _erf64,
+    "BitwiseNot": np.invert,
+}
+for _name, _fn in _UNARY.items():
+    kernel(_name)(_unary(_fn))
+
+
+@kernel("IsInf")
+def isinf(ctx, X, *, detect_negative, detect_positive):
+    x = _up(X)
+    hit = np.zeros(x.shape, dtype=bool)
+    if detect_positive:
+        hit |= x == np.inf
+    if detect_negative:
+        hit |= x == -np.inf
+    return hit
+
+
+# ---------------------------------------------------------------- binary arithmetic
+
+for _name, _fn in {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "BitwiseAnd": np.bitwise_and,
+    "BitwiseOr": np.bitwise_or,
+    "BitwiseXor": np.bitwise_xor,
+}.items():
+    kernel(_name)(_binary(_fn))
+
+
+@kernel("Div")
+def div(ctx, A, B):
+    a, b = _up(A), _up(B)
+    if a.dtype.kind not in "iu":
+        return _same(A, np.true_divide(a, b))
+    # Integer division truncates toward zero (C), numpy's floor division rounds down.
+    with np.errstate(divide="ignore"):
+        q = np.floor_divide(a, b)
+        inexact = np.remainder(a, b) != 0
+    q = q + (inexact & ((a < 0) != (b < 0)))
+    return _same(A, q)
+
+
+@kernel("Mod")
+def mod(ctx, A, B, *, fmod):
+    a, b = _up(A), _up(B)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if fmod == 1:
+            return _same(A, np.fmod(a, b))
+        if fmod != 0:
+            raise unsupported("Mod", f"fmod={fmod}")
+        # numpy's remainder is the floored modulo, with the spec's signed zeros and infinities.
+        return _same(A, np.remainder(a, b))
+
+
+@kernel("Pow")
+def pow_(ctx, X, Y):
+    x, y = _up(X), _up(Y)
+    if x.dtype.kind in "iu" and y.dtype.kind in "iu":
+        # A negative exponent makes a fraction that truncates toward zero (C's pow, then a cast).
+        neg = y < 0
+        if np.any(neg):
+            frac = np.trunc(np.power(x.astype(np.float64), y.astype(np.float64)))
+            whole = np.power(x, np.where(neg, 0, y).astype(x.dtype))
+            return _same(X, np.where(neg, frac, whole))
+        return _same(X, np.power(x, y.astype(x.dtype)))
+    if x.dtype.kind in "iu":
+        return _same(X, np.power(x.astype(np.float64), y))
+    return _same(X, np.power(x, y))
+
+
+@kernel("BitShift")
+def bitshift(ctx, X, Y, *, direction):
+    x = np.asarray(X)
+    if direction not in ("LEFT", "RIGHT"):
+        raise unsupported("BitShift", f"direction {direction!r}")
+    bits = x.dtype.itemsize * 8
+    y = np.asarray(Y).astype(np.int64)
+    # A shift outside [0, bits) leaves only the sign fill: -1 for a right shift of a
+    # negative value, 0 otherwise. numpy (like C) leaves those shifts undefined.
+    valid = (y >= 0) & (y < bits)
+    amount = np.where(valid, y, 0).astype(x.dtype)
+    if direction == "LEFT":
+        # Shift the unsigned bit pattern so bits past the sign bit drop off without overflow.
+        unsigned = np.dtype(f"u{x.dtype.itemsize}")
+        shifted = np.left_shift(x.view(unsigned), amount.view(unsigned)).view(x.dtype)
+        fill = np.zeros((), x.dtype)
+    else:
+        shifted = np.right_shift(x, amount)
+        fill = np.where(x < 0, -1, 0).astype(x.dtype)
+    return _same(x, np.where(valid, shifted, fill))
+
+
+# ---------------------------------------------------------------- variadic
+
+
+def _fold(fn, inputs) -> np.ndarray:
+    """``fn`` folded over the inputs, broadcast to their common shape (one input included)."""
+    vals = [_up(v) for v in inputs]
+    out = vals[0]
+    for v in vals[1:]:
+        out = fn(out, v)
+    shape = np.broadcast_shapes(*(v.shape for v in vals))
+    return out if out.shape == shape else np.broadcast_to(out, shape).copy()
+
+
+@kernel("Max")
+def max_(ctx, *data_0):
+    return _same(data_0[0], _fold(np.maximum, data_0))
+
+
+@kernel("Min")
+def min_(ctx, *data_0):
+    return _same(data_0[0], _fold(np.minimum, data_0))
+
+
+@kernel("Sum")
+def sum_(ctx, *data_0):
+    return _same(data_0[0], _fold(np.add, data_0))
+
+
+@kernel("Mean")
+def mean(ctx, *data_0):
+    return _same(data_0[0], _fold(np.add, data_0) / len(data_0))
+
+
+# ---------------------------------------------------------------- comparison and logic
+
+for _name, _fn in {
+    "Equal": np.equal,
+    "Greater": np.greater,
+    "GreaterOrEqual": np.greater_equal,
+    "Less": np.less,
+    "LessOrEqual": np.less_equal,
+    "And": np.logical_and,
+    "Or": np.logical_or,
+    "Xor": np.logical_xor,
+    "Not": np.logical_not,
+    "IsNaN": np.isnan,
+}.items():
+    kernel(_name)(_predicate(_fn))
+
+
+@kernel("Where")
+def where(ctx, condition, X, Y):
+    return _same(X, np.where(condition, X, Y))
+
+
+@kernel("Clip")
+def clip(ctx, input, min=None, max=None):
+    x = _up(input)
+    if min is not None:
+        x = np.maximum(x, _up(min))
+    # Applied last, so max wins when min > max (as the spec says).
+    if max is not None:
+        x = np.minimum(x, _up(max))
+    return _same(input, x)
+
+
+# ---------------------------------------------------------------- casts
+
+_FLOAT8 = {
+    np.dtype(t)
+    for t in (
+        ml_dtypes.float8_e4m3fn,
+        ml_dtypes.float8_e4m3fnuz,
+        ml_dtypes.float8_e5m2,
+        ml_dtypes.float8_e5m2fnuz,
+    )
+}
+_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
+_SUB_BYTE_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
+_BITS = {
+    **{np.dtype(t): 4 for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.float4_e2m1fn)},
+    **{np.dtype(t): 2 for t in (ml_dtypes.int2, ml_dtypes.uint2)},
+}
+_ROUND_MODES = ("up", "down", "nearest")
+
+
+def _cast(x, to: np.dtype, saturate: int = 1, round_mode: str = "up", op: str = "Cast") -> np.ndarray:
+    """``x`` converted to the numpy type ``to`` by ONNX's Cast rules."""
+    x = np.asarray(x)
+    to = np.dtype(to)
+    src_string = x.dtype == object or x.dtype.kind in "US"
+    if to == object:
+        return x.astype(object) if src_string else _to_strings(x)
+    if src_string:
+        return _from_strings(x, to)
+    if x.dtype == to:
+        return x
+    if to == _E8M0:
+        return _to_e8m0(x, saturate, round_mode, op)
+    if to in _FLOAT8:
+        return _to_float8(x, to, saturate)
+    if x.dtype.kind == "V" and to.kind == "V":
+        # ml_dtypes lacks casts among its own types: go through a type that holds both exactly,
+        # int64 between the narrow integers (so out-of-range values wrap), else float32.
+        both_int = x.dtype in _SUB_BYTE_INTS and to in _SUB_BYTE_INTS
+        return x.astype(np.int64 if both_int else np.float32).astype(to)
+    return x.astype(to)
+
+
+def _to_float8(x: np.ndarray, to: np.dtype, saturate: int) -> np.ndarray:
+    # Widen exactly (float64 for integers) so the value is rounded only once, to float8.
+    if x.dtype.kind != "f":
+        x = x.astype(np.float32 if x.dtype.kind == "V" else np.float64)
+    if saturate:
+        # ml_dtypes maps out-of-range values to NaN or inf; saturation clamps them (NaN stays).
+        top = float(ml_dtypes.finfo(to).max)
+        x = np.clip(x, -top, top)
+    return x.astype(to)
+
+
+def _to_e8m0(x: np.ndarray, saturate: int, round_mode: str, op: str) -> np.ndarray:
+    """Power-of-two scale 2^(e-127), e in 0..254 (255 is NaN), rounded by ``round_mode``."""
+    if round_mode not in _ROUND_MODES:
+        raise unsupported(op, f"round_mode {round_mode!r}")
+    a = np.abs(np.asarray(x, dtype=np.float64))  # the sign is not representable
+    mant, exp = np.frexp(a)  # a = mant * 2**exp, mant in [0.5, 1)
+    k = exp.astype(np.int64) - 1  # a = (2*mant) * 2**k
+    frac = 2.0 * mant
+    if round_mode == "up":
+        k = k + (frac > 1.0)
+    elif round_mode == "nearest":
+        k = k + (frac >= 1.5)
+    biased = k + 127
+    nan = np.isnan(a)
+    if saturate:
+        biased = np.where(np.isinf(a) | (biased > 254), 254, biased)
+        biased = np.where((a == 0) | (biased < 0), 0, biased)
+    else:
+        nan = nan | np.isinf(a) | (a == 0) | (biased > 254) | (biased < 0)
+    biased = np.where(nan, 255, biased)
+    return biased.astype(np.uint8).view(_E8M0)
+
+
+def _to_strings(x: np.ndarray) -> np.ndarray:
+    """Numbers as text: plain decimal for floats (INF, -INF, NaN for the special values)."""
+    if x.dtype.kind == "V":
+        x = x.astype(np.float32)
+    if x.dtype.kind == "b":
+        text = ["1" if v else "0" for v in x.ravel()]
+    elif x.dtype.kind == "f":
+        text = [_float_text(v) for v in x.ravel()]
+    else:
+        text = [str(v) for v in x.ravel().tolist()]
+    return np.array(text, dtype=object).reshape(x.shape)
+
+
+def _float_text(v) -> str:
+    if np.isnan(v):
+        return "NaN"
+    if np.isinf(v):
+        return "INF" if v > 0 else "-INF"
+    return np.format_float_positional(v, trim="-")
+
+
+def _from_strings(x: np.ndarray, to: np.dtype) -> np.ndarray:
+    """Numeric text (plain, scientific, INF/NaN in any case) parsed into ``to``."""
+    items = [s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in x.ravel()]
+    if to.kind in "iu":
+        wide = np.uint64 if to.kind == "u" else np.int64
+        values = np.array([_parse_int(s) for s in items], dtype=wide)
+    else:
+        values = np.array([float(s) for s in items], dtype=np.float64)
+    return _cast(values.reshape(x.shape), to)
+
+
+def _parse_int(s: str) -> int:
+    try:
+        return int(s)
+    except ValueError:
+        return int(float(s))  # "100.5" -> 100, as the spec allows
+
+
+@kernel("Cast")
+def cast(ctx, input, *, round_mode, saturate, to):
+    return _cast(input, DataType(to).numpy, saturate, round_mode)
+
+
+@kernel("CastLike")
+def castlike(ctx, input, target_type, *, round_mode, saturate):
+    return _cast(input, np.asarray(target_type).dtype, saturate, round_mode, "CastLike")
+
+
+@kernel("BitCast")
+def bitcast(ctx, input, *, to):
+    x = np.asarray(input)
+    target = DataType(to).numpy
+    if x.dtype == object or target == object:
+        raise unsupported("BitCast", "a string type")
+    width_in = _BITS.get(x.dtype, x.dtype.itemsize * 8)
+    width_out = _BITS.get(target, target.itemsize * 8)
+    if width_in != width_out:
+        raise unsupported("BitCast", f"{x.dtype} ({width_in} bits) to {target} ({width_out} bits)")
+    # Sub-byte types sit in the low bits of one byte each, so a byte view reinterprets them too.
+    return np.ascontiguousarray(x).view(target).reshape(x.shape)
 
 
 @kernel("Identity")
 def identity(ctx, input):
     return input
+
+
+@kernel("Dropout")
+def dropout(ctx, data, ratio=None, training_mode=None, *, seed):
+    x = np.asarray(data)
+    p = 0.5 if ratio is None else float(np.asarray(ratio))
+    training = training_mode is not None and bool(np.asarray(training_mode))
+    if not training or p == 0:
+        out, mask = x, np.ones(x.shape, dtype=bool)
+    else:
+        # A seeded run draws its mask from numpy's legacy generator, uniform in [0, 1), so
+        # the same seed reproduces the same mask (ONNX's test data is drawn that way).
+        rng = np.random.RandomState(None if seed is None else seed & 0xFFFFFFFF)
+        mask = rng.uniform(0.0, 1.0, x.shape) >= p
+        out = _same(x, _up(x) * mask * (1.0 / (1.0 - p)))
+    return (out, mask) if ctx.output_wanted(1) else out
+
+
+# ---------------------------------------------------------------- activations
+
+
+def _sigmoid(x):
+    """1 / (1 + exp(-x)) without overflow for large |x|."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _softplus(x):
+    return np.logaddexp(0, x)
+
+
+def _gelu_exact(x):
+    return 0.5 * x * (1.0 + _erf64(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+for _name, _fn in {
+    "Sigmoid": _sigmoid,
+    "Softplus": _softplus,
+    "Softsign": lambda x: x / (1 + np.abs(x)),
+    "Mish": lambda x: x * np.tanh(_softplus(x)),
+    "HardSwish": lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
+    "Relu": lambda x: np.maximum(x, 0),
+}.items():
+    kernel(_name)(_unary(_fn))
+
+
+@kernel("LeakyRelu")
+def leaky_relu(ctx, X, *, alpha):
+    x = _up(X)
+    return _same(X, np.where(x < 0, alpha * x, x))
+
+
+@kernel("PRelu")
+def prelu(ctx, X, slope):
+    x = _up(X)
+    return _same(X, np.where(x < 0, x * _up(slope), x))
+
+
+@kernel("Elu")
+def elu(ctx, X, *, alpha):
+    x = _up(X)
+    return _same(X, np.where(x < 0, alpha * np.expm1(np.minimum(x, 0)), x))
+
+
+@kernel("Selu")
+def selu(ctx, X, *, alpha, gamma):
+    x = _up(X)
+    return _same(X, gamma * np.where(x <= 0, alpha * np.expm1(np.minimum(x, 0)), x))
+
+
+@kernel("Celu")
+def celu(ctx, X, *, alpha):
+    x = _up(X)
+    return _same(X, np.maximum(x, 0) + np.minimum(0, alpha * np.expm1(x / alpha)))
+
+
+@kernel("HardSigmoid")
+def hard_sigmoid(ctx, X, *, alpha, beta):
+    x = _up(X)
+    return _same(X, np.clip(alpha * x + beta, 0, 1))
+
+
+@kernel("ThresholdedRelu")
+def thresholded_relu(ctx, X, *, alpha):
+    x = _up(X)
+    return _same(X, np.where(x > alpha, x, 0))
+
+
+@kernel("Shrink")
+def shrink(ctx, input, *, bias, lambd):
+    x = _up(input)
+    if x.dtype.kind in "iu":
+        x = x.astype(np.float64)  # bias and lambd are floats; the result is cast back
+    return _same(input, np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)))
+
+
+@kernel("Swish")
+def swish(ctx, X, *, alpha):
+    x = _up(X)
+    return _same(X, x * _sigmoid(alpha * x))
+
+
+@kernel("SwiGLU")
+def swiglu(ctx, A, B, *, alpha):
+    a = _up(A)
+    return _same(A, a * _sigmoid(alpha * a) * _up(B))
+
+
+@kernel("Gelu")
+def gelu(ctx, X, *, approximate):
+    if approximate == "none":
+        return _same(X, _gelu_exact(_up(X)))
+    if approximate == "tanh":
+        return _same(X, _gelu_tanh(_up(X)))
+    raise unsupported("Gelu", f"approximate={approximate!r}")

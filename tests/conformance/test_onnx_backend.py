@@ -8,6 +8,8 @@ from .runner import case_id, load_expected_failures, run_case
 CASES = node_cases() + model_cases() + light_cases()
 EXPECTED = load_expected_failures()
 TALLY: dict[str, list[int]] = {}
+# Listed cases whose expected data is itself an unseeded random draw: nothing can match it.
+NONDETERMINISTIC = "nondeterministic:"
 
 
 def _count(kind: str, passed: bool) -> None:
@@ -18,9 +20,12 @@ def _count(kind: str, passed: bool) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_onnx_case(case):
+    key = case_id(case)
+    if EXPECTED.get(key, "").startswith(NONDETERMINISTIC):
+        _count(case.kind, False)
+        pytest.skip(EXPECTED[key])
     reason = run_case(case)
     _count(case.kind, reason is None)
-    key = case_id(case)
     if key in EXPECTED:
         if reason is None:
             pytest.fail(f"{key} passes now: remove it from tests/conformance/expected_failures.txt")

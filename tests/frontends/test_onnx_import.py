@@ -15,6 +15,7 @@ from offload.ir import DataType, TensorType
 
 def _model(nodes, inputs, outputs, inits=(), opset=21, **kw):
     graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    kw.setdefault("ir_version", 10)  # the newest onnxruntime reads
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], **kw)
 
 
@@ -176,7 +177,9 @@ def test_unknown_op_imports_and_fails_only_when_run():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
     graph = helper.make_graph([helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example")], "g", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.example", 1)])
+    model = helper.make_model(
+        graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.example", 1)]
+    )
     program = offload.load(model.SerializeToString())
     assert program.main.body.operations[0].qualified_type == "com.example::Frobnicate"
     with pytest.raises(UnsupportedOpError, match="com.example::Frobnicate"):
@@ -215,7 +218,7 @@ def test_inputs_are_checked_against_declared_types():
 def test_older_opsets_are_upgraded_to_latest_semantics(opset, node, inits, shape):
     """offload rewrites old versions at import; onnxruntime runs them natively: they must agree."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
-    outs = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in node.output]
+    outs = [onnx.ValueInfoProto(name=n) for n in node.output]
     init = [numpy_helper.from_array(a, n) for n, a in zip(node.input[1:], inits)]
     model = _model([node], [x], outs, init, opset=opset, ir_version=7)
     feeds = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
@@ -240,7 +243,7 @@ def test_model_local_functions_are_inlined():
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
     graph = helper.make_graph([helper.make_node("Scaled", ["x"], ["y"], domain="custom")], "g", [x], [y])
     model = helper.make_model(
-        graph, functions=[fn], opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("custom", 1)]
+        graph, ir_version=10, functions=[fn], opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("custom", 1)]
     )
     program = offload.load(model.SerializeToString())
     assert all(op.domain == "" for op in program.main.body.operations)

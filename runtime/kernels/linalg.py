@@ -1,0 +1,94 @@
+"""Matrix product kernels: MatMul, Gemm, Einsum, Det and the quantized integer products."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernel
+
+
+def widened(x):
+    """``x`` in a type numpy computes fast and accurately in: narrow floats widen to float32.
+
+    float16, bfloat16 and the float8 types have no BLAS path (bfloat16 and float8 none at
+    all); accumulating them in float32 is also what the reference runtimes do.
+    """
+    x = np.asarray(x)
+    if x.dtype.kind in "iub" or x.dtype in (np.float32, np.float64):
+        return x
+    return x.astype(np.float32)
+
+
+def _matmul(a, b):
+    return np.matmul(widened(a), widened(b)).astype(np.asarray(a).dtype, copy=False)
+
+
+@kernel("MatMul")
+def matmul(ctx, A, B):
+    return _matmul(A, B)
+
+
+@kernel("Gemm")
+def gemm(ctx, A, B, C=None, *, alpha, beta, transA, transB):
+    a = widened(A.T if transA else A)
+    b = widened(B.T if transB else B)
+    y = a @ b
+    # Scaling by exactly 1 is skipped so that integer products stay integers.
+    if alpha != 1.0:
+        y = y * alpha
+    if C is not None:
+        y = y + (widened(C) if beta == 1.0 else widened(C) * beta)
+    return y.astype(A.dtype, copy=False)
+
+
+@kernel("Einsum")
+def einsum(ctx, *Inputs, equation):
+    out = np.einsum(equation.replace(" ", ""), *(widened(x) for x in Inputs), optimize=True)
+    return np.asarray(out).astype(Inputs[0].dtype, copy=False)
+
+
+@kernel("Det")
+def det(ctx, X):
+    x = widened(X)
+    return np.asarray(np.linalg.det(x)).astype(X.dtype, copy=False)
+
+
+def _row_param(v, a):
+    """A per-row zero point or scale of ``a`` given as a vector of length M, as a column."""
+    v = np.asarray(v)
+    if v.ndim == 1 and v.size > 1 and np.ndim(a) >= 2:
+        return v.reshape(-1, 1)
+    return v
+
+
+def _integer_product(a, b, a_zero_point, b_zero_point):
+    """(a - a_zp) @ (b - b_zp), exact: float64 holds every sum of 8-bit products."""
+    a = a.astype(np.float64)
+    b = b.astype(np.float64)
+    if a_zero_point is not None:
+        a = a - _row_param(a_zero_point, a)
+    if b_zero_point is not None:
+        b = b - np.asarray(b_zero_point, np.float64)
+    return np.matmul(a, b)
+
+
+def saturate(y, dtype):
+    """Float values rounded half to even and clipped to an integer type's range."""
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(y), info.min, info.max).astype(dtype)
+
+
+@kernel("MatMulInteger")
+def matmul_integer(ctx, A, B, a_zero_point=None, b_zero_point=None):
+    return _integer_product(A, B, a_zero_point, b_zero_point).astype(np.int32)
+
+
+@kernel("QLinearMatMul")
+def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    acc = _integer_product(a, b, a_zero_point, b_zero_point)
+    scale = (
+        _row_param(a_scale, a).astype(np.float64)
+        * np.asarray(b_scale, np.float64)
+        / np.asarray(y_scale, np.float64)
+    )
+    return saturate(acc * scale + np.asarray(y_zero_point, np.float64), y_zero_point.dtype)

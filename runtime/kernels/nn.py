@@ -1,0 +1,751 @@
+"""Convolution, pooling and sampling kernels: the Conv family, pools, RoI ops, GridSample, LRN.
+
+Convolutions are im2col: a strided window view of the padded input, copied into one matrix
+per group and multiplied with the weights by BLAS. Pools reduce the same window view.
+"""
+
+from __future__ import annotations
+
+import itertools
+from math import prod
+from typing import NamedTuple
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
+
+from offload.errors import ShapeError
+
+from . import kernel
+from ._util import unsupported
+from .linalg import saturate, widened
+
+# ---------------------------------------------------------------------------- geometry
+
+
+class _Geom(NamedTuple):
+    """Where the windows of a convolution or pool lie along each spatial axis."""
+
+    kernel: tuple
+    strides: tuple
+    dilations: tuple
+    begin: tuple  # padding before each spatial axis
+    end: tuple  # padding after it (including any that ceil_mode needs)
+    out: tuple  # output spatial shape
+
+
+def _ints(values, n: int, default: int) -> tuple:
+    return tuple(int(v) for v in values) if values else (default,) * n
+
+
+def _pads(op, auto_pad, pads, size, kernel, strides, dilations):
+    """(begin, end) paddings from the pads attribute or the auto_pad rule."""
+    nd = len(size)
+    if auto_pad in ("NOTSET", ""):
+        p = _ints(pads, 2 * nd, 0)
+        return p[:nd], p[nd:]
+    if auto_pad == "VALID":
+        return (0,) * nd, (0,) * nd
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        raise unsupported(op, f"auto_pad={auto_pad!r}")
+    begin, end = [], []
+    for i, k, s, d in zip(size, kernel, strides, dilations):
+        out = -(-i // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - i)
+        small, big = total // 2, total - total // 2
+        begin.append(small if auto_pad == "SAME_UPPER" else big)
+        end.append(big if auto_pad == "SAME_UPPER" else small)
+    return tuple(begin), tuple(end)
+
+
+def _geometry(op, x_shape, kernel, auto_pad, dilations, pads, strides, ceil_mode=0) -> _Geom:
+    size = tuple(x_shape[2:])
+    nd = len(size)
+    kernel = tuple(int(k) for k in kernel)
+    if len(kernel) != nd:
+        raise ShapeError(f"{op}: kernel of rank {len(kernel)} for input of shape {tuple(x_shape)}")
+    strides = _ints(strides, nd, 1)
+    dilations = _ints(dilations, nd, 1)
+    begin, end = _pads(op, auto_pad, pads, size, kernel, strides, dilations)
+    out, ends = [], []
+    for i, k, s, d, b, e in zip(size, kernel, strides, dilations, begin, end):
+        span = i + b + e - ((k - 1) * d + 1)
+        if span < 0:
+            raise ShapeError(f"{op}: kernel {kernel} does not fit the padded input of shape {tuple(x_shape)}")
+        if ceil_mode:
+            o = -(-span // s) + 1
+            # A window that would start in the end padding is dropped.
+            if (o - 1) * s >= i + b:
+                o -= 1
+        else:
+            o = span // s + 1
+        out.append(o)
+        ends.append(max(e, (o - 1) * s + (k - 1) * d + 1 - i - b))
+    return _Geom(kernel, strides, dilations, begin, tuple(ends), tuple(out))
+
+
+def _windows(x, g: _Geom, fill=0):
+    """Read-only view (N, C, *out, *kernel) of x padded with ``fill``.
+
+    Element [.., o, k] is x[.., o*s + k*d - begin].
+    """
+    xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(g.begin, g.end)), constant_values=fill)
+    spatial = xp.strides[2:]
+    return as_strided(
+        xp,
+        xp.shape[:2] + g.out + g.kernel,
+        xp.strides[:2]
+        + tuple(a * s for a, s in zip(spatial, g.strides))
+        + tuple(a * d for a, d in zip(spatial, g.dilations)),
+        writeable=False,
+    )
+
+
+def _scatter_windows(buf, cols, strides, dilations):
+    """Add cols (N, C, *kernel, *out) into buf (N, C, *padded) at buf[.., o*s + k*d]: col2im."""
+    nd = len(strides)
+    kernel, out = cols.shape[2 : 2 + nd], cols.shape[2 + nd :]
+    for k in np.ndindex(*kernel):
+        where = tuple(
+            slice(ki * d, ki * d + s * (o - 1) + 1, s) for ki, d, s, o in zip(k, dilations, strides, out)
+        )
+        buf[(slice(None), slice(None)) + where] += cols[(slice(None), slice(None)) + k]
+
+
+def _channel_bias(B, nd: int):
+    return widened(B).reshape((1, -1) + (1,) * nd)
+
+
+# ---------------------------------------------------------------------------- convolution
+
+
+def _grouped_product(cols, w, group: int):
+    """Convolution sums of windows cols (N, C, *out, *kernel) with w (M, C/group, *kernel): (N, M, *out)."""
+    n, c = cols.shape[:2]
+    nd = (cols.ndim - 2) // 2
+    out = cols.shape[2 : 2 + nd]
+    m = w.shape[0]
+    if group < 1 or c % group or m % group or w.shape[1] * group != c:
+        raise ShapeError(f"input with {c} channels, weights of shape {w.shape} and group={group} do not fit")
+    cg, mg = c // group, m // group
+    a = cols.reshape((n, group, cg) + cols.shape[2:])
+    a = np.moveaxis(np.moveaxis(a, 1, 0), 2, 2 + nd)  # (G, N, *out, C/G, *kernel)
+    a = a.reshape(group, n * prod(out), -1)
+    b = w.reshape(group, mg, -1).transpose(0, 2, 1)
+    y = np.matmul(a, b)  # (G, N*out, M/G)
+    return y.reshape((group, n, prod(out), mg)).transpose(1, 0, 3, 2).reshape((n, m) + out)
+
+
+def _conv(op, x, w, auto_pad, dilations, group, kernel_shape, pads, strides):
+    g = _geometry(op, x.shape, kernel_shape or w.shape[2:], auto_pad, dilations, pads, strides)
+    return _grouped_product(_windows(x, g), w, group)
+
+
+@kernel("Conv")
+def conv(ctx, X, W, B=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
+    y = _conv("Conv", widened(X), widened(W), auto_pad, dilations, group, kernel_shape, pads, strides)
+    if B is not None:
+        y += _channel_bias(B, X.ndim - 2)
+    return y.astype(X.dtype, copy=False)
+
+
+def _integer_conv(
+    op, x, w, x_zero_point, w_zero_point, auto_pad, dilations, group, kernel_shape, pads, strides
+):
+    """Convolution of zero-point-shifted integers, exact in float64; padding reads the zero point."""
+    x = x.astype(np.float64)
+    w = w.astype(np.float64)
+    if x_zero_point is not None:
+        x = x - np.asarray(x_zero_point, np.float64)
+    if w_zero_point is not None:
+        zp = np.asarray(w_zero_point, np.float64)
+        w = w - (zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.ndim == 1 else zp)
+    return _conv(op, x, w, auto_pad, dilations, group, kernel_shape, pads, strides)
+
+
+@kernel("ConvInteger")
+def conv_integer(
+    ctx,
+    x,
+    w,
+    x_zero_point=None,
+    w_zero_point=None,
+    *,
+    auto_pad,
+    dilations,
+    group,
+    kernel_shape,
+    pads,
+    strides,
+):
+    y = _integer_conv(
+        "ConvInteger",
+        x,
+        w,
+        x_zero_point,
+        w_zero_point,
+        auto_pad,
+        dilations,
+        group,
+        kernel_shape,
+        pads,
+        strides,
+    )
+    return y.astype(np.int32)
+
+
+@kernel("QLinearConv")
+def qlinear_conv(
+    ctx,
+    x,
+    x_scale,
+    x_zero_point,
+    w,
+    w_scale,
+    w_zero_point,
+    y_scale,
+    y_zero_point,
+    B=None,
+    *,
+    auto_pad,
+    dilations,
+    group,
+    kernel_shape,
+    pads,
+    strides,
+):
+    nd = x.ndim - 2
+    acc = _integer_conv(
+        "QLinearConv",
+        x,
+        w,
+        x_zero_point,
+        w_zero_point,
+        auto_pad,
+        dilations,
+        group,
+        kernel_shape,
+        pads,
+        strides,
+    )
+    if B is not None:
+        acc += np.asarray(B, np.float64).reshape((1, -1) + (1,) * nd)
+    ws = np.asarray(w_scale, np.float64)
+    if ws.ndim == 1:
+        ws = ws.reshape((1, -1) + (1,) * nd)
+    scale = np.asarray(x_scale, np.float64) * ws / np.asarray(y_scale, np.float64)
+    return saturate(acc * scale + np.asarray(y_zero_point, np.float64), np.asarray(y_zero_point).dtype)
+
+
+def _transpose_pads(auto_pad, pads, output_shape, size, strides, full):
+    """(begin, end) crops of the full ConvTranspose result; a negative one extends it with zeros."""
+    nd = len(size)
+    if output_shape:
+        target = tuple(int(v) for v in output_shape)[-nd:]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = tuple(i * s for i, s in zip(size, strides))
+    elif auto_pad in ("NOTSET", "", "VALID"):
+        p = _ints(pads if auto_pad != "VALID" else None, 2 * nd, 0)
+        return p[:nd], p[nd:]
+    else:
+        raise unsupported("ConvTranspose", f"auto_pad={auto_pad!r}")
+    begin, end = [], []
+    for f, t in zip(full, target):
+        total = f - t
+        if total < 0:
+            # A target larger than the full result grows it at the end, like output_padding.
+            begin.append(0)
+            end.append(total)
+            continue
+        small, big = total // 2, total - total // 2
+        begin.append(small if auto_pad == "SAME_UPPER" else big)
+        end.append(big if auto_pad == "SAME_UPPER" else small)
+    return tuple(begin), tuple(end)
+
+
+@kernel("ConvTranspose")
+def conv_transpose(
+    ctx,
+    X,
+    W,
+    B=None,
+    *,
+    auto_pad,
+    dilations,
+    group,
+    kernel_shape,
+    output_padding,
+    output_shape,
+    pads,
+    strides,
+):
+    x, w = widened(X), widened(W)
+    n, c = x.shape[:2]
+    size = x.shape[2:]
+    nd = len(size)
+    kernel = tuple(int(k) for k in (kernel_shape or w.shape[2:]))
+    strides = _ints(strides, nd, 1)
+    dilations = _ints(dilations, nd, 1)
+    extra = _ints(output_padding, nd, 0)
+    if group < 1 or c % group or w.shape[0] != c:
+        raise ShapeError(
+            f"ConvTranspose: input with {c} channels, weights of shape {w.shape} and group={group} do not fit"
+        )
+    cg, mg = c // group, w.shape[1]
+    # Every input pixel times the kernel: (G, N*size, C/G) @ (G, C/G, M/G*kernel).
+    a = x.reshape((n, group, cg, prod(size))).transpose(1, 0, 3, 2).reshape(group, -1, cg)
+    cols = np.matmul(a, w.reshape(group, cg, -1)).reshape((group, n) + size + (mg,) + kernel)
+    size_axes, kernel_axes = tuple(range(2, 2 + nd)), tuple(range(3 + nd, 3 + 2 * nd))
+    cols = cols.transpose((1, 0, 2 + nd) + kernel_axes + size_axes).reshape((n, group * mg) + kernel + size)
+
+    full = tuple(
+        s * (i - 1) + e + (k - 1) * d + 1 for i, s, e, k, d in zip(size, strides, extra, kernel, dilations)
+    )
+    begin, end = _transpose_pads(auto_pad, pads, output_shape, size, strides, full)
+    if min(begin) < 0:
+        raise unsupported("ConvTranspose", f"negative pads {tuple(pads)}")
+    # A negative end pad grows the result with zeros at the end.
+    buf = np.zeros((n, group * mg) + tuple(f + max(0, -e) for f, e in zip(full, end)), x.dtype)
+    _scatter_windows(buf, cols, strides, dilations)
+    y = buf[(slice(None), slice(None)) + tuple(slice(b, f - e) for b, f, e in zip(begin, full, end))]
+    if B is not None:
+        y = y + _channel_bias(B, nd)
+    return np.ascontiguousarray(y).astype(X.dtype, copy=False)
+
+
+@kernel("Col2Im")
+def col2im(ctx, input, image_shape, block_shape, *, dilations, pads, strides):
+    x = widened(input)
+    image = tuple(int(v) for v in image_shape)
+    block = tuple(int(v) for v in block_shape)
+    nd = len(image)
+    strides = _ints(strides, nd, 1)
+    dilations = _ints(dilations, nd, 1)
+    p = _ints(pads, 2 * nd, 0)
+    begin, end = p[:nd], p[nd:]
+    blocks = tuple(
+        (i + b + e - (k - 1) * d - 1) // s + 1
+        for i, b, e, k, d, s in zip(image, begin, end, block, dilations, strides)
+    )
+    n, ck, length = x.shape
+    if ck % prod(block) or length != prod(blocks):
+        raise ShapeError(f"Col2Im: input of shape {x.shape} does not fit blocks {block} over image {image}")
+    cols = x.reshape((n, ck // prod(block)) + block + blocks)
+    buf = np.zeros((n, cols.shape[1]) + tuple(i + b + e for i, b, e in zip(image, begin, end)), x.dtype)
+    _scatter_windows(buf, cols, strides, dilations)
+    y = buf[(slice(None), slice(None)) + tuple(slice(b, b + i) for b, i in zip(begin, image))]
+    return np.ascontiguousarray(y).astype(input.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------- sampling
+
+
+def _taps(x, mode: str):
+    """Integer sample positions and weights that interpolate at float positions x along one axis."""
+    if mode == "nearest":
+        return [(np.rint(x).astype(np.int64), np.ones_like(x))]
+    lo = np.floor(x)
+    t = x - lo
+    lo = lo.astype(np.int64)
+    if mode == "linear":
+        return [(lo, 1 - t), (lo + 1, t)]
+    # Cubic convolution (Keys) with a = -0.75, as in PyTorch and OpenCV.
+    a = -0.75
+
+    def near(d):  # |d| <= 1
+        return ((a + 2) * d - (a + 3)) * d * d + 1
+
+    def far(d):  # 1 < |d| < 2
+        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+
+    return [(lo - 1, far(1 + t)), (lo, near(t)), (lo + 1, near(1 - t)), (lo + 2, far(2 - t))]
+
+
+def _interpolate(img, pos, mode: str, fix_tap=None):
+    """Sample img (B, C, *S) at float index positions pos (B, P, nd) -> (B, C, P).
+
+    Taps outside the image read 0, unless ``fix_tap(index, axis)`` first maps them inside.
+    """
+    size = img.shape[2:]
+    per_axis = [_taps(pos[..., i], mode) for i in range(len(size))]
+    batch = np.arange(img.shape[0])[:, None]
+    out = np.zeros(pos.shape[:2] + img.shape[1:2], img.dtype)
+    for combo in itertools.product(*per_axis):
+        weight = prod(w for _, w in combo)
+        index, valid = [], np.ones(weight.shape, bool)
+        for axis, (i, _) in enumerate(combo):
+            if fix_tap is not None:
+                i = fix_tap(i, axis)
+            valid &= (i >= 0) & (i < size[axis])
+            index.append(np.clip(i, 0, size[axis] - 1))
+        # Advanced indices around the channel slice put (B, P) first: (B, P, C).
+        out += img[(batch, slice(None)) + tuple(index)] * (weight * valid)[..., None]
+    return out.transpose(0, 2, 1)
+
+
+def _reflect(x, low: float, high: float):
+    """x folded into [low, high] by repeated reflection at both ends."""
+    span = high - low
+    if span <= 0:
+        return np.zeros_like(x)
+    d = np.abs(x - low)
+    flips = np.floor(d / span)
+    rest = d - flips * span
+    return np.where(flips % 2 == 0, low + rest, high - rest)
+
+
+def _inside(x, size: int, padding_mode: str, align_corners: int):
+    """Positions outside [0, size-1] moved inside by the border or reflection rule."""
+    if padding_mode == "reflection":
+        x = _reflect(x, 0, size - 1) if align_corners else _reflect(x, -0.5, size - 0.5)
+    return np.clip(x, 0, size - 1)
+
+
+@kernel("GridSample")
+def grid_sample(ctx, X, grid, *, align_corners, mode, padding_mode):
+    modes = {
+        "linear": "linear",
+        "bilinear": "linear",
+        "nearest": "nearest",
+        "cubic": "cubic",
+        "bicubic": "cubic",
+    }
+    if mode not in modes:
+        raise unsupported("GridSample", f"mode={mode!r}")
+    if padding_mode not in ("zeros", "border", "reflection"):
+        raise unsupported("GridSample", f"padding_mode={padding_mode!r}")
+    mode = modes[mode]
+    if X.dtype.kind in "iu" and mode == "nearest":
+        x = X.astype(np.float64)  # exact: nearest only copies values
+    elif X.dtype.kind in "biuOSUc":
+        raise unsupported("GridSample", f"mode={mode!r} on {X.dtype} input")
+    else:
+        x = widened(X)
+    n, c = x.shape[:2]
+    size = x.shape[2:]
+    nd = len(size)
+    if grid.shape[0] != n or grid.shape[-1] != nd:
+        raise ShapeError(f"GridSample: grid of shape {grid.shape} does not fit input of shape {X.shape}")
+    # The grid lists x (innermost axis) first; normalized [-1, 1] becomes index positions.
+    pos = widened(grid)[..., ::-1].reshape(n, -1, nd).astype(x.dtype)
+    extent = np.array(size, x.dtype)
+    pos = (pos + 1) / 2 * (extent - 1) if align_corners else ((pos + 1) * extent - 1) / 2
+    fix_tap = None
+    if padding_mode != "zeros":
+        if mode == "cubic":
+            # Cubic reads each of its taps through the padding rule.
+            def fix_tap(i, axis):
+                return _inside(i.astype(x.dtype), size[axis], padding_mode, align_corners).astype(np.int64)
+        else:
+            pos = np.stack(
+                [_inside(pos[..., i], size[i], padding_mode, align_corners) for i in range(nd)], -1
+            )
+    y = _interpolate(x, pos, mode, fix_tap)
+    return y.reshape((n, c) + grid.shape[1:-1]).astype(X.dtype, copy=False)
+
+
+@kernel("AffineGrid")
+def affine_grid(ctx, theta, size, *, align_corners):
+    size = tuple(int(v) for v in size)
+    spatial = size[2:]
+    nd = len(spatial)
+    if theta.shape[1:] != (nd, nd + 1):
+        raise ShapeError(f"AffineGrid: theta of shape {theta.shape} does not fit size {size}")
+    t = widened(theta)
+
+    def axis(m):
+        if m <= 1:
+            return np.zeros(m, t.dtype)
+        if align_corners:
+            return np.linspace(-1, 1, m, dtype=t.dtype)
+        return ((2 * np.arange(m) + 1) / m - 1).astype(t.dtype)
+
+    mesh = np.meshgrid(*(axis(m) for m in spatial), indexing="ij")
+    # Homogeneous positions (x, y[, z], 1): innermost axis first, as GridSample reads them.
+    base = np.stack(list(mesh[::-1]) + [np.ones(spatial, t.dtype)], axis=-1)
+    grid = base.reshape(-1, nd + 1) @ t.transpose(0, 2, 1)  # (N, points, nd)
+    return grid.reshape((size[0],) + spatial + (nd,)).astype(theta.dtype, copy=False)
+
+
+@kernel("DeformConv")
+def deform_conv(
+    ctx, X, W, offset, B=None, mask=None, *, dilations, group, kernel_shape, offset_group, pads, strides
+):
+    x, w = widened(X), widened(W)
+    g = _geometry("DeformConv", x.shape, kernel_shape or w.shape[2:], "NOTSET", dilations, pads, strides)
+    n, c = x.shape[:2]
+    nd = x.ndim - 2
+    og = offset_group
+    nk = prod(g.kernel)
+    if c % og or offset.shape[1] != og * nk * nd or tuple(offset.shape[2:]) != g.out:
+        raise ShapeError(
+            f"DeformConv: offset of shape {offset.shape} does not fit input {x.shape}, kernel {g.kernel}"
+        )
+    # Undeformed sample positions o*s - begin + k*d: (kernel, nd, *out).
+    k_at = np.indices(g.kernel).reshape(nd, nk)
+    o_at = np.indices(g.out)
+    base = np.stack(
+        [
+            (o_at[i] * g.strides[i] - g.begin[i])[None]
+            + (k_at[i] * g.dilations[i]).reshape((nk,) + (1,) * nd)
+            for i in range(nd)
+        ],
+        axis=1,
+    )
+    pos = base + widened(offset).reshape((n, og, nk, nd) + g.out)
+    pos = np.moveaxis(pos, 3, -1).reshape(n * og, -1, nd).astype(x.dtype)
+    vals = _interpolate(x.reshape((n * og, c // og) + x.shape[2:]), pos, "linear")
+    vals = vals.reshape((n, og, c // og, nk) + g.out)
+    if mask is not None:
+        vals = vals * widened(mask).reshape((n, og, 1, nk) + g.out)
+    cols = np.moveaxis(vals.reshape((n, c, nk) + g.out), 2, -1).reshape((n, c) + g.out + g.kernel)
+    y = _grouped_product(cols, w, group)
+    if B is not None:
+        y += _channel_bias(B, nd)
+    return y.astype(X.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------- pooling
+
+
+def _window_axes(win) -> tuple:
+    nd = (win.ndim - 2) // 2
+    return tuple(range(2 + nd, 2 + 2 * nd))
+
+
+def _lowest(dtype):
+    return -np.inf if np.dtype(dtype).kind not in "iub" else np.iinfo(dtype).min
+
+
+def _max_indices(first, g: _Geom, shape, storage_order: int):
+    """Flat input indices (N, C, *out) of the window maxima, ``first`` being their place in the window."""
+    n, c = shape[:2]
+    size = shape[2:]
+    nd = len(size)
+    k_at = np.unravel_index(first, g.kernel)
+    o_at = np.indices(g.out)
+    at = [o_at[i] * g.strides[i] - g.begin[i] + k_at[i] * g.dilations[i] for i in range(nd)]
+    # Row-major (storage_order 0) or column-major (1) position within each image.
+    order = range(nd) if storage_order == 0 else reversed(range(nd))
+    flat = np.zeros(first.shape, np.int64)
+    for i in order:
+        flat = flat * size[i] + at[i]
+    image = np.arange(n * c, dtype=np.int64).reshape((n, c) + (1,) * nd)
+    return image * prod(size) + flat
+
+
+@kernel("MaxPool")
+def max_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
+    if storage_order not in (0, 1):
+        raise unsupported("MaxPool", f"storage_order={storage_order}")
+    x = X if X.dtype.kind in "fiu" else widened(X)
+    g = _geometry("MaxPool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
+    win = _windows(x, g, _lowest(x.dtype))
+    y = win.max(axis=_window_axes(win)).astype(X.dtype, copy=False)
+    if not ctx.output_wanted(1):
+        return y
+    first = win.reshape(win.shape[: 2 + len(g.out)] + (-1,)).argmax(-1)
+    return y, _max_indices(first, g, x.shape, storage_order)
+
+
+def _window_counts(g: _Geom, size, pad_end=None):
+    """How many elements each window (*out) covers: of the input, or with ``pad_end`` also of
+    the explicit padding (begin and these end pads)."""
+    count = np.ones((), np.int64)
+    for i in range(len(size)):
+        at = (np.arange(g.out[i]) * g.strides[i] - g.begin[i])[:, None] + np.arange(
+            g.kernel[i]
+        ) * g.dilations[i]
+        lo, hi = (0, size[i]) if pad_end is None else (-g.begin[i], size[i] + pad_end[i])
+        count = np.multiply.outer(count, ((at >= lo) & (at < hi)).sum(1))
+    return count
+
+
+@kernel("AveragePool")
+def average_pool(ctx, X, *, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides):
+    x = widened(X)
+    g = _geometry("AveragePool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
+    win = _windows(x, g)
+    sums = win.sum(axis=_window_axes(win))
+    pad_end = None
+    if count_include_pad:
+        # Padding that ceil_mode adds beyond the explicit pads never counts.
+        _, pad_end = _pads("AveragePool", auto_pad, pads, x.shape[2:], g.kernel, g.strides, g.dilations)
+    return (sums / _window_counts(g, x.shape[2:], pad_end)).astype(X.dtype, copy=False)
+
+
+@kernel("LpPool")
+def lp_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
+    x = widened(X)
+    g = _geometry("LpPool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
+    win = _windows(np.abs(x), g)
+    return (np.sum(win**p, axis=_window_axes(win)) ** (1.0 / p)).astype(X.dtype, copy=False)
+
+
+def _spatial_axes(X) -> tuple:
+    return tuple(range(2, X.ndim))
+
+
+@kernel("GlobalAveragePool")
+def global_average_pool(ctx, X):
+    return widened(X).mean(axis=_spatial_axes(X), keepdims=True).astype(X.dtype, copy=False)
+
+
+@kernel("GlobalMaxPool")
+def global_max_pool(ctx, X):
+    return X.max(axis=_spatial_axes(X), keepdims=True)
+
+
+@kernel("GlobalLpPool")
+def global_lp_pool(ctx, X, *, p):
+    s = np.sum(np.abs(widened(X)) ** p, axis=_spatial_axes(X), keepdims=True)
+    return (s ** (1.0 / p)).astype(X.dtype, copy=False)
+
+
+@kernel("MaxUnpool")
+def max_unpool(ctx, X, I, output_shape=None, *, kernel_shape, pads, strides):
+    nd = X.ndim - 2
+    s = _ints(strides, nd, 1)
+    p = _ints(pads, 2 * nd, 0)
+    shape = X.shape[:2] + tuple(
+        (i - 1) * s[a] + int(k) - p[a] - p[nd + a] for a, (i, k) in enumerate(zip(X.shape[2:], kernel_shape))
+    )
+    index = np.asarray(I, np.int64).reshape(-1)
+    if output_shape is not None:
+        # As ONNX's cases have it, indices number the unpadded result's elements; a larger
+        # output_shape keeps their coordinates and adds zeros at the ends.
+        index = np.ravel_multi_index(np.unravel_index(index, shape), tuple(int(v) for v in output_shape))
+        shape = tuple(int(v) for v in output_shape)
+    y = np.zeros(prod(shape), X.dtype)
+    y[index] = X.reshape(-1)
+    return y.reshape(shape)
+
+
+# ---------------------------------------------------------------------------- regions of interest
+
+
+def _roi_axis(start, length, bins: int, samples: int, size: int):
+    """Bilinear weights (bins, size) that average ``samples`` points per bin along one axis.
+
+    Also returns the per-point corner indices and weights (bins, samples, 2) that max mode
+    needs. Points beyond one pixel outside the image read 0; points near the edges clamp.
+    """
+    at = start + (np.arange(bins)[:, None] + (np.arange(samples) + 0.5) / samples) * (length / bins)
+    outside = (at < -1) | (at > size)
+    at = np.clip(at, 0, None)
+    low = np.floor(at).astype(np.int64)
+    edge = low >= size - 1
+    low = np.where(edge, size - 1, low)
+    high = np.where(edge, size - 1, low + 1)
+    frac = np.where(edge, 0.0, at - low)
+    weights = np.stack([1 - frac, frac], -1) * ~outside[..., None]
+    index = np.stack([low, high], -1)
+    dense = np.zeros((bins, size))
+    rows = np.broadcast_to(np.arange(bins)[:, None, None], index.shape)
+    np.add.at(dense, (rows, index), weights / samples)
+    return dense, index, weights
+
+
+@kernel("RoiAlign")
+def roi_align(
+    ctx,
+    X,
+    rois,
+    batch_indices,
+    *,
+    coordinate_transformation_mode,
+    mode,
+    output_height,
+    output_width,
+    sampling_ratio,
+    spatial_scale,
+):
+    if mode not in ("avg", "max"):
+        raise unsupported("RoiAlign", f"mode={mode!r}")
+    if coordinate_transformation_mode not in ("half_pixel", "output_half_pixel"):
+        raise unsupported("RoiAlign", f"coordinate_transformation_mode={coordinate_transformation_mode!r}")
+    half_pixel = coordinate_transformation_mode == "half_pixel"
+    x = X.astype(np.float64)
+    h, w = x.shape[2:]
+    y = np.zeros((len(rois), x.shape[1], output_height, output_width))
+    for r, (box, b) in enumerate(zip(np.asarray(rois, np.float64), np.asarray(batch_indices, np.int64))):
+        x1, y1, x2, y2 = box * spatial_scale - (0.5 if half_pixel else 0.0)
+        roi_h, roi_w = y2 - y1, x2 - x1
+        if not half_pixel:
+            roi_h, roi_w = max(roi_h, 1.0), max(roi_w, 1.0)
+        sh = sampling_ratio if sampling_ratio > 0 else max(1, int(np.ceil(roi_h / output_height)))
+        sw = sampling_ratio if sampling_ratio > 0 else max(1, int(np.ceil(roi_w / output_width)))
+        ay, iy, wy = _roi_axis(y1, roi_h, output_height, sh, h)
+        ax, ix, wx = _roi_axis(x1, roi_w, output_width, sw, w)
+        if mode == "avg":
+            y[r] = ay @ x[b] @ ax.T
+            continue
+        # Max mode takes, like the reference runtimes, the largest weighted corner of any point.
+        corners = x[b][:, iy[:, :, :, None, None, None], ix[None, None, None]]  # C, bh, sh, 2, bw, sw, 2
+        weighted = corners * (wy[:, :, :, None, None, None] * wx[None, None, None])
+        y[r] = weighted.max(axis=(2, 3, 5, 6))
+    return y.astype(X.dtype)
+
+
+@kernel("MaxRoiPool")
+def max_roi_pool(ctx, X, rois, *, pooled_shape, spatial_scale):
+    ph, pw = (int(v) for v in pooled_shape)
+    h, w = X.shape[2:]
+    y = np.zeros((len(rois), X.shape[1], ph, pw), X.dtype)
+    for r, roi in enumerate(rois):
+        b = int(roi[0])
+        # Box corners round half away from zero (C's round), as in Caffe's RoI pooling.
+        corner = roi[1:] * roi.dtype.type(spatial_scale)
+        x1, y1, x2, y2 = (np.sign(corner) * np.floor(np.abs(corner) + 0.5)).astype(np.int64)
+        rows = _roi_bins(y1, y2, ph, h)  # (ph, h) membership
+        cols = _roi_bins(x1, x2, pw, w)
+        # Separable max: over each bin's columns, then over its rows; empty bins are 0.
+        img = X[b].astype(np.float64)
+        by_col = np.where(cols[None, None], img[:, :, None, :], -np.inf).max(-1)  # C, h, pw
+        full = np.where(rows[None, :, :, None], by_col[:, None], -np.inf).max(2)  # C, ph, pw
+        y[r] = np.where(np.isneginf(full), 0, full)
+    return y
+
+
+def _roi_bins(start: int, end: int, bins: int, size: int):
+    """Which of ``size`` pixels fall in each of ``bins`` equal bins of [start, end]: (bins, size)."""
+    step = max(end - start + 1, 1) / bins
+    k = np.arange(bins)
+    lo = np.clip(np.floor(k * step).astype(np.int64) + start, 0, size)
+    hi = np.clip(np.ceil((k + 1) * step).astype(np.int64) + start, 0, size)
+    at = np.arange(size)
+    return (at >= lo[:, None]) & (at < hi[:, None])
+
+
+# ---------------------------------------------------------------------------- other
+
+
+@kernel("LRN")
+def lrn(ctx, X, *, alpha, beta, bias, size):
+    x = widened(X)
+    before = (size - 1) // 2
+    square = np.pad(x * x, [(0, 0), (before, size - 1 - before)] + [(0, 0)] * (x.ndim - 2))
+    sums = sliding_window_view(square, size, axis=1).sum(-1)
+    return (x / (bias + alpha / size * sums) ** beta).astype(X.dtype, copy=False)
+
+
+@kernel("CausalConvWithState")
+def causal_conv_with_state(ctx, input, weight, bias=None, past_state=None, *, activation):
+    if activation not in ("none", "silu", "swish"):
+        raise unsupported("CausalConvWithState", f"activation={activation!r}")
+    x, w = widened(input), widened(weight)
+    n, c, _ = x.shape
+    k = w.shape[-1]
+    if w.shape != (c, 1, k):
+        raise ShapeError(
+            f"CausalConvWithState: weight of shape {w.shape} does not fit input of shape {x.shape}"
+        )
+    past = np.zeros((n, c, k - 1), x.dtype) if past_state is None else widened(past_state)
+    seq = np.concatenate([past, x], axis=2)
+    # Depthwise: each channel's windows dotted with its own kernel.
+    y = np.einsum("nclk,ck->ncl", sliding_window_view(seq, k, axis=2), w[:, 0])
+    if bias is not None:
+        y = y + widened(bias)[:, None]
+    if activation != "none":
+        y = y / (1 + np.exp(-y))
+    present = seq[:, :, seq.shape[2] - (k - 1) :]
+    return y.astype(input.dtype, copy=False), present.astype(input.dtype, copy=False)

@@ -1,0 +1,123 @@
+"""Quantization kernels: QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear.
+
+Scales and zero points apply per tensor (a scalar), per axis (a 1-D tensor along ``axis``) or
+per block (same rank as the input, each entry covering ``block_size`` elements along ``axis``).
+Narrow types (int4, uint4, int2, uint2, float8, float4, float6) are ml_dtypes arrays.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from offload.ir import DataType
+
+from . import kernel
+from ._util import normalize_axis, unsupported
+
+_NARROW_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
+# Float types with no infinity encoding: out-of-range values always saturate.
+_ALWAYS_SATURATE = {
+    np.dtype(t) for t in (ml_dtypes.float4_e2m1fn, ml_dtypes.float6_e2m3fn, ml_dtypes.float6_e3m2fn)
+}
+_DIVISION_TYPES = {np.dtype(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)}
+
+
+def _is_integer(dtype: np.dtype) -> bool:
+    return np.issubdtype(dtype, np.integer) or dtype in _NARROW_INTS
+
+
+def _work_type(dtype: np.dtype) -> type:
+    """The numpy type arithmetic runs in: float64 for double, else float32 (exact for narrower)."""
+    return np.float64 if dtype == np.float64 else np.float32
+
+
+def _expand(param: np.ndarray, x: np.ndarray, axis: int, block_size: int, op: str) -> np.ndarray:
+    """A scale or zero point shaped to broadcast against ``x`` for its granularity."""
+    if param.size == 1 and block_size == 0:
+        return param.reshape(())
+    ax = normalize_axis(axis, x.ndim, op)
+    if block_size == 0:
+        if param.ndim != 1 or param.shape[0] != x.shape[ax]:
+            raise unsupported(op, f"a scale of shape {param.shape} for input {x.shape} on axis {axis}")
+        shape = [1] * x.ndim
+        shape[ax] = -1
+        return param.reshape(shape)
+    if block_size < 0 or param.ndim != x.ndim:
+        raise unsupported(op, f"block_size {block_size} with a scale {param.shape} for input {x.shape}")
+    n, blocks = x.shape[ax], param.shape[ax]
+    others_match = all(p == d for i, (p, d) in enumerate(zip(param.shape, x.shape)) if i != ax)
+    if not others_match or not (blocks - 1) * block_size < n <= blocks * block_size:
+        raise unsupported(op, f"a scale {param.shape} for input {x.shape}, axis {axis}, block {block_size}")
+    return np.take(np.repeat(param, block_size, axis=ax), np.arange(n), axis=ax)
+
+
+def _quantized_type(output_dtype: int, zero_point) -> np.dtype:
+    if output_dtype:
+        dt = DataType(output_dtype).numpy
+        if zero_point is not None and zero_point.dtype != dt:
+            raise unsupported("QuantizeLinear", f"output_dtype {dt} with a {zero_point.dtype} zero point")
+        return dt
+    return zero_point.dtype if zero_point is not None else np.dtype(np.uint8)
+
+
+def _saturate_int(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    info = ml_dtypes.iinfo(dtype)
+    return np.clip(values, info.min, info.max).astype(dtype)
+
+
+@kernel("QuantizeLinear")
+def quantize_linear(
+    ctx, x, y_scale, y_zero_point=None, *, axis, block_size, output_dtype, precision, saturate
+):
+    op = "QuantizeLinear"
+    out = _quantized_type(output_dtype, y_zero_point)
+    # The division runs in the precision given, or else in the scale's type.
+    prec = DataType(precision).numpy if precision else y_scale.dtype
+    if precision and prec not in _DIVISION_TYPES:
+        raise unsupported(op, f"precision {DataType(precision).name}")
+    if prec not in _DIVISION_TYPES:  # int32 or float8e8m0 scales divide in float32
+        prec = np.dtype(np.float32)
+    work = _work_type(prec)
+    scale = _expand(y_scale, x, axis, block_size, op).astype(prec).astype(work)
+    q = (x.astype(prec).astype(work) / scale).astype(prec).astype(work)
+    zp = 0 if y_zero_point is None else _expand(y_zero_point, x, axis, block_size, op).astype(work)
+    if _is_integer(out):
+        return _saturate_int(np.rint(q) + zp, out)
+    y = q + zp
+    if saturate or out in _ALWAYS_SATURATE:
+        limit = float(ml_dtypes.finfo(out).max)
+        y = np.clip(y, -limit, limit)
+    return y.astype(out)
+
+
+@kernel("DequantizeLinear")
+def dequantize_linear(ctx, x, x_scale, x_zero_point=None, *, axis, block_size, output_dtype):
+    op = "DequantizeLinear"
+    out = DataType(output_dtype).numpy if output_dtype else x_scale.dtype
+    work = _work_type(out)
+    if _is_integer(x.dtype):  # subtract exactly in int64 before going to floats
+        diff = x.astype(np.int64)
+        if x_zero_point is not None:
+            diff = diff - _expand(x_zero_point, x, axis, block_size, op).astype(np.int64)
+        diff = diff.astype(work)
+    else:
+        diff = x.astype(work)
+        if x_zero_point is not None:
+            diff = diff - _expand(x_zero_point, x, axis, block_size, op).astype(work)
+    scale = _expand(x_scale, x, axis, block_size, op).astype(work)
+    return (diff * scale).astype(out)
+
+
+@kernel("DynamicQuantizeLinear")
+def dynamic_quantize_linear(ctx, x):
+    x = x.astype(np.float32, copy=False)
+    # The range always includes 0 so that 0 is exactly representable.
+    lo = np.float32(min(0.0, x.min())) if x.size else np.float32(0)
+    hi = np.float32(max(0.0, x.max())) if x.size else np.float32(0)
+    scale = np.float32((hi - lo) / np.float32(255))
+    if scale == 0:  # an all-zero input: every value quantizes to 0
+        return np.zeros(x.shape, np.uint8), np.array(scale), np.array(0, np.uint8)
+    zero_point = _saturate_int(np.rint(-lo / scale), np.dtype(np.uint8))
+    y = _saturate_int(np.rint(x / scale) + np.float32(zero_point), np.dtype(np.uint8))
+    return y, np.array(scale, np.float32), np.array(zero_point, np.uint8)

@@ -1,0 +1,448 @@
+"""Shape and layout kernels: reshaping, joining, slicing, padding, tiling and resizing tensors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from offload.ir import DataType
+
+from . import kernel
+from ._util import normalize_axes, normalize_axis, unsupported
+
+
+def _ints(a) -> list[int]:
+    """A shape-like input (int tensor) as a list of Python ints."""
+    return [int(v) for v in np.asarray(a).reshape(-1)]
+
+
+def _scalar(a):
+    """A scalar input's value; a one-element tensor of any rank counts as a scalar."""
+    return np.asarray(a).reshape(-1)[0]
+
+
+def _absent(a) -> bool:
+    """An omitted optional input, or one given as an empty tensor (ONNX allows both)."""
+    return a is None or np.asarray(a).size == 0
+
+
+# ---- reshaping -----------------------------------------------------------------------------
+
+
+@kernel("Reshape")
+def reshape(ctx, data, shape, *, allowzero):
+    dims = _ints(shape)
+    if not allowzero:
+        # A 0 copies the input's dimension at the same position.
+        dims = [data.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+    return np.reshape(data, dims)
+
+
+@kernel("Flatten")
+def flatten(ctx, input, *, axis):
+    rank = input.ndim
+    if not -rank <= axis <= rank:
+        raise unsupported("Flatten", f"axis {axis} for rank {rank}")
+    if axis < 0:
+        axis += rank
+    return np.reshape(input, (math.prod(input.shape[:axis]), math.prod(input.shape[axis:])))
+
+
+@kernel("Squeeze")
+def squeeze(ctx, data, axes=None):
+    if _absent(axes):
+        return np.squeeze(data)
+    return np.squeeze(data, axis=normalize_axes(axes, data.ndim, "Squeeze"))
+
+
+@kernel("Unsqueeze")
+def unsqueeze(ctx, data, axes):
+    # Axes refer to the output, whose rank counts the new dimensions too.
+    out_axes = normalize_axes(axes, data.ndim + np.asarray(axes).size, "Unsqueeze")
+    return np.expand_dims(data, axis=out_axes)
+
+
+@kernel("Transpose")
+def transpose(ctx, data, *, perm):
+    return np.transpose(data, None if perm is None else [int(p) for p in perm])
+
+
+@kernel("Expand")
+def expand(ctx, input, shape):
+    out_shape = np.broadcast_shapes(input.shape, tuple(_ints(shape)))
+    return np.array(np.broadcast_to(input, out_shape))
+
+
+@kernel("Tile")
+def tile(ctx, input, repeats):
+    return np.tile(input, _ints(repeats))
+
+
+@kernel("DepthToSpace")
+def depth_to_space(ctx, input, *, blocksize, mode):
+    b, c, h, w = input.shape
+    bs = blocksize
+    if mode == "DCR":
+        x = input.reshape(b, bs, bs, c // (bs * bs), h, w).transpose(0, 3, 4, 1, 5, 2)
+    elif mode == "CRD":
+        x = input.reshape(b, c // (bs * bs), bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
+    else:
+        raise unsupported("DepthToSpace", f"mode '{mode}'")
+    return x.reshape(b, c // (bs * bs), h * bs, w * bs)
+
+
+@kernel("SpaceToDepth")
+def space_to_depth(ctx, input, *, blocksize, mode):
+    b, c, h, w = input.shape
+    bs = blocksize
+    x = input.reshape(b, c, h // bs, bs, w // bs, bs)
+    if mode == "DCR":
+        x = x.transpose(0, 3, 5, 1, 2, 4)
+    elif mode == "CRD":
+        x = x.transpose(0, 1, 3, 5, 2, 4)
+    else:
+        raise unsupported("SpaceToDepth", f"mode '{mode}'")
+    return x.reshape(b, c * bs * bs, h // bs, w // bs)
+
+
+# ---- shape queries and generators --------------------------------------------------------------
+
+
+@kernel("Shape")
+def shape(ctx, data, *, end, start):
+    # Python slicing clamps out-of-range (and negative) bounds exactly as the spec asks.
+    return np.array(data.shape[start:end], dtype=np.int64)
+
+
+@kernel("Size")
+def size(ctx, data):
+    return np.array(np.asarray(data).size, dtype=np.int64)
+
+
+@kernel("ConstantOfShape")
+def constant_of_shape(ctx, input, *, value):
+    fill = np.zeros(1, np.float32) if value is None else np.asarray(value)
+    return np.full(_ints(input), _scalar(fill), dtype=fill.dtype)
+
+
+@kernel("Range")
+def range_(ctx, start, limit, delta, *, stash_type):
+    dtype = np.asarray(start).dtype
+    if dtype.kind in "iu":
+        s, l, d = (int(_scalar(v)) for v in (start, limit, delta))
+        n = max(-((s - l) // d), 0)  # ceil((l - s) / d) in exact integer arithmetic
+        return (s + d * np.arange(n, dtype=np.int64)).astype(dtype)
+    s, l, d = (float(_scalar(v)) for v in (start, limit, delta))
+    n = max(math.ceil((l - s) / d), 0)
+    # Half-precision types count in the stash type so that large ranges stay exact.
+    work = DataType(stash_type).numpy if dtype.itemsize < 4 else dtype
+    i = np.arange(n).astype(work)
+    return (work.type(s) + i * work.type(d)).astype(dtype)
+
+
+@kernel("EyeLike")
+def eye_like(ctx, input, *, dtype, k):
+    out = input.dtype if dtype is None else DataType(dtype).numpy
+    rows, cols = input.shape
+    return np.eye(rows, cols, k=k, dtype=out)
+
+
+@kernel("Trilu")
+def trilu(ctx, input, k=None, *, upper):
+    offset = 0 if _absent(k) else int(_scalar(k))
+    return np.triu(input, offset) if upper else np.tril(input, offset)
+
+
+# ---- joining and splitting -------------------------------------------------------------------
+
+
+@kernel("Concat")
+def concat(ctx, *inputs, axis):
+    return np.concatenate(inputs, axis=normalize_axis(axis, inputs[0].ndim, "Concat"))
+
+
+@kernel("Split")
+def split(ctx, input, split=None, *, axis, num_outputs):
+    axis = normalize_axis(axis, input.ndim, "Split")
+    dim = input.shape[axis]
+    if not _absent(split):
+        sizes = _ints(split)
+    else:
+        # Equal chunks of ceil(dim / n); the last one takes what is left.
+        n = num_outputs or ctx.num_outputs
+        chunk = -(-dim // n)
+        sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
+    if sum(sizes) != dim:
+        raise unsupported("Split", f"split sizes {sizes} for a dimension of {dim}")
+    bounds = np.cumsum(sizes)[:-1]
+    return tuple(np.split(input, bounds, axis=axis))
+
+
+# ---- slicing and padding ---------------------------------------------------------------------
+
+
+def _slice_bounds(start: int, end: int, step: int, dim: int) -> slice:
+    """The Python slice of ONNX Slice's (start, end, step) on a dimension, clamped as specified."""
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        return slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
+    # An end of -1 means "through index 0", which a Python slice spells as None.
+    return slice(start, None if end < 0 else end, step)
+
+
+@kernel("Slice")
+def slice_(ctx, data, starts, ends, axes=None, steps=None):
+    starts, ends = _ints(starts), _ints(ends)
+    axes = range(len(starts)) if _absent(axes) else normalize_axes(axes, data.ndim, "Slice")
+    steps = [1] * len(starts) if _absent(steps) else _ints(steps)
+    index = [slice(None)] * data.ndim
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        if st == 0:
+            raise unsupported("Slice", "a step of 0")
+        index[a] = _slice_bounds(s, e, st, data.shape[a])
+    return data[tuple(index)].copy()
+
+
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")  # the same names as numpy.pad's
+
+
+@kernel("Pad")
+def pad(ctx, data, pads, constant_value=None, axes=None, *, mode):
+    if mode not in _PAD_MODES:
+        raise unsupported("Pad", f"mode '{mode}'")
+    rank = data.ndim
+    axes = range(rank) if _absent(axes) else normalize_axes(axes, rank, "Pad")
+    p = _ints(pads)
+    n = len(p) // 2
+    before, after = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        before[a], after[a] = p[i], p[n + i]
+    # Negative pads crop; what remains is padded by the positive ones.
+    crop = tuple(slice(max(-b, 0), data.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(zip(before, after)))
+    x = data[crop]
+    width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    if mode == "constant":
+        value = 0 if _absent(constant_value) else _scalar(constant_value)
+        return np.pad(x, width, mode="constant", constant_values=np.asarray(value).astype(data.dtype))
+    return np.pad(x, width, mode=mode)
+
+
+@kernel("CenterCropPad")
+def center_crop_pad(ctx, input_data, shape, *, axes):
+    rank = input_data.ndim
+    axes = range(rank) if axes is None else normalize_axes(axes, rank, "CenterCropPad")
+    out_shape = list(input_data.shape)
+    for a, target in zip(axes, _ints(shape)):
+        out_shape[a] = target
+    out = np.zeros(out_shape, dtype=input_data.dtype)
+    src, dst = [], []
+    for have, want in zip(input_data.shape, out_shape):
+        # Crop windows start rounded down; odd padding puts the extra element at the end.
+        lo = abs(have - want) // 2
+        keep = min(have, want)
+        src.append(slice(lo, lo + keep) if have > want else slice(0, keep))
+        dst.append(slice(lo, lo + keep) if want > have else slice(0, keep))
+    out[tuple(dst)] = input_data[tuple(src)]
+    return out
+
+
+@kernel("ReverseSequence")
+def reverse_sequence(ctx, input, sequence_lens, *, batch_axis, time_axis):
+    t_dim = input.shape[time_axis]
+    lens = np.asarray(sequence_lens, dtype=np.int64).reshape(-1, 1)
+    t = np.arange(t_dim).reshape(1, -1)
+    # Per batch entry, the first len steps read back to front; the rest stay in place.
+    src = np.where(t < lens, lens - 1 - t, t)  # (batch, time)
+    if time_axis < batch_axis:
+        src = src.T
+    shape = [1] * input.ndim
+    shape[batch_axis], shape[time_axis] = lens.shape[0], t_dim
+    index = np.broadcast_to(src.reshape(shape), input.shape)
+    return np.take_along_axis(input, index, axis=time_axis)
+
+
+# ---- Resize ------------------------------------------------------------------------------------
+
+
+def _source_coords(mode, out_len, width, in_len, scale, roi_lo, roi_hi):
+    """Where each output position samples the input, for one axis (float64 coordinates).
+
+    ``width`` is the output length before rounding to ``out_len`` (in_len * scale when
+    scales are given); the modes that stretch corners to corners divide by it.
+    """
+    x = np.arange(out_len, dtype=np.float64)
+    if mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        adjustment = out_len / width
+        offset = in_len / 2 * (1 - adjustment)
+        return offset + (x + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (x + 0.5) / scale - 0.5 if width != 1 else np.zeros(out_len)
+    if mode == "align_corners":
+        return x * (in_len - 1) / (width - 1) if width != 1 else np.zeros(out_len)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (x + 0.5) / scale
+    if mode == "tf_crop_and_resize":
+        if width != 1:
+            return roi_lo * (in_len - 1) + x * (roi_hi - roi_lo) * (in_len - 1) / (width - 1)
+        return np.full(out_len, 0.5 * (roi_lo + roi_hi) * (in_len - 1))
+    raise unsupported("Resize", f"coordinate_transformation_mode '{mode}'")
+
+
+_ROUNDINGS = {
+    "round_prefer_floor": lambda x: np.ceil(x - 0.5),
+    "round_prefer_ceil": lambda x: np.floor(x + 0.5),
+    "floor": np.floor,
+    "ceil": np.ceil,
+}
+
+
+def _linear_kernel(t):
+    return np.maximum(1 - np.abs(t), 0)
+
+
+def _cubic_kernel(a):
+    """Keys' cubic convolution kernel with coefficient ``a`` (support [-2, 2])."""
+
+    def k(t):
+        t = np.abs(t)
+        near = ((a + 2) * t - (a + 3)) * t * t + 1
+        far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+        return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+    return k
+
+
+def _filter_weights(coords, in_len, kernel_fn, support, stretch, exclude_outside):
+    """The (out, in) matrix of one axis's interpolation weights.
+
+    Taps are the integer positions within ``support * stretch`` of each coordinate, weighted
+    by the kernel at distance / stretch (stretch > 1 widens the filter for antialiasing).
+    Taps outside the input are dropped (exclude_outside) or read the edge element.
+    """
+    reach = math.ceil(support * stretch)
+    base = np.floor(coords)[:, None]
+    taps = base + np.arange(-reach, reach + 2)[None, :]
+    w = kernel_fn((taps - coords[:, None]) / stretch)
+    if exclude_outside:
+        w = np.where((taps >= 0) & (taps <= in_len - 1), w, 0.0)
+    if stretch > 1 or exclude_outside:
+        # Stretched or cut filters no longer sum to 1. A row with no tap left (far outside
+        # the input, only with tf_crop_and_resize) stays 0 and is extrapolated later.
+        total = w.sum(axis=1, keepdims=True)
+        w = w / np.where(total == 0, 1.0, total)
+    cols = np.clip(taps, 0, in_len - 1).astype(np.int64)
+    rows = np.broadcast_to(np.arange(len(coords))[:, None], cols.shape)
+    weights = np.zeros((len(coords), in_len))
+    np.add.at(weights, (rows, cols), w)
+    return weights
+
+
+def _resize_axis(x, axis, coords, *, mode, nearest_mode, cubic_coeff_a, exclude_outside, stretch):
+    """``x`` resampled along ``axis`` at the given input coordinates."""
+    in_len = x.shape[axis]
+    if mode == "nearest":
+        if nearest_mode not in _ROUNDINGS:
+            raise unsupported("Resize", f"nearest_mode '{nearest_mode}'")
+        idx = np.clip(_ROUNDINGS[nearest_mode](coords), 0, in_len - 1).astype(np.int64)
+        return np.take(x, idx, axis=axis)
+    if mode == "linear":
+        weights = _filter_weights(coords, in_len, _linear_kernel, 1, stretch, exclude_outside)
+    elif mode == "cubic":
+        weights = _filter_weights(coords, in_len, _cubic_kernel(cubic_coeff_a), 2, stretch, exclude_outside)
+    else:
+        raise unsupported("Resize", f"mode '{mode}'")
+    return np.moveaxis(np.tensordot(weights, x, axes=([1], [axis])), 0, axis)
+
+
+def _resize_plan(X, roi, scales, sizes, axes, policy, crop):
+    """Per resized axis: (axis, output length, unrounded output length, scale, roi start, roi end)."""
+    rank = X.ndim
+    axes = list(range(rank)) if axes is None else list(normalize_axes(axes, rank, "Resize"))
+    n = len(axes)
+    r = [0.0] * n + [1.0] * n
+    if crop and not _absent(roi):
+        r = [float(v) for v in np.asarray(roi).reshape(-1)]
+    lo, hi = r[:n], r[n:]
+    in_lens = [X.shape[a] for a in axes]
+    if not _absent(scales):
+        sc = [float(s) for s in np.asarray(scales).reshape(-1)]
+        # The roi does not shrink the output (as in ONNX's reference and onnxruntime).
+        widths = [i * s for i, s in zip(in_lens, sc)]
+        outs = [math.floor(w) for w in widths]
+    elif not _absent(sizes):
+        outs = _ints(sizes)
+        if policy == "stretch":
+            sc = [o / i for o, i in zip(outs, in_lens)]
+            widths = [float(o) for o in outs]
+        elif policy in ("not_larger", "not_smaller"):
+            pick = min if policy == "not_larger" else max
+            s = pick(o / i for o, i in zip(outs, in_lens))
+            sc = [s] * n
+            widths = [s * i for i in in_lens]
+            outs = [math.floor(w + 0.5) for w in widths]
+        else:
+            raise unsupported("Resize", f"keep_aspect_ratio_policy '{policy}'")
+    else:
+        raise unsupported("Resize", "a node with neither scales nor sizes")
+    return list(zip(axes, outs, widths, sc, lo, hi))
+
+
+@kernel("Resize")
+def resize(
+    ctx,
+    X,
+    roi=None,
+    scales=None,
+    sizes=None,
+    *,
+    antialias,
+    axes,
+    coordinate_transformation_mode,
+    cubic_coeff_a,
+    exclude_outside,
+    extrapolation_value,
+    keep_aspect_ratio_policy,
+    mode,
+    nearest_mode,
+):
+    crop = coordinate_transformation_mode == "tf_crop_and_resize"
+    plan = _resize_plan(X, roi, scales, sizes, axes, keep_aspect_ratio_policy, crop)
+    # Integer tensors interpolate in float64 and round back.
+    y = X if mode == "nearest" else X.astype(np.float64)
+    outside = np.zeros([1] * X.ndim, dtype=bool)
+    for axis, out_len, width, scale, lo, hi in plan:
+        in_len = X.shape[axis]
+        coords = _source_coords(coordinate_transformation_mode, out_len, width, in_len, scale, lo, hi)
+        if out_len == in_len and np.array_equal(coords, np.arange(in_len)):
+            continue  # this axis keeps every element where it is
+        stretch = max(1.0, 1.0 / scale) if antialias and mode != "nearest" else 1.0
+        y = _resize_axis(
+            y,
+            axis,
+            coords,
+            mode=mode,
+            nearest_mode=nearest_mode,
+            cubic_coeff_a=cubic_coeff_a,
+            exclude_outside=exclude_outside,
+            stretch=stretch,
+        )
+        if crop:
+            shape = [1] * X.ndim
+            shape[axis] = out_len
+            outside = outside | ((coords < 0) | (coords > in_len - 1)).reshape(shape)
+    if crop:
+        y = np.where(outside, extrapolation_value, y)
+    if X.dtype.kind in "iu" and mode != "nearest":
+        info = np.iinfo(X.dtype)
+        y = np.clip(np.rint(y), info.min, info.max)
+    return np.asarray(y).astype(X.dtype)
