@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from offload.errors import ModelFormatError
+from offload.errors import ModelFormatError, VerificationError
 from offload.ir import (
     Block,
     DataType,
@@ -21,6 +21,7 @@ from offload.ir import (
     TensorType,
     Value,
     infer_types,
+    verify,
 )
 from offload.schemas.generated import onnx_pb2 as pb
 
@@ -562,4 +563,8 @@ def import_onnx(data: bytes, origin: str = "<bytes>", base_dir: str | None = Non
     except RecursionError:
         raise ModelFormatError(f"{origin}: graph nesting too deep") from None
     infer_types(program)
+    try:
+        verify(program)
+    except VerificationError as e:
+        raise ModelFormatError(f"{origin}: {e}") from None
     return program

@@ -1,4 +1,4 @@
-"""The verifier: SSA, topological order, unique names, and operator signatures."""
+"""The verifier: SSA, topological order, unique names, operator signatures and types."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import re
 from offload.errors import VerificationError
 
 from .core import Block, Operation, Program, Value
+from .inference import infer_op
 from .registry import lookup
+from .types import TensorType
 
 _IDENT = re.compile(r"^[^\s]+$")
 
@@ -33,6 +35,23 @@ def _check_signature(op: Operation, where: str) -> None:
             _fail(where, f"{op.op_type} attribute '{name}' is required but missing")
 
 
+def _check_types(op: Operation, where: str) -> None:
+    """Declared output types must agree with what the op's schema infers from its inputs."""
+    for out, inferred in zip(op.outputs, infer_op(op)):
+        declared = out.type
+        if not isinstance(declared, TensorType) or not isinstance(inferred, TensorType):
+            continue
+        if declared.dtype != inferred.dtype:
+            _fail(where, f"output '%{out.name}' is declared {declared} but {op.op_type} gives {inferred.dtype.short}")
+        if declared.shape is None or inferred.shape is None:
+            continue
+        if len(declared.shape) != len(inferred.shape):
+            _fail(where, f"output '%{out.name}' is declared {declared} but {op.op_type} gives rank {len(inferred.shape)}")
+        for d, i in zip(declared.shape, inferred.shape):
+            if isinstance(d, int) and isinstance(i, int) and d != i:
+                _fail(where, f"output '%{out.name}' is declared {declared} but {op.op_type} gives {inferred}")
+
+
 def _block(block: Block, visible: set[int], names: set[str], where: str) -> None:
     defined = set(visible)
 
@@ -56,13 +75,15 @@ def _block(block: Block, visible: set[int], names: set[str], where: str) -> None
             if v is not None and id(v) not in defined:
                 _fail(label, f"input {i} '%{v.name}' is used before it is defined (or never is)")
         _check_signature(op, label)
+        _check_types(op, label)
         for b in op.blocks:
             # A nested block sees what is defined so far, and its names are scoped to it.
             _block(b, defined, set(names), f"{label} / block '{b.name}'")
         for out in op.outputs:
             if out.producer is not op:
                 _fail(label, f"output '%{out.name}' names another producer")
-            define(out, f"output of {op.op_type}")
+            if out.name or out.uses:  # an unnamed, unused output is an omitted optional one
+                define(out, f"output of {op.op_type}")
     for v in block.outputs:
         if id(v) not in defined:
             _fail(where, f"block '{block.name}' returns '%{v.name}', which it never defines")

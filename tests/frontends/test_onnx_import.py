@@ -256,3 +256,15 @@ def test_missing_default_opset_is_a_format_error():
     del model.opset_import[:]
     with pytest.raises(ModelFormatError, match="opset_import"):
         offload.load(model.SerializeToString())
+
+
+def test_declared_types_must_agree_with_the_ops():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [2, 3])
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])
+    with pytest.raises(ModelFormatError, match="'%y' is declared .* but Relu gives fp32"):
+        offload.load(model.SerializeToString())
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])
+    with pytest.raises(ModelFormatError, match=r"'%y' is declared \(3,2,fp32\) but Relu gives \(2,3,fp32\)"):
+        offload.load(model.SerializeToString())
