@@ -15,6 +15,8 @@ def _attr(a) -> str:
         return f"tensor{tuple(a.shape)}" if a.size > 8 else f"{a.tolist()}"
     if isinstance(a, list):
         return "[" + ", ".join(_attr(x) for x in a) + "]"
+    if isinstance(a, float):
+        return str(np.float32(a))  # ONNX float attributes are float32: print the shortest form
     return repr(a)
 
 
