@@ -42,7 +42,9 @@ def load(model: str | os.PathLike | bytes) -> Program:
         raise ModelFormatError(f"{origin}: file is empty")
     kind = sniff(data)
     if kind != "onnx":
-        raise ModelFormatError(f"{origin}: looks like a {kind} file; this version of offload imports ONNX models")
+        raise ModelFormatError(
+            f"{origin}: looks like a {kind} file; this version of offload imports ONNX models"
+        )
     from .onnx import import_onnx
 
     return import_onnx(data, origin, base_dir)

@@ -109,7 +109,7 @@ class _Importer:
 
     # ---- attributes ----------------------------------------------------------------------
 
-    def attribute(self, a: pb.AttributeProto, scope: "_Scope", where: str) -> Any:
+    def attribute(self, a: pb.AttributeProto, scope: _Scope, where: str) -> Any:
         t = a.type
         if t == _A.UNDEFINED:  # very old files leave the type out: infer it from the filled field
             t = next(
@@ -146,7 +146,7 @@ class _Importer:
 
     # ---- graphs --------------------------------------------------------------------------
 
-    def graph(self, g: pb.GraphProto, outer: "_Scope | None", depth: int = 0) -> Block:
+    def graph(self, g: pb.GraphProto, outer: _Scope | None, depth: int = 0) -> Block:
         if depth > MAX_NESTING:
             raise self.fail(f"subgraphs nested deeper than {MAX_NESTING}")
         block = Block(name=g.name or "graph")
@@ -174,7 +174,7 @@ class _Importer:
             block.outputs.append(v)
         return block
 
-    def node(self, node: pb.NodeProto, block: Block, scope: "_Scope", types: dict) -> None:
+    def node(self, node: pb.NodeProto, block: Block, scope: _Scope, types: dict) -> None:
         domain = "" if node.domain == "ai.onnx" else node.domain
         where = f"node '{node.name or node.op_type}' ({node.op_type})"
         if not node.op_type:
@@ -203,9 +203,13 @@ class _Importer:
             raise self.fail(f"{where}: the model declares no opset_import for domain '{domain or 'ai.onnx'}'")
         version = self.opsets[domain]
         outputs = list(node.output)
-        built = upgrade(_Builder(self, block, scope), domain, node.op_type, version, inputs, attrs, len(outputs))
+        built = upgrade(
+            _Builder(self, block, scope), domain, node.op_type, version, inputs, attrs, len(outputs)
+        )
         if built is None:
-            op = Operation(node.op_type, inputs, attrs, domain=domain, name=node.name, output_names=outputs or [])
+            op = Operation(
+                node.op_type, inputs, attrs, domain=domain, name=node.name, output_names=outputs or []
+            )
             block.append(op)
             results = op.outputs
         else:
@@ -225,7 +229,7 @@ class _Importer:
         for formal, actual in zip(fn.input, inputs):
             if actual is not None:
                 inner.alias(formal, actual)
-        for formal in fn.input[len(inputs):]:
+        for formal in fn.input[len(inputs) :]:
             inner.alias(formal, None)
         defaults = {a.name: self.attribute(a, scope, where) for a in fn.attribute_proto}
         bound = {**defaults, **attrs}
@@ -278,7 +282,7 @@ class _Importer:
 class _Scope:
     """Names visible while importing one graph; nested graphs see their enclosing scopes."""
 
-    def __init__(self, outer: "_Scope | None", depth: int):
+    def __init__(self, outer: _Scope | None, depth: int):
         self.outer, self.depth, self.names = outer, depth, {}
 
     def get(self, name: str) -> Value | None:
@@ -329,7 +333,7 @@ _ATTR_FIELDS = [
 
 def _attribute_proto(name: str, value, type_: int) -> pb.AttributeProto:
     a = pb.AttributeProto(name=name, type=type_)
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, (bool, int)):
         a.type, a.i = _A.INT, int(value)
     elif isinstance(value, float):
         a.type, a.f = _A.FLOAT, value
@@ -348,7 +352,9 @@ def _attribute_proto(name: str, value, type_: int) -> pb.AttributeProto:
         a.type = _A.TENSOR
         a.t.CopyFrom(numpy_to_tensor(value))
     else:
-        raise ModelFormatError(f"function attribute '{name}' has a value offload cannot pass on: {type(value)}")
+        raise ModelFormatError(
+            f"function attribute '{name}' has a value offload cannot pass on: {type(value)}"
+        )
     return a
 
 
@@ -412,7 +418,11 @@ def _unpack(raw: np.ndarray, dtype: DataType, n: int) -> np.ndarray:
         codes = codes.astype(np.int8)
         codes = np.where(codes >= (1 << (bits - 1)), codes - (1 << bits), codes).astype(np.int8)
         return codes.astype(dtype.numpy)
-    return codes.astype(np.uint8).view(dtype.numpy) if dtype == DataType.FLOAT4E2M1 else codes.astype(dtype.numpy)
+    return (
+        codes.astype(np.uint8).view(dtype.numpy)
+        if dtype == DataType.FLOAT4E2M1
+        else codes.astype(dtype.numpy)
+    )
 
 
 def _pack(a: np.ndarray, dtype: DataType) -> bytes:
@@ -452,11 +462,15 @@ def tensor_to_numpy(t: pb.TensorProto, base_dir: str | None, where: str) -> np.n
         per = 8 // _PACKED_BITS[dtype]
         if raw is not None:
             if len(raw) != -(-n // per):
-                raise ModelFormatError(f"{where}: {len(raw)} bytes do not hold {n} packed {dtype.name} values")
+                raise ModelFormatError(
+                    f"{where}: {len(raw)} bytes do not hold {n} packed {dtype.name} values"
+                )
             return _unpack(np.frombuffer(raw, np.uint8), dtype, n).reshape(shape)
         packed = np.asarray(t.int32_data, dtype=np.int64).astype(np.uint8)
         if packed.size != -(-n // per):
-            raise ModelFormatError(f"{where}: {packed.size} values do not hold {n} packed {dtype.name} values")
+            raise ModelFormatError(
+                f"{where}: {packed.size} values do not hold {n} packed {dtype.name} values"
+            )
         return _unpack(packed, dtype, n).reshape(shape)
     if raw is not None:
         if len(raw) != n * npdt.itemsize:
@@ -496,7 +510,9 @@ def _external(t: pb.TensorProto, base_dir: str | None, where: str) -> bytes:
     base = os.path.realpath(base_dir)
     path = os.path.realpath(os.path.join(base, location))
     if os.path.commonpath([base, path]) != base:
-        raise ModelFormatError(f"{where}: external data '{location}' points outside the model's folder {base}")
+        raise ModelFormatError(
+            f"{where}: external data '{location}' points outside the model's folder {base}"
+        )
     if not os.path.isfile(path):
         raise ModelFormatError(f"{where}: external data file '{location}' not found in {base}")
     size = os.path.getsize(path)

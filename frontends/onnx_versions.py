@@ -8,7 +8,7 @@ the attributes it mutated in place).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -190,7 +190,7 @@ def _legacy_broadcast(b, op_type, inputs, attrs, n_out):
         a_rank = inputs[0].type.rank if inputs[0].type is not None else None
         rhs = inputs[1]
         r_rank = rhs.type.rank if rhs.type is not None else None
-        if a_rank is not None and r_rank is not None and 0 < r_rank and axis + r_rank < a_rank:
+        if a_rank is not None and r_rank is not None and r_rank > 0 and axis + r_rank < a_rank:
             trailing = list(range(r_rank, r_rank + a_rank - axis - r_rank))
             inputs[1] = b.op("Unsqueeze", [rhs, b.const(trailing)])[0]
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from .types import TensorType, ValueType
 class Value:
     """One SSA value: produced by one operation (or a block parameter / constant), used by many."""
 
-    __slots__ = ("name", "type", "producer", "index", "const_value", "_uses", "__weakref__")
+    __slots__ = ("__weakref__", "_uses", "const_value", "index", "name", "producer", "type")
 
     def __init__(self, name: str, type: ValueType | None = None, const_value: np.ndarray | None = None):
         self.name = name
@@ -24,12 +25,12 @@ class Value:
         self._uses: dict[tuple[int, int], tuple[Operation, int]] = {}
 
     @property
-    def uses(self) -> list[tuple["Operation", int]]:
+    def uses(self) -> list[tuple[Operation, int]]:
         """(operation, input index) pairs that read this value, in insertion order."""
         return list(self._uses.values())
 
     @property
-    def users(self) -> list["Operation"]:
+    def users(self) -> list[Operation]:
         seen: dict[int, Operation] = {}
         for op, _ in self._uses.values():
             seen.setdefault(id(op), op)
@@ -39,7 +40,7 @@ class Value:
     def is_constant(self) -> bool:
         return self.const_value is not None
 
-    def replace_all_uses_with(self, other: "Value") -> None:
+    def replace_all_uses_with(self, other: Value) -> None:
         for op, i in self.uses:
             op.set_input(i, other)
 
@@ -102,7 +103,7 @@ class Operation:
         return f"{self.domain}::{self.op_type}" if self.domain else self.op_type
 
     @property
-    def blocks(self) -> list["Block"]:
+    def blocks(self) -> list[Block]:
         """Nested blocks held by graph attributes (If branches, Loop/Scan bodies)."""
         out = []
         for a in self.attributes.values():

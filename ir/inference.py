@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -184,23 +184,95 @@ def _join_types(a: ValueType | None, b: ValueType | None) -> ValueType | None:
 # ---- elementwise ops -----------------------------------------------------------------------
 
 # One output with exactly the type of the first input (extra inputs do not change it).
-SAME_AS_INPUT = (
-    "Abs Acos Acosh Asin Asinh Atan Atanh Ceil Celu Clip Cos Cosh CumProd CumSum Elu Erf Exp Floor "
-    "Gelu GroupNormalization HardSigmoid HardSwish Hardmax Identity InstanceNormalization LRN "
-    "LeakyRelu Log LogSoftmax LpNormalization MeanVarianceNormalization Mish Neg Not BitwiseNot "
-    "RMSNormalization Reciprocal Relu ReverseSequence RotaryEmbedding Round Scatter ScatterElements "
-    "ScatterND Selu Shrink Sigmoid Sign Sin Sinh Softmax Softplus Softsign Sqrt Swish Tan Tanh "
-    "TensorScatter ThresholdedRelu Trilu SwiGLU"
-).split()
+SAME_AS_INPUT = [
+    "Abs",
+    "Acos",
+    "Acosh",
+    "Asin",
+    "Asinh",
+    "Atan",
+    "Atanh",
+    "Ceil",
+    "Celu",
+    "Clip",
+    "Cos",
+    "Cosh",
+    "CumProd",
+    "CumSum",
+    "Elu",
+    "Erf",
+    "Exp",
+    "Floor",
+    "Gelu",
+    "GroupNormalization",
+    "HardSigmoid",
+    "HardSwish",
+    "Hardmax",
+    "Identity",
+    "InstanceNormalization",
+    "LRN",
+    "LeakyRelu",
+    "Log",
+    "LogSoftmax",
+    "LpNormalization",
+    "MeanVarianceNormalization",
+    "Mish",
+    "Neg",
+    "Not",
+    "BitwiseNot",
+    "RMSNormalization",
+    "Reciprocal",
+    "Relu",
+    "ReverseSequence",
+    "RotaryEmbedding",
+    "Round",
+    "Scatter",
+    "ScatterElements",
+    "ScatterND",
+    "Selu",
+    "Shrink",
+    "Sigmoid",
+    "Sign",
+    "Sin",
+    "Sinh",
+    "Softmax",
+    "Softplus",
+    "Softsign",
+    "Sqrt",
+    "Swish",
+    "Tan",
+    "Tanh",
+    "TensorScatter",
+    "ThresholdedRelu",
+    "Trilu",
+    "SwiGLU",
+]
 # Elementwise over broadcast inputs, keeping the first input's element type.
-BROADCAST_SAME = (
-    "Add Sub Mul Div Pow Mod BitShift BitwiseAnd BitwiseOr BitwiseXor PRelu Max Min Mean Sum "
-    "And Or Xor StringConcat"
-).split()
+BROADCAST_SAME = [
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Mod",
+    "BitShift",
+    "BitwiseAnd",
+    "BitwiseOr",
+    "BitwiseXor",
+    "PRelu",
+    "Max",
+    "Min",
+    "Mean",
+    "Sum",
+    "And",
+    "Or",
+    "Xor",
+    "StringConcat",
+]
 # Elementwise over broadcast inputs, producing bool.
-BROADCAST_BOOL = "Equal Greater GreaterOrEqual Less LessOrEqual".split()
+BROADCAST_BOOL = ["Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"]
 # Same shape as the input, bool elements.
-BOOL_SAME_SHAPE = "IsNaN IsInf RegexFullMatch".split()
+BOOL_SAME_SHAPE = ["IsNaN", "IsInf", "RegexFullMatch"]
 
 
 @inference(*SAME_AS_INPUT)
@@ -365,7 +437,7 @@ def _einsum_shape(equation: str, shapes) -> tuple[Dim, ...] | None:
         pos = 0
         for label in labels:
             if label == "...":
-                ellipses.append(shape[pos:pos + n_ell])
+                ellipses.append(shape[pos : pos + n_ell])
                 pos += n_ell
             else:
                 sizes[label] = _merge_dim(sizes.get(label), shape[pos]) if label in sizes else shape[pos]
@@ -383,8 +455,16 @@ def _einsum_shape(equation: str, shapes) -> tuple[Dim, ...] | None:
 # ---- convolution and pooling ---------------------------------------------------------------
 
 
-def _window_out(size: Dim, kernel: Dim, stride: int, pad_sum: int, pad_begin: int, dilation: int,
-                auto_pad: str, ceil_mode: bool) -> Dim:
+def _window_out(
+    size: Dim,
+    kernel: Dim,
+    stride: int,
+    pad_sum: int,
+    pad_begin: int,
+    dilation: int,
+    auto_pad: str,
+    ceil_mode: bool,
+) -> Dim:
     """One spatial output dim of a sliding window (Conv, pools)."""
     if not isinstance(size, int) or not isinstance(kernel, int):
         return None
@@ -409,8 +489,16 @@ def _spatial(in_dims, kernel, attrs, ceil_mode=False) -> list[Dim]:
     pads = attrs.get("pads") or [0] * (2 * n)
     auto_pad = attrs.get("auto_pad") or "NOTSET"
     return [
-        _window_out(in_dims[i], kernel[i], strides[i], pads[i] + pads[i + n], pads[i], dilations[i],
-                    auto_pad, ceil_mode)
+        _window_out(
+            in_dims[i],
+            kernel[i],
+            strides[i],
+            pads[i] + pads[i + n],
+            pads[i],
+            dilations[i],
+            auto_pad,
+            ceil_mode,
+        )
         for i in range(n)
     ]
 
@@ -620,10 +708,18 @@ def _attention(op, attrs):
 
 # ---- reductions ----------------------------------------------------------------------------
 
-REDUCE = (
-    "ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd "
-    "ReduceSum ReduceSumSquare"
-).split()
+REDUCE = [
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSum",
+    "ReduceSumSquare",
+]
 
 
 def _reduced(shape, axes: list[int] | None, keepdims: bool) -> tuple[Dim, ...] | None:
@@ -677,7 +773,7 @@ def _topk(op, attrs):
     if s is not None:
         axis = _axis(attrs.get("axis", -1), len(s))
         if axis is not None:
-            shape = s[:axis] + (k[0] if k and len(k) == 1 else None,) + s[axis + 1:]
+            shape = s[:axis] + (k[0] if k and len(k) == 1 else None,) + s[axis + 1 :]
     return [_tt(dtype, shape), _tt(DataType.INT64, shape)]
 
 
@@ -826,8 +922,10 @@ def _split(op, attrs):
     axis = _axis(attrs.get("axis", 0), len(t.shape))
     if axis is None:
         return [TensorType(t.dtype, None)] * n
-    return [TensorType(t.dtype, t.shape[:axis] + (d,) + t.shape[axis + 1:])
-            for d in _split_sizes(op, t.shape[axis], n)]
+    return [
+        TensorType(t.dtype, t.shape[:axis] + (d,) + t.shape[axis + 1 :])
+        for d in _split_sizes(op, t.shape[axis], n)
+    ]
 
 
 def _split_sizes(op, dim: Dim, n: int) -> list[Dim]:
@@ -879,7 +977,7 @@ def _gather(op, attrs):
     axis = _axis(attrs.get("axis", 0), len(data))
     if axis is None:
         return [_tt(dtype, None)]
-    return [_tt(dtype, data[:axis] + tuple(idx) + data[axis + 1:])]
+    return [_tt(dtype, data[:axis] + tuple(idx) + data[axis + 1 :])]
 
 
 @inference("GatherElements")
@@ -893,7 +991,7 @@ def _gather_nd(op, attrs):
     b = attrs.get("batch_dims", 0)
     if data is None or idx is None or not idx or not isinstance(idx[-1], int):
         return [_tt(dtype, None)]
-    return [_tt(dtype, tuple(idx[:-1]) + tuple(data[b + idx[-1]:]))]
+    return [_tt(dtype, tuple(idx[:-1]) + tuple(data[b + idx[-1] :]))]
 
 
 @inference("Expand")
@@ -918,8 +1016,12 @@ def _tile(op, attrs):
     reps = _ints_value(op, 1)
     if reps is None or len(reps) != len(t.shape):
         return [TensorType(t.dtype, (None,) * len(t.shape))]
-    return [TensorType(t.dtype, tuple(d * r if isinstance(d, int) else (d if r == 1 else None)
-                                      for d, r in zip(t.shape, reps)))]
+    return [
+        TensorType(
+            t.dtype,
+            tuple(d * r if isinstance(d, int) else (d if r == 1 else None) for d, r in zip(t.shape, reps)),
+        )
+    ]
 
 
 @inference("Pad")
@@ -998,8 +1100,11 @@ def _constant(op, attrs):
         if isinstance(attrs.get(key), np.ndarray):
             a = attrs[key]
             return [TensorType(DataType.from_numpy(a.dtype), a.shape)]
-    scalar = {"value_float": (DataType.FLOAT, ()), "value_int": (DataType.INT64, ()),
-              "value_string": (DataType.STRING, ())}
+    scalar = {
+        "value_float": (DataType.FLOAT, ()),
+        "value_int": (DataType.INT64, ()),
+        "value_string": (DataType.STRING, ()),
+    }
     for key, (dtype, shape) in scalar.items():
         if attrs.get(key) is not None:
             return [TensorType(dtype, shape)]
@@ -1089,7 +1194,7 @@ def _compress(op, attrs):
     if axis is None or s is None:
         return [_tt(_dtype(op, 0), (None,) if axis is None else None)]
     a = _axis(axis, len(s))
-    return [_tt(_dtype(op, 0), None if a is None else s[:a] + (None,) + s[a + 1:])]
+    return [_tt(_dtype(op, 0), None if a is None else s[:a] + (None,) + s[a + 1 :])]
 
 
 @inference("Unique")
@@ -1099,7 +1204,7 @@ def _unique(op, attrs):
         y = (None,) if axis is None else None
     else:
         a = _axis(axis, len(s))
-        y = None if a is None else s[:a] + (None,) + s[a + 1:]
+        y = None if a is None else s[:a] + (None,) + s[a + 1 :]
     return [_tt(dtype, y)] + [_tt(DataType.INT64, (None,))] * 3
 
 
@@ -1144,7 +1249,7 @@ def _dft(op, attrs):
         n = 2 * (n - 1) if isinstance(n, int) else None
     if onesided and not inverse:
         n = n // 2 + 1 if isinstance(n, int) else None
-    return [_tt(dtype, (*x[:axis], n, *x[axis + 1:-1], last))]
+    return [_tt(dtype, (*x[:axis], n, *x[axis + 1 : -1], last))]
 
 
 def _dft_axis(op, rank: int) -> int | None:
@@ -1283,8 +1388,11 @@ def _sequence_insert(op, attrs):
     if not isinstance(seq, SequenceType) or item is None:
         return [None]
     elem = _join_types(seq.elem, item)
-    return [SequenceType(elem if elem is not None else TensorType(item.dtype, None))
-            if isinstance(item, TensorType) else None]
+    return [
+        SequenceType(elem if elem is not None else TensorType(item.dtype, None))
+        if isinstance(item, TensorType)
+        else None
+    ]
 
 
 @inference("SequenceErase")
@@ -1353,13 +1461,18 @@ def _loop(op, attrs):
     n_carried = max(len(op.inputs) - 2, 0)
     if not isinstance(body, Block):
         return [None] * len(op.outputs)
-    finals = [_join_types(_type(op, 2 + i), body.outputs[1 + i].type if 1 + i < len(body.outputs) else None)
-              for i in range(n_carried)]
+    finals = [
+        _join_types(_type(op, 2 + i), body.outputs[1 + i].type if 1 + i < len(body.outputs) else None)
+        for i in range(n_carried)
+    ]
     scans = []
-    for v in body.outputs[1 + n_carried:]:
+    for v in body.outputs[1 + n_carried :]:
         t = v.type
-        scans.append(TensorType(t.dtype, (None, *t.shape) if t.shape is not None else None)
-                     if isinstance(t, TensorType) else None)
+        scans.append(
+            TensorType(t.dtype, (None, *t.shape) if t.shape is not None else None)
+            if isinstance(t, TensorType)
+            else None
+        )
     return finals + scans
 
 
@@ -1375,8 +1488,10 @@ def _scan(op, attrs):
     length = None
     if first is not None and n_scan_in and _axis(in_axes[0], len(first)) is not None:
         length = first[_axis(in_axes[0], len(first))]
-    states = [_join_types(_type(op, i), body.outputs[i].type if i < len(body.outputs) else None)
-              for i in range(n_state)]
+    states = [
+        _join_types(_type(op, i), body.outputs[i].type if i < len(body.outputs) else None)
+        for i in range(n_state)
+    ]
     per_iter = body.outputs[n_state:]
     out_axes = attrs.get("scan_output_axes") or [0] * len(per_iter)
     scans = []
@@ -1406,8 +1521,11 @@ def _prepare_body(op: Operation) -> None:
         for j in range(n_scan):
             t = _tensor(op, n_state + j)
             a = None if t is None or t.shape is None else _axis(axes[j], len(t.shape))
-            given.append(None if t is None else
-                         TensorType(t.dtype, None if a is None else t.shape[:a] + t.shape[a + 1:]))
+            given.append(
+                None
+                if t is None
+                else TensorType(t.dtype, None if a is None else t.shape[:a] + t.shape[a + 1 :])
+            )
     else:
         return
     for param, t in zip(body.inputs, given):

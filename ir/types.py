@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Union
 
 import ml_dtypes
 import numpy as np
@@ -58,7 +57,7 @@ class DataType(enum.IntEnum):
             raise DTypeError(f"element type {self.name} has no numpy representation here") from None
 
     @staticmethod
-    def from_numpy(dtype) -> "DataType":
+    def from_numpy(dtype) -> DataType:
         dtype = np.dtype(dtype)
         if dtype.kind in "US" or dtype == object:
             return DataType.STRING
@@ -119,7 +118,7 @@ _SHORT = {
 }
 
 # A dimension is a known size, a symbolic name, or unknown (None).
-Dim = Union[int, str, None]
+Dim = int | str | None
 
 
 @dataclass(frozen=True)
@@ -158,7 +157,7 @@ class TensorType:
 class SequenceType:
     """An ONNX sequence of values of one type."""
 
-    elem: "ValueType"
+    elem: ValueType
 
     def __str__(self) -> str:
         return f"seq[{self.elem}]"
@@ -168,10 +167,10 @@ class SequenceType:
 class OptionalType:
     """An ONNX optional: a value of ``elem`` or nothing."""
 
-    elem: "ValueType"
+    elem: ValueType
 
     def __str__(self) -> str:
         return f"optional[{self.elem}]"
 
 
-ValueType = Union[TensorType, SequenceType, OptionalType]
+ValueType = TensorType | SequenceType | OptionalType

@@ -42,11 +42,17 @@ def _check_types(op: Operation, where: str) -> None:
         if not isinstance(declared, TensorType) or not isinstance(inferred, TensorType):
             continue
         if declared.dtype != inferred.dtype:
-            _fail(where, f"output '%{out.name}' is declared {declared} but {op.op_type} gives {inferred.dtype.short}")
+            _fail(
+                where,
+                f"output '%{out.name}' is declared {declared} but {op.op_type} gives {inferred.dtype.short}",
+            )
         if declared.shape is None or inferred.shape is None:
             continue
         if len(declared.shape) != len(inferred.shape):
-            _fail(where, f"output '%{out.name}' is declared {declared} but {op.op_type} gives rank {len(inferred.shape)}")
+            _fail(
+                where,
+                f"output '%{out.name}' is declared {declared} but {op.op_type} gives rank {len(inferred.shape)}",
+            )
         for d, i in zip(declared.shape, inferred.shape):
             if isinstance(d, int) and isinstance(i, int) and d != i:
                 _fail(where, f"output '%{out.name}' is declared {declared} but {op.op_type} gives {inferred}")

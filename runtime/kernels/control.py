@@ -81,7 +81,7 @@ def scan(
     in_dirs = scan_input_directions or [0] * len(inputs)
     # Each scan input as a view with its scan axis first, in the order the body reads it.
     steps_of = [
-        np.moveaxis(x, normalize_axis(a, x.ndim, "Scan"), 0)[::-1 if d else 1]
+        np.moveaxis(x, normalize_axis(a, x.ndim, "Scan"), 0)[:: -1 if d else 1]
         for x, a, d in zip(inputs, in_axes, in_dirs)
     ]
     lengths = {len(x) for x in steps_of}

@@ -31,7 +31,9 @@ def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
     return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
 
 
-def _select(boxes: np.ndarray, scores: np.ndarray, limit: int, iou_threshold: float, score_threshold) -> list[int]:
+def _select(
+    boxes: np.ndarray, scores: np.ndarray, limit: int, iou_threshold: float, score_threshold
+) -> list[int]:
     """Greedy selection: best score first, dropping boxes that overlap a kept one too much."""
     order = np.argsort(-scores, kind="stable")
     if score_threshold is not None:
@@ -47,9 +49,20 @@ def _select(boxes: np.ndarray, scores: np.ndarray, limit: int, iou_threshold: fl
 
 @kernel("NonMaxSuppression")
 def non_max_suppression(
-    ctx, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None, score_threshold=None, *, center_point_box
+    ctx,
+    boxes,
+    scores,
+    max_output_boxes_per_class=None,
+    iou_threshold=None,
+    score_threshold=None,
+    *,
+    center_point_box,
 ):
-    limit = 0 if max_output_boxes_per_class is None else int(np.asarray(max_output_boxes_per_class).reshape(-1)[0])
+    limit = (
+        0
+        if max_output_boxes_per_class is None
+        else int(np.asarray(max_output_boxes_per_class).reshape(-1)[0])
+    )
     iou = 0.0 if iou_threshold is None else float(np.asarray(iou_threshold).reshape(-1)[0])
     floor = None if score_threshold is None else float(np.asarray(score_threshold).reshape(-1)[0])
     selected = []

@@ -13,7 +13,7 @@ ML = "ai.onnx.ml"
 @kernel("ArrayFeatureExtractor", domain=ML)
 def array_feature_extractor(ctx, X, Y):
     indices = Y.reshape(-1).astype(np.int64)
-    if indices.size and not (0 <= indices.min() and indices.max() < X.shape[-1]):
+    if indices.size and not (indices.min() >= 0 and indices.max() < X.shape[-1]):
         raise unsupported("ArrayFeatureExtractor", f"indices outside [0, {X.shape[-1]})")
     picked = X[..., indices]
     return picked.reshape(1, -1) if X.ndim == 1 else picked
@@ -21,7 +21,7 @@ def array_feature_extractor(ctx, X, Y):
 
 @kernel("Binarizer", domain=ML)
 def binarizer(ctx, X, *, threshold):
-    return (X > threshold).astype(X.dtype)
+    return (threshold < X).astype(X.dtype)
 
 
 def _label_encoder_table(op: str, attrs: dict):
@@ -132,12 +132,29 @@ def _tree_leaves(X, roots, attrs, modes, splits, sets, tracks_true) -> np.ndarra
 
 def _probit(p: np.ndarray) -> np.ndarray:
     """The standard normal quantile, by Acklam's rational approximation (relative error < 1.2e-9)."""
-    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02,
-         1.383577518672690e02, -3.066479806614716e01, 2.506628277459239e00)
-    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02,
-         6.680131188771972e01, -1.328068155288572e01)
-    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00,
-         -2.549732539343734e00, 4.374664141464968e00, 2.938163982698783e00)
+    a = (
+        -3.969683028665376e01,
+        2.209460984245205e02,
+        -2.759285104469687e02,
+        1.383577518672690e02,
+        -3.066479806614716e01,
+        2.506628277459239e00,
+    )
+    b = (
+        -5.447609879822406e01,
+        1.615858368580409e02,
+        -1.556989798598866e02,
+        6.680131188771972e01,
+        -1.328068155288572e01,
+    )
+    c = (
+        -7.784894002430293e-03,
+        -3.223964580411365e-01,
+        -2.400758277161838e00,
+        -2.549732539343734e00,
+        4.374664141464968e00,
+        2.938163982698783e00,
+    )
     d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
     p = np.asarray(p, np.float64)
     tail = np.minimum(p, 1 - p)

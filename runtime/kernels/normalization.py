@@ -240,9 +240,24 @@ def _grouped_matmul(a: np.ndarray, b: np.ndarray, groups: int) -> np.ndarray:
 
 @kernel("Attention")
 def attention(
-    ctx, Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, *,
-    is_causal, kv_num_heads, left_window_size, q_num_heads, qk_matmul_output_mode,
-    right_window_size, scale, softcap, softmax_precision,
+    ctx,
+    Q,
+    K,
+    V,
+    attn_mask=None,
+    past_key=None,
+    past_value=None,
+    nonpad_kv_seqlen=None,
+    *,
+    is_causal,
+    kv_num_heads,
+    left_window_size,
+    q_num_heads,
+    qk_matmul_output_mode,
+    right_window_size,
+    scale,
+    softcap,
+    softmax_precision,
 ):
     Q, K, V = np.asarray(Q), np.asarray(K), np.asarray(V)
     work = _work_dtype(Q.dtype, K.dtype, V.dtype)
@@ -323,8 +338,19 @@ _LINEAR_RULES = ("linear", "gated", "delta", "gated_delta")
 
 @kernel("LinearAttention")
 def linear_attention(
-    ctx, query, key, value, past_state=None, decay=None, beta=None, *,
-    chunk_size, kv_num_heads, q_num_heads, scale, update_rule,
+    ctx,
+    query,
+    key,
+    value,
+    past_state=None,
+    decay=None,
+    beta=None,
+    *,
+    chunk_size,
+    kv_num_heads,
+    q_num_heads,
+    scale,
+    update_rule,
 ):
     if update_rule not in _LINEAR_RULES:
         raise unsupported("LinearAttention", f"update_rule={update_rule!r}")

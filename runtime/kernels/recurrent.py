@@ -139,8 +139,21 @@ def _setup(W, R, B, hidden_size, gates, dtype):
 
 @kernel("RNN")
 def rnn(
-    ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *,
-    activation_alpha, activation_beta, activations, clip, direction, hidden_size, layout,
+    ctx,
+    X,
+    W,
+    R,
+    B=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    activation_alpha,
+    activation_beta,
+    activations,
+    clip,
+    direction,
+    hidden_size,
+    layout,
 ):
     dtype = _compute_dtype(X)
     hidden, W, R, Wb, Rb = _setup(W, R, B, hidden_size, 1, dtype)
@@ -161,8 +174,22 @@ def rnn(
 
 @kernel("GRU")
 def gru(
-    ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *,
-    activation_alpha, activation_beta, activations, clip, direction, hidden_size, layout, linear_before_reset,
+    ctx,
+    X,
+    W,
+    R,
+    B=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    activation_alpha,
+    activation_beta,
+    activations,
+    clip,
+    direction,
+    hidden_size,
+    layout,
+    linear_before_reset,
 ):
     dtype = _compute_dtype(X)
     hidden, W, R, Wb, Rb = _setup(W, R, B, hidden_size, 3, dtype)
@@ -198,8 +225,24 @@ def gru(
 
 @kernel("LSTM")
 def lstm(
-    ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
-    activation_alpha, activation_beta, activations, clip, direction, hidden_size, input_forget, layout,
+    ctx,
+    X,
+    W,
+    R,
+    B=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    P=None,
+    *,
+    activation_alpha,
+    activation_beta,
+    activations,
+    clip,
+    direction,
+    hidden_size,
+    input_forget,
+    layout,
 ):
     dtype = _compute_dtype(X)
     hidden, W, R, Wb, Rb = _setup(W, R, B, hidden_size, 4, dtype)

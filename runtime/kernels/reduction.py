@@ -38,7 +38,7 @@ def _reduction(op: str, reduce):
             out = np.squeeze(out, axis=ax)
         return np.asarray(out).astype(data.dtype, copy=False)
 
-    run.__name__ = run.__qualname__ = "reduce_" + op[len("Reduce"):].lower()
+    run.__name__ = run.__qualname__ = "reduce_" + op[len("Reduce") :].lower()
     run.__doc__ = f"The {op} kernel."
     return kernel(op)(run)
 

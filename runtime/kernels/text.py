@@ -27,7 +27,7 @@ _DEFAULT_CASE_LOCALES = re.compile(r"^(|C|POSIX|en([_-].*)?)$")
 @kernel("StringNormalizer")
 def string_normalizer(ctx, X, *, case_change_action, is_case_sensitive, locale, stopwords):
     op = "StringNormalizer"
-    if X.ndim == 2 and X.shape[0] != 1 or X.ndim not in (1, 2):
+    if (X.ndim == 2 and X.shape[0] != 1) or X.ndim not in (1, 2):
         raise unsupported(op, f"an input of shape {X.shape} (must be [C] or [1, C])")
     if case_change_action not in ("NONE", "LOWER", "UPPER"):
         raise unsupported(op, f"case_change_action '{case_change_action}'")
@@ -120,8 +120,18 @@ def _match(grams: np.ndarray, pool: np.ndarray) -> np.ndarray:
 
 @kernel("TfIdfVectorizer")
 def tfidf_vectorizer(
-    ctx, X, *, max_gram_length, max_skip_count, min_gram_length, mode, ngram_counts, ngram_indexes,
-    pool_int64s, pool_strings, weights,
+    ctx,
+    X,
+    *,
+    max_gram_length,
+    max_skip_count,
+    min_gram_length,
+    mode,
+    ngram_counts,
+    ngram_indexes,
+    pool_int64s,
+    pool_strings,
+    weights,
 ):
     op = "TfIdfVectorizer"
     if mode not in ("TF", "IDF", "TFIDF"):

@@ -91,7 +91,9 @@ def _dir_case(kind: str, model_dir: str) -> Case:
         n_in = len(glob.glob(os.path.join(ds, "input_*.pb")))
         n_out = len(glob.glob(os.path.join(ds, "output_*.pb")))
         ins = [_load_pb(os.path.join(ds, f"input_{i}.pb"), model.graph.input[i].type) for i in range(n_in)]
-        outs = [_load_pb(os.path.join(ds, f"output_{i}.pb"), model.graph.output[i].type) for i in range(n_out)]
+        outs = [
+            _load_pb(os.path.join(ds, f"output_{i}.pb"), model.graph.output[i].type) for i in range(n_out)
+        ]
         graph_inputs = [i.name for i in model.graph.input][:n_in]
         sets.append((dict(zip(graph_inputs, ins)), outs))
     with open(os.path.join(model_dir, "model.onnx"), "rb") as f:

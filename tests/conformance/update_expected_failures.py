@@ -19,7 +19,9 @@ def main() -> None:
         else:
             lines.append(f"{case_id(c)}  # {before.get(case_id(c), reason[:160])}")
     with open(EXPECTED_FAILURES, "w") as f:
-        f.write("# ONNX backend cases offload does not pass yet, with the reason. This list may only shrink.\n")
+        f.write(
+            "# ONNX backend cases offload does not pass yet, with the reason. This list may only shrink.\n"
+        )
         f.write("\n".join(lines) + "\n")
     print(f"{passed}/{len(cases)} pass; {len(lines)} listed")
 

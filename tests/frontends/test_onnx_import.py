@@ -1,7 +1,5 @@
 """ONNX import: structure, constants, external data, opset upgrades, and bad files."""
 
-import os
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -82,11 +80,18 @@ def test_external_data_is_read_from_the_model_folder(tmp_path):
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])
     model = _model([helper.make_node("Add", ["x", "w"], ["y"])], [x], [y], [numpy_helper.from_array(w, "w")])
     path = str(tmp_path / "m.onnx")
-    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin", size_threshold=0)
+    onnx.save_model(
+        model,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="w.bin",
+        size_threshold=0,
+    )
     program = offload.load(path)
     np.testing.assert_array_equal(program.main.body.constants["w"].const_value, w)
-    with pytest.raises(ModelFormatError, match="needs the model loaded from a path"):
-        offload.load(open(path, "rb").read())
+    with open(path, "rb") as f, pytest.raises(ModelFormatError, match="needs the model loaded from a path"):
+        offload.load(f.read())
 
 
 @pytest.mark.parametrize(
@@ -140,7 +145,9 @@ def test_garbage_bytes(blob, message):
         offload.load(blob)
 
 
-@pytest.mark.parametrize("dims, message", [([-3, 2], "negative dimension"), ([1 << 20, 1 << 20], "exceed the limit")])
+@pytest.mark.parametrize(
+    "dims, message", [([-3, 2], "negative dimension"), ([1 << 20, 1 << 20], "exceed the limit")]
+)
 def test_bad_initializer_dims(dims, message):
     t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=dims)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
@@ -162,7 +169,11 @@ def test_raw_data_size_must_match_shape():
 def test_cycles_and_use_before_definition():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
-    cycle = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Relu", ["b"], ["y"])]
+    cycle = [
+        helper.make_node("Add", ["x", "b"], ["a"]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Relu", ["b"], ["y"]),
+    ]
     with pytest.raises(ModelFormatError, match="'b' is used before it is defined"):
         offload.load(_model(cycle, [x], [y]).SerializeToString())
     later = [helper.make_node("Relu", ["t"], ["y"]), helper.make_node("Relu", ["x"], ["t"])]
@@ -176,13 +187,17 @@ def test_cycles_and_use_before_definition():
 def test_unknown_op_imports_and_fails_only_when_run():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
-    graph = helper.make_graph([helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example")], "g", [x], [y])
+    graph = helper.make_graph(
+        [helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example")], "g", [x], [y]
+    )
     model = helper.make_model(
-        graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.example", 1)]
+        graph,
+        ir_version=10,
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.example", 1)],
     )
     program = offload.load(model.SerializeToString())
     assert program.main.body.operations[0].qualified_type == "com.example::Frobnicate"
-    with pytest.raises(UnsupportedOpError, match="com.example::Frobnicate"):
+    with pytest.raises(UnsupportedOpError, match=r"com\.example::Frobnicate"):
         offload.evaluate(program, {"x": np.zeros(2, np.float32)})
 
 
@@ -211,7 +226,12 @@ def test_inputs_are_checked_against_declared_types():
         (12, helper.make_node("LogSoftmax", ["x"], ["y"]), [], [2, 3, 4]),
         (9, helper.make_node("TopK", ["x"], ["y", "i"], k=2), [], [3, 4]),
         (10, helper.make_node("Dropout", ["x"], ["y"], ratio=0.3), [], [3, 4]),
-        (9, helper.make_node("Upsample", ["x", "s"], ["y"], mode="nearest"), [np.array([1, 1, 2, 3], np.float32)], [1, 1, 2, 2]),
+        (
+            9,
+            helper.make_node("Upsample", ["x", "s"], ["y"], mode="nearest"),
+            [np.array([1, 1, 2, 3], np.float32)],
+            [1, 1, 2, 2],
+        ),
     ],
     ids=lambda p: p.op_type if hasattr(p, "op_type") else None,
 )
@@ -236,14 +256,20 @@ def test_model_local_functions_are_inlined():
         "Scaled",
         ["a"],
         ["b"],
-        [helper.make_node("Constant", [], ["two"], value_float=2.0), helper.make_node("Mul", ["a", "two"], ["b"])],
+        [
+            helper.make_node("Constant", [], ["two"], value_float=2.0),
+            helper.make_node("Mul", ["a", "two"], ["b"]),
+        ],
         [helper.make_opsetid("", 21)],
     )
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
     graph = helper.make_graph([helper.make_node("Scaled", ["x"], ["y"], domain="custom")], "g", [x], [y])
     model = helper.make_model(
-        graph, ir_version=10, functions=[fn], opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("custom", 1)]
+        graph,
+        ir_version=10,
+        functions=[fn],
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("custom", 1)],
     )
     program = offload.load(model.SerializeToString())
     assert all(op.domain == "" for op in program.main.body.operations)
@@ -262,7 +288,7 @@ def test_declared_types_must_agree_with_the_ops():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.INT64, [2, 3])
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])
-    with pytest.raises(ModelFormatError, match="'%y' is declared .* but Relu gives fp32"):
+    with pytest.raises(ModelFormatError, match=r"'%y' is declared .* but Relu gives fp32"):
         offload.load(model.SerializeToString())
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])

@@ -62,22 +62,24 @@ def test_verifier_accepts_a_good_program():
 
 
 def test_verifier_names_use_before_definition():
-    program, relu, add = _program()
+    program, _, _ = _program()
     body = program.main.body
     body.operations.reverse()
-    with pytest.raises(VerificationError, match=r"op 'Add' \(Add\): input 0 '%r' is used before it is defined"):
+    with pytest.raises(
+        VerificationError, match=r"op 'Add' \(Add\): input 0 '%r' is used before it is defined"
+    ):
         verify(program)
 
 
 def test_verifier_names_duplicate_values():
-    program, relu, add = _program()
+    program, _, add = _program()
     add.outputs[0].name = "r"
     with pytest.raises(VerificationError, match="'r' is defined twice"):
         verify(program)
 
 
 def test_verifier_checks_required_inputs_and_attributes():
-    program, relu, add = _program()
+    program, _, add = _program()
     body = program.main.body
     bad = body.append(Operation("Concat", [add.outputs[0]], output_names=["z"]))
     with pytest.raises(VerificationError, match="attribute 'axis' is required"):
@@ -90,7 +92,7 @@ def test_verifier_checks_required_inputs_and_attributes():
 
 
 def test_verifier_lets_nested_blocks_read_outer_values():
-    program, relu, add = _program()
+    program, relu, _ = _program()
     body = program.main.body
     then = Block("then", outputs=[])
     inner = then.append(Operation("Neg", [relu.outputs[0]], output_names=["n"]))

@@ -150,8 +150,10 @@ def tally() -> Tally:
 
 
 def test_agrees_with_onnx_shape_inference(tally):
-    print(f"\ncompared {tally.compared} values, {len(tally.disagreements)} disagreements "
-          f"({len(tally.failures)} models the importer refused)")
+    print(
+        f"\ncompared {tally.compared} values, {len(tally.disagreements)} disagreements "
+        f"({len(tally.failures)} models the importer refused)"
+    )
     assert tally.compared > 1000
     assert not tally.disagreements, "\n".join(tally.disagreements[:40])
 

@@ -20,7 +20,9 @@ def test_a_failing_kernel_is_reported_with_op_and_input_shapes():
     s = helper.make_tensor_value_info("s", TensorProto.INT64, [1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     program = _load([helper.make_node("Reshape", ["x", "s"], ["y"], name="bad_reshape")], [x, s], [y])
-    with pytest.raises(KernelError, match=r"op 'bad_reshape' \(Reshape\) failed on inputs \(float32\[2, 3\], int64\[1\]\)"):
+    with pytest.raises(
+        KernelError, match=r"op 'bad_reshape' \(Reshape\) failed on inputs \(float32\[2, 3\], int64\[1\]\)"
+    ):
         offload.evaluate(program, {"x": np.zeros((2, 3), np.float32), "s": np.array([4], np.int64)})
 
 
@@ -55,7 +57,11 @@ def test_random_uniform_like_respects_range_dtype_and_shape():
     x = helper.make_tensor_value_info("x", TensorProto.DOUBLE, [1000])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1000])
     program = _load(
-        [helper.make_node("RandomUniformLike", ["x"], ["y"], low=-2.0, high=3.0, seed=1.0, dtype=TensorProto.FLOAT)],
+        [
+            helper.make_node(
+                "RandomUniformLike", ["x"], ["y"], low=-2.0, high=3.0, seed=1.0, dtype=TensorProto.FLOAT
+            )
+        ],
         [x],
         [y],
     )
