@@ -119,7 +119,11 @@ def _channel_bias(B, nd: int):
 
 
 def _grouped_product(cols, w, group: int):
-    """Convolution sums of windows cols (N, C, *out, *kernel) with w (M, C/group, *kernel): (N, M, *out)."""
+    """Convolution sums of windows cols (N, C, *out, *kernel) with w (M, C/group, *kernel): (N, M, *out).
+
+    The im2col matrix is laid out (G, C/G·kernel, N·out) so that copying it reads rows of the
+    input, and the product W·cols comes out in NCHW order without a transpose for N = 1.
+    """
     n, c = cols.shape[:2]
     nd = (cols.ndim - 2) // 2
     out = cols.shape[2 : 2 + nd]
@@ -128,11 +132,11 @@ def _grouped_product(cols, w, group: int):
         raise ShapeError(f"input with {c} channels, weights of shape {w.shape} and group={group} do not fit")
     cg, mg = c // group, m // group
     a = cols.reshape((n, group, cg) + cols.shape[2:])
-    a = np.moveaxis(np.moveaxis(a, 1, 0), 2, 2 + nd)  # (G, N, *out, C/G, *kernel)
-    a = a.reshape(group, n * prod(out), -1)
-    b = w.reshape(group, mg, -1).transpose(0, 2, 1)
-    y = np.matmul(a, b)  # (G, N*out, M/G)
-    return y.reshape((group, n, prod(out), mg)).transpose(1, 0, 3, 2).reshape((n, m) + out)
+    out_axes = tuple(range(3, 3 + nd))
+    kernel_axes = tuple(range(3 + nd, 3 + 2 * nd))
+    a = a.transpose((1, 2, *kernel_axes, 0, *out_axes)).reshape(group, cg * prod(w.shape[2:]), n * prod(out))
+    y = np.matmul(w.reshape(group, mg, -1), a)  # (G, M/G, N*out)
+    return y.reshape(group, mg, n, prod(out)).transpose(2, 0, 1, 3).reshape((n, m) + out)
 
 
 def _conv(op, x, w, auto_pad, dilations, group, kernel_shape, pads, strides):
