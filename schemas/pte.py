@@ -7,6 +7,7 @@ way ExecuTorch does; ``parse`` reads such a file back. See docs/pte.md.
 from __future__ import annotations
 
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import flatbuffers
@@ -15,8 +16,8 @@ from offload.errors import ModelFormatError
 
 from .generated.executorch_flatbuffer.DataSegment import DataSegmentT
 from .generated.executorch_flatbuffer.Program import Program, ProgramT
+from .verify import FILE_IDENTIFIER, verify
 
-FILE_IDENTIFIER = b"ET12"
 HEADER_MAGIC = b"eh00"
 HEADER_LENGTH = 32
 DEFAULT_SEGMENT_ALIGNMENT = 128
@@ -143,6 +144,7 @@ class ExtendedHeader:
     program_size: int
     segment_base_offset: int
     segment_data_size: int
+    length: int = HEADER_LENGTH  # the header's own length field (≥ 32; later versions may grow it)
 
 
 @dataclass
@@ -153,8 +155,8 @@ class PteFile:
     header: ExtendedHeader | None
     segments: list[memoryview]
 
-    def constant_bytes(self, index: int) -> memoryview:
-        """The constant segment from constant ``index``'s offset to the segment's end."""
+    def constant_bytes(self, index: int, size: int | None = None) -> memoryview:
+        """Constant ``index``'s bytes: ``size`` of them, or up to the constant segment's end."""
         cs = self.program.constantSegment
         if cs is None or cs.offsets is None or not 0 < index < len(cs.offsets):
             raise ModelFormatError(f"constant index {index} is not in the constant segment")
@@ -162,9 +164,12 @@ class PteFile:
             raise ModelFormatError(f"constant segment index {cs.segmentIndex} names no segment")
         seg = self.segments[cs.segmentIndex]
         start = int(cs.offsets[index])
-        if start > len(seg):
-            raise ModelFormatError(f"constant {index} starts at {start}, past its segment ({len(seg)} bytes)")
-        return seg[start:]
+        end = len(seg) if size is None else start + size
+        if (size is not None and size < 0) or not start <= end <= len(seg):
+            raise ModelFormatError(
+                f"constant {index} [{start}, {end}) does not fit in its segment ({len(seg)} bytes)"
+            )
+        return seg[start:end]
 
 
 def read_header(buffer) -> ExtendedHeader | None:
@@ -174,29 +179,96 @@ def read_header(buffer) -> ExtendedHeader | None:
     length, program_size, base, data_size = struct.unpack_from("<IQQQ", buffer, 12)
     if length < HEADER_LENGTH:
         raise ModelFormatError(f"extended header says it is {length} bytes long; it must be at least 32")
-    return ExtendedHeader(program_size, base, data_size)
+    return ExtendedHeader(program_size, base, data_size, length)
+
+
+def _check_header(h: ExtendedHeader, file_size: int) -> None:
+    """The header's sizes must describe a program, then segment data, inside the file."""
+    problems = [
+        (h.program_size < 8 + h.length, f"program size {h.program_size} leaves no room for the header"),
+        (
+            h.program_size > file_size,
+            f"program size {h.program_size} is past the end of the file ({file_size})",
+        ),
+        (
+            h.segment_base_offset < h.program_size,
+            f"segment base offset {h.segment_base_offset} is inside the program ({h.program_size} bytes)",
+        ),
+        (
+            h.segment_base_offset + h.segment_data_size > file_size,
+            f"segment data [{h.segment_base_offset}, +{h.segment_data_size}) is past the end ({file_size})",
+        ),
+    ]
+    for bad, what in problems:
+        if bad:
+            raise ModelFormatError(f"extended header: {what}")
+
+
+def _segments(program: ProgramT, header: ExtendedHeader | None, view: memoryview) -> list[memoryview]:
+    listed = program.segments or []
+    if listed and header is None:
+        raise ModelFormatError("segments are listed but the file has no extended header")
+    out = []
+    for i, s in enumerate(listed):
+        if s.offset + s.size > header.segment_data_size:
+            raise ModelFormatError(
+                f"segment {i} [{s.offset}, +{s.size}) is outside the segment data "
+                f"({header.segment_data_size} bytes)"
+            )
+        start = header.segment_base_offset + s.offset
+        out.append(view[start : start + s.size])
+    return out
+
+
+def _check_constants(program: ProgramT, segments: list[memoryview]) -> None:
+    """Constant offsets must name a segment and start inside it (sizes are checked on use)."""
+    cs = program.constantSegment
+    if cs is None or cs.offsets is None or len(cs.offsets) < 2:
+        return
+    if not 0 <= cs.segmentIndex < len(segments):
+        raise ModelFormatError(f"constant_segment.segment_index {cs.segmentIndex} names no segment")
+    last = int(max(cs.offsets))
+    if last > len(segments[cs.segmentIndex]):
+        raise ModelFormatError(
+            f"a constant starts at {last}, past its segment ({len(segments[cs.segmentIndex])} bytes)"
+        )
+
+
+def _unpack(data: bytes, origin: str) -> ProgramT:
+    try:
+        return ProgramT.InitFromObj(Program.GetRootAs(data, 0))
+    # After verify() none of these can happen; if one does, it is still a bad file, not a crash.
+    except (IndexError, ValueError, TypeError, OverflowError, struct.error) as e:
+        raise ModelFormatError(f"{origin}: the verified program could not be read ({e!r})") from e
+
+
+@contextmanager
+def _from(origin: str):
+    """Prefix the file's name to the ModelFormatErrors raised inside."""
+    try:
+        yield
+    except ModelFormatError as e:
+        raise ModelFormatError(f"{origin}: {e}") from None
 
 
 def parse(buffer, origin: str = "<bytes>") -> PteFile:
-    """Read a .pte file's bytes (bytes, mmap or memoryview) into a PteFile."""
-    view = memoryview(buffer).cast("B") if not isinstance(buffer, memoryview) else buffer.cast("B")
+    """Read a .pte file's bytes (bytes, mmap or memoryview) into a PteFile.
+
+    Everything is checked before it is used: the identifier, the extended header, the whole
+    flatbuffer (``verify``), the segment ranges and the constant offsets. A malformed file raises
+    ModelFormatError naming ``origin``.
+    """
+    view = memoryview(buffer).cast("B")
     if len(view) < 8 or bytes(view[4:8]) != FILE_IDENTIFIER:
         raise ModelFormatError(f"{origin}: not a .pte file (no 'ET12' identifier at byte 4)")
-    try:
+    with _from(origin):
         header = read_header(view)
-    except ModelFormatError as e:
-        raise ModelFormatError(f"{origin}: {e}") from None
-    end = header.program_size if header else len(view)
-    if end > len(view):
-        raise ModelFormatError(f"{origin}: header says the program is {end} bytes, the file has {len(view)}")
-    data = bytes(view[:end])
-    program = ProgramT.InitFromObj(Program.GetRootAs(data, 0))
-    segments = []
-    for i, s in enumerate(program.segments or []):
-        if header is None:
-            raise ModelFormatError(f"{origin}: segments are listed but the file has no extended header")
-        start, size = header.segment_base_offset + s.offset, s.size
-        if start + size > len(view):
-            raise ModelFormatError(f"{origin}: segment {i} [{start}, {start + size}) is outside the file")
-        segments.append(view[start : start + size])
+        if header is not None:
+            _check_header(header, len(view))
+    data = bytes(view[: header.program_size if header else len(view)])
+    verify(data, origin, root_min=8 + header.length if header else 8)
+    program = _unpack(data, origin)
+    with _from(origin):
+        segments = _segments(program, header, view)
+        _check_constants(program, segments)
     return PteFile(program, header, segments)
