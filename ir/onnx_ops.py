@@ -236,6 +236,9 @@ ZipMap(X) -> Z  | classlabels_int64s: ints, classlabels_strings: strs  @1
     "ai.onnx.preview": """
 FlexAttention(Q, K, V) -> Y  | prob_mod: graph, scale: float, score_mod: graph, softmax_precision: int  @1
 """,
+    "offload": """
+StackSequence(input_sequence) -> output  | dtype: int = 1, shape: ints  @1
+""",
     "ai.onnx.preview.training": """
 Adagrad(R, T, inputs*) -> outputs*  | decay_factor: float = 0.0, epsilon: float = 9.999999974752427e-07, norm_coefficient: float = 0.0  @1
 Adam(R, T, inputs*) -> outputs*  | alpha: float = 0.8999999761581421, beta: float = 0.9990000128746033, epsilon: float = 9.999999974752427e-07, norm_coefficient: float = 0.0, norm_coefficient_post: float = 0.0  @1

@@ -1,11 +1,13 @@
 """offload: run trained neural networks on GPUs through backend delegates.
 
-The public facade: ``load`` a model into an ``ir.Program``, ``evaluate`` it on the CPU kernels.
+The public facade: ``load`` a model into an ``ir.Program``, ``evaluate`` it on the CPU kernels,
+``save`` it as a .pte file that ``offload.runtime.load`` runs.
 """
 
 from offload import errors
+from offload.api import save
 from offload.frontends import load
 from offload.runtime import evaluate
 
-__all__ = ["errors", "evaluate", "load"]
+__all__ = ["errors", "evaluate", "load", "save"]
 __version__ = "0.1.0"

@@ -1,5 +1,6 @@
-"""The runtime: CPU kernels and the reference evaluator (the .pte loader and executor join later)."""
+"""The runtime: CPU kernels, the reference evaluator, and the .pte loader and executor."""
 
 from .evaluate import KernelContext, evaluate
+from .module import Method, Module, load
 
-__all__ = ["KernelContext", "evaluate"]
+__all__ = ["KernelContext", "Method", "Module", "evaluate", "load"]

@@ -2,28 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from offload.errors import DTypeError, KernelError, OffloadError, ShapeError, UnsupportedOpError
-from offload.ir import Block, Operation, Program, TensorType, lookup
+from offload.errors import KernelError, OffloadError, UnsupportedOpError
+from offload.ir import Block, Operation, Program, lookup
 
 from . import kernels
+from .inputs import check_inputs
 
 
 class KernelContext:
     """What a kernel may ask beyond its inputs: its op, how many outputs, nested blocks."""
 
-    __slots__ = ("op", "num_outputs", "_env")
+    __slots__ = ("_env", "num_outputs", "op")
 
-    def __init__(self, op: Operation, env: "_Env"):
+    def __init__(self, op: Operation, env: _Env):
         self.op = op
         self.num_outputs = len(op.outputs)
         self._env = env
 
     def output_wanted(self, i: int) -> bool:
         return i < self.num_outputs and bool(self.op.outputs[i].name)
+
+    def out(self, i: int) -> None:
+        """A preallocated buffer for output ``i``: the evaluator has none (a .pte Method does)."""
+        return None
 
     def run_block(self, block: Block, args: list) -> list:
         """Run a nested block (If branch, Loop/Scan body) with these parameter values."""
@@ -33,9 +39,9 @@ class KernelContext:
 class _Env:
     """Values computed so far; a nested block's environment reads through to its parent's."""
 
-    __slots__ = ("values", "parent")
+    __slots__ = ("parent", "values")
 
-    def __init__(self, parent: "_Env | None" = None):
+    def __init__(self, parent: _Env | None = None):
         self.values: dict[int, Any] = {}
         self.parent = parent
 
@@ -92,22 +98,6 @@ def _run_block(block: Block, args: list, env: _Env) -> list:
     return [env.get(v) for v in block.outputs]
 
 
-def _check_input(name: str, declared, value) -> np.ndarray:
-    if not isinstance(declared, TensorType):
-        return value
-    value = np.asarray(value)
-    want = declared.dtype.numpy
-    if value.dtype != want and not (want == np.dtype(object) and value.dtype.kind in "US"):
-        raise DTypeError(f"input '{name}' has dtype {value.dtype}, the model declares {want}")
-    if declared.shape is not None:
-        if value.ndim != len(declared.shape):
-            raise ShapeError(f"input '{name}' has shape {value.shape}, the model declares rank {len(declared.shape)}")
-        for got, dim in zip(value.shape, declared.shape):
-            if isinstance(dim, int) and got != dim:
-                raise ShapeError(f"input '{name}' has shape {value.shape}, the model declares {declared}")
-    return value
-
-
 def evaluate(program: Program, inputs: Mapping[str, Any], function: str | None = None) -> dict[str, Any]:
     """Run one function of a program (its first by default) on the CPU kernels."""
     fn = program.functions[function] if function else program.main
@@ -118,14 +108,6 @@ def evaluate(program: Program, inputs: Mapping[str, Any], function: str | None =
             f"{program.source or 'program'}: no CPU kernel for {', '.join(names)}; "
             "these ops cannot run in this version of offload"
         )
-    declared = {v.name: v for v in fn.inputs}
-    unknown = set(inputs) - set(declared)
-    if unknown:
-        raise ShapeError(f"unknown input(s) {sorted(unknown)}; the model's inputs are {sorted(declared)}")
-    args = []
-    for name, v in declared.items():
-        if name not in inputs:
-            raise ShapeError(f"input '{name}' is missing; the model's inputs are {sorted(declared)}")
-        args.append(_check_input(name, v.type, inputs[name]))
+    args = check_inputs([(v.name, v.type) for v in fn.inputs], inputs)
     results = _run_block(fn.body, args, _Env())
     return {v.name: r for v, r in zip(fn.outputs, results)}

@@ -8,6 +8,6 @@ def pytest_terminal_summary(terminalreporter):
         return
     if not TALLY:
         return
-    terminalreporter.section("ONNX conformance (offload.evaluate)")
-    for kind, (passed, total) in sorted(TALLY.items()):
-        terminalreporter.write_line(f"{kind:>18}: {passed}/{total} cases pass")
+    terminalreporter.section("ONNX conformance")
+    for (path, kind), (passed, total) in sorted(TALLY.items()):
+        terminalreporter.write_line(f"{path:>8} {kind:>18}: {passed}/{total} cases pass")

@@ -8,7 +8,7 @@ omitted optional one, trailing omitted ones left out), every schema attribute as
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 KERNELS: dict[tuple[str, str], Callable] = {}
 
@@ -31,6 +31,7 @@ _MODULES = (
     "training",
     "random",
     "detection",
+    "plumbing",
 )
 _loaded = False
 

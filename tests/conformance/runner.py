@@ -18,21 +18,60 @@ def case_id(case: Case) -> str:
     return f"{case.kind}/{case.name}"
 
 
-def run_case(case: Case, prepare=None) -> str | None:
+def _evaluate(program):
+    return lambda inputs: offload.evaluate(program, inputs)
+
+
+def _through_pte(program):
+    """Run through save → runtime.load, and insist on evaluate's results bit for bit."""
+    module = offload.runtime.load(offload.save(program))
+
+    def run(inputs):
+        got = module.run(inputs)
+        want = offload.evaluate(program, inputs)
+        for (name, a), b in zip(got.items(), want.values()):
+            _assert_identical(a, b, f"output '{name}' through .pte vs evaluate")
+        return got
+
+    return run
+
+
+def _assert_identical(a, b, where: str) -> None:
+    if isinstance(b, list):
+        assert isinstance(a, list) and len(a) == len(b), f"{where}: sequences differ"
+        for k, (x, y) in enumerate(zip(a, b)):
+            _assert_identical(x, y, f"{where}[{k}]")
+        return
+    if b is None:
+        assert a is None, f"{where}: expected an empty optional"
+        return
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
+    if a.dtype == object:
+        assert a.tolist() == b.tolist(), f"{where}: strings differ"
+    else:
+        assert a.tobytes() == b.tobytes(), f"{where}: values differ"
+
+
+# How a case's program is run: by the evaluator, or saved as .pte and run by the runtime.
+PATHS = {"evaluate": _evaluate, "pte": _through_pte}
+
+
+def run_case(case: Case, path: str = "evaluate", prepare=None) -> str | None:
     """None when offload reproduces every output of the case, else a one-line reason."""
     try:
         program = offload.load(case.model)
         if prepare is not None:
             program = prepare(program)
-        for k, (inputs, expected) in enumerate(case.data_sets):
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                warnings.simplefilter("ignore")
-                got = offload.evaluate(program, inputs)
-            outs = list(got.values())
-            if len(outs) != len(expected):
-                return f"{len(outs)} outputs, expected {len(expected)}"
-            for i, (ref, out) in enumerate(zip(expected, outs)):
-                assert_similar(ref, out, case.rtol, case.atol, f"data set {k} output {i}")
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            run = PATHS[path](program)
+            for k, (inputs, expected) in enumerate(case.data_sets):
+                outs = list(run(inputs).values())
+                if len(outs) != len(expected):
+                    return f"{len(outs)} outputs, expected {len(expected)}"
+                for i, (ref, out) in enumerate(zip(expected, outs)):
+                    assert_similar(ref, out, case.rtol, case.atol, f"data set {k} output {i}")
     except AssertionError as e:
         return "wrong result: " + " ".join(str(e).split())[:300]
     except offload.errors.OffloadError as e:

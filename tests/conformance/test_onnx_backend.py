@@ -1,31 +1,35 @@
-"""ONNX's backend node tests and on-disk model tests through offload.load + offload.evaluate."""
+"""ONNX's backend node tests and on-disk model tests, run by offload.evaluate and through .pte.
+
+The .pte path (save → runtime.load → run) must also equal offload.evaluate bit for bit.
+"""
 
 import pytest
 
 from .cases import light_cases, model_cases, node_cases
-from .runner import case_id, load_expected_failures, run_case
+from .runner import PATHS, case_id, load_expected_failures, run_case
 
 CASES = node_cases() + model_cases() + light_cases()
 EXPECTED = load_expected_failures()
-TALLY: dict[str, list[int]] = {}
+TALLY: dict[tuple[str, str], list[int]] = {}
 # Listed cases whose expected data is itself an unseeded random draw: nothing can match it.
 NONDETERMINISTIC = "nondeterministic:"
 
 
-def _count(kind: str, passed: bool) -> None:
-    t = TALLY.setdefault(kind, [0, 0])
+def _count(path: str, kind: str, passed: bool) -> None:
+    t = TALLY.setdefault((path, kind), [0, 0])
     t[0] += passed
     t[1] += 1
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_onnx_case(case):
+@pytest.mark.parametrize("path", list(PATHS))
+def test_onnx_case(path, case):
     key = case_id(case)
     if EXPECTED.get(key, "").startswith(NONDETERMINISTIC):
-        _count(case.kind, False)
+        _count(path, case.kind, False)
         pytest.skip(EXPECTED[key])
-    reason = run_case(case)
-    _count(case.kind, reason is None)
+    reason = run_case(case, path)
+    _count(path, case.kind, reason is None)
     if key in EXPECTED:
         if reason is None:
             pytest.fail(f"{key} passes now: remove it from tests/conformance/expected_failures.txt")

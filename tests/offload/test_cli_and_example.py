@@ -28,31 +28,50 @@ def test_example_matches_onnxruntime(example):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
-def test_cli_run_and_inspect(example, tmp_path, capsys):
+def test_cli_compile_inspect_run(example, tmp_path, capsys):
+    pte = str(tmp_path / "tiny.pte")
+    assert main(["compile", example, "-o", pte]) == 0
+    with open(pte, "rb") as f:
+        assert f.read(8)[4:] == b"ET12"
+    capsys.readouterr()
+    assert main(["inspect", pte]) == 0
+    printed = capsys.readouterr().out
+    assert "method forward:" in printed and "input  image: (1,3,32,32,fp32)" in printed
+    assert "2  onnx::Conv" in printed and "arena bytes:" in printed and "delegates: 0" in printed
     x = np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out.npz"
-    assert main(["run", example, "--input", f"image={tmp_path / 'x.npy'}", "--output", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "probs: float32[1, 10]" in printed
+    assert main(["run", pte, "--input", f"image={tmp_path / 'x.npy'}", "--output", str(out)]) == 0
+    assert "probs: float32[1, 10]" in capsys.readouterr().out
     want = ort.InferenceSession(example, providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
     np.testing.assert_allclose(np.load(out)["probs"], want, rtol=1e-4, atol=1e-6)
+
+
+def test_cli_inspect_and_run_a_model_file(example, capsys):
     assert main(["inspect", example, "--ir"]) == 0
     printed = capsys.readouterr().out
-    assert "input  image: (1,3,32,32,fp32)" in printed
-    assert "2  Conv" in printed and "= Conv(X=%image, W=%conv1.w, B=%conv1.b" in printed
+    assert "(compiled in memory)" in printed
+    assert "= Conv(X=%image, W=%conv1.w, B=%conv1.b" in printed
+    assert main(["run", example]) == 0
+    assert "probs: float32[1, 10]" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["run", "no/such/model.onnx"], "no such file"),
+        (["inspect", "{truncated}"], "past the end of the file"),
+        (["run", "{example}", "--method", "backward"], "no method 'backward'"),
         (["run", "{example}", "--input", "image"], "expects NAME=FILE.npy"),
         (["run", "{example}", "--input", "image=missing.npy"], "cannot read"),
     ],
 )
-def test_cli_errors_are_one_line_and_exit_2(example, capsys, argv, message):
-    argv = [a.replace("{example}", example) for a in argv]
+def test_cli_errors_are_one_line_and_exit_2(example, tmp_path, capsys, argv, message):
+    pte = tmp_path / "t.pte"
+    main(["compile", example, "-o", str(pte)])
+    truncated = tmp_path / "cut.pte"
+    truncated.write_bytes(pte.read_bytes()[:100])
+    argv = [a.replace("{example}", example).replace("{truncated}", str(truncated)) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("offload: error:") and message in err and "\n" not in err

@@ -1,0 +1,146 @@
+"""The memory plan: lifetimes over a plan's flat chain, and greedy best-fit offsets in one arena.
+
+A lifetime is the instruction interval ``[first write, last read]`` (both ends inclusive, so an
+operation's output never shares bytes with its inputs). Jumps back to an earlier instruction
+form loops; a value that is live across a loop's back edge lives for the whole loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
+
+from .evalues import scalar_dtype
+
+ALIGNMENT = 16
+
+
+@dataclass
+class MemoryPlan:
+    """Where each planned value lives: ``offsets[value index]`` within an arena of ``arena_size``."""
+
+    offsets: dict[int, int] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+    lifetimes: dict[int, tuple[int, int]] = field(default_factory=dict)
+    arena_size: int = 0
+
+    @property
+    def total_size(self) -> int:
+        """What the planned tensors would take without sharing: the sum of their sizes."""
+        return sum(self.sizes.values())
+
+
+def _align(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def lifetimes(
+    accesses: Sequence[tuple[Iterable[int], Iterable[int]]],
+    loops: Iterable[tuple[int, int]],
+    live_out: Iterable[int] = (),
+) -> dict[int, tuple[int, int]]:
+    """Each written value's ``(first, last)`` instruction; ``accesses[i]`` is (reads, writes) of i.
+
+    ``loops`` are ``(head, back_jump)`` instruction pairs; ``live_out`` values are read after the
+    last instruction (the plan's outputs).
+    """
+    reads: dict[int, list[int]] = {}
+    writes: dict[int, list[int]] = {}
+    for pc, (r, w) in enumerate(accesses):
+        for v in r:
+            reads.setdefault(v, []).append(pc)
+        for v in w:
+            writes.setdefault(v, []).append(pc)
+    end = len(accesses)
+    for v in live_out:
+        reads.setdefault(v, []).append(end)
+    spans = {}
+    for v, ws in writes.items():
+        rs = reads.get(v, [])
+        first, last = min(ws), max(ws + rs)
+        for head, back in loops:
+            if _live_across(ws, rs, head, back):
+                first, last = min(first, head), max(last, back)
+        spans[v] = (first, last)
+    return spans
+
+
+def _live_across(ws: list[int], rs: list[int], head: int, back: int) -> bool:
+    """Whether a value's content must survive the loop's back edge (or the loop itself)."""
+    inside = [p for p in ws + rs if head <= p <= back]
+    if not inside:
+        return False
+    if any(p < head or p > back for p in ws + rs):
+        return True  # flows into the loop from before it, or out of it to after it
+    first_write = min((p for p in ws if head <= p <= back), default=None)
+    return any(p <= first_write for p in rs if head <= p <= back) if first_write is not None else True
+
+
+def place(
+    sizes: Mapping[int, int], spans: Mapping[int, tuple[int, int]], alignment: int = ALIGNMENT
+) -> tuple[dict[int, int], int]:
+    """Greedy best fit, largest first: each value takes the smallest gap (between the values it
+    overlaps in time) that holds it, else goes above them. Returns (offsets, arena size)."""
+    order = sorted(sizes, key=lambda v: (-sizes[v], spans[v][0], v))
+    placed: list[tuple[int, int, int]] = []  # (offset, size, value)
+    offsets: dict[int, int] = {}
+    arena = 0
+    for v in order:
+        size, (first, last) = sizes[v], spans[v]
+        busy = sorted((o, s) for o, s, u in placed if spans[u][0] <= last and first <= spans[u][1] and s > 0)
+        best, best_gap, top = None, None, 0
+        for o, s in busy:
+            start = _align(top, alignment)
+            gap = o - start
+            if gap >= size and (best_gap is None or gap < best_gap):
+                best, best_gap = start, gap
+            top = max(top, o + s)
+        offset = best if best is not None else _align(top, alignment)
+        offsets[v] = offset
+        placed.append((offset, size, v))
+        arena = max(arena, _align(offset + size, alignment))
+    return offsets, arena
+
+
+def plan(
+    sizes: Mapping[int, int],
+    accesses: Sequence[tuple[Iterable[int], Iterable[int]]],
+    loops: Iterable[tuple[int, int]],
+    live_out: Iterable[int] = (),
+    alignment: int = ALIGNMENT,
+) -> MemoryPlan:
+    """Plan the values in ``sizes`` (value index → bytes) over the chain described by ``accesses``."""
+    spans = lifetimes(accesses, list(loops), live_out)
+    # A planned value the chain never writes (dead code) still needs a place; give it the start.
+    spans = {v: spans.get(v, (0, 0)) for v in sizes}
+    offsets, arena = place(sizes, spans, alignment)
+    return MemoryPlan(offsets, dict(sizes), spans, arena)
+
+
+@dataclass
+class PlanMemory:
+    """One plan's arena next to what its planned tensors would need unshared."""
+
+    plan: str
+    arena_bytes: int
+    planned_bytes: int
+    planned_tensors: int
+
+
+def summarize(program) -> list[PlanMemory]:
+    """Arena size vs the sum of planned tensor sizes, per plan of a ProgramT (written or parsed)."""
+    out = []
+    for p in program.executionPlan or []:
+        total, count = 0, 0
+        for e in p.values or []:
+            if e.valType == KernelTypes.Tensor and e.val.allocationInfo is not None:
+                n = 1
+                for d in e.val.sizes if e.val.sizes is not None else ():
+                    n *= int(d)
+                total += n * scalar_dtype(e.val.scalarType).itemsize
+                count += 1
+        sizes = [int(x) for x in (p.nonConstBufferSizes if p.nonConstBufferSizes is not None else [])]
+        out.append(PlanMemory(p.name or "", sum(sizes[1:]), total, count))
+    return out

@@ -1,0 +1,562 @@
+"""One ExecutionPlan from one IR block: KernelCalls, If/Loop as jumps and moves, the values table.
+
+Instructions are first built over *slots* (IR values, attribute values, the Null and the
+Bool(false) at indices 0 and 1); ``finish`` numbers the slots in the order docs/pte.md gives
+(constants, plan inputs, other values, attribute values), plans memory, and packs the plan.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from offload.errors import UnsupportedOpError
+from offload.ir import Block, DataType, Operation, OpSchema, Param, SequenceType, TensorType, Value, lookup
+from offload.ir.type_text import type_text
+from offload.schemas.generated.executorch_flatbuffer.Chain import ChainT
+from offload.schemas.generated.executorch_flatbuffer.ContainerMetadata import ContainerMetadataT
+from offload.schemas.generated.executorch_flatbuffer.ExecutionPlan import ExecutionPlanT
+from offload.schemas.generated.executorch_flatbuffer.Frame import FrameT
+from offload.schemas.generated.executorch_flatbuffer.FrameList import FrameListT
+from offload.schemas.generated.executorch_flatbuffer.Instruction import InstructionT
+from offload.schemas.generated.executorch_flatbuffer.InstructionArguments import InstructionArguments
+from offload.schemas.generated.executorch_flatbuffer.JumpFalseCall import JumpFalseCallT
+from offload.schemas.generated.executorch_flatbuffer.KernelCall import KernelCallT
+from offload.schemas.generated.executorch_flatbuffer.MoveCall import MoveCallT
+from offload.schemas.generated.executorch_flatbuffer.Operator import OperatorT
+
+from . import evalues
+from . import memory_plan as mp
+
+MEMORY_ID = 1  # non_const_buffer_sizes[0] is reserved, as in ExecuTorch
+
+
+class _Fixed:
+    """The two slots every plan starts with."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+NULL = _Fixed("Null")  # index 0: omitted optionals, absent attributes
+FALSE = _Fixed("False")  # index 1: the condition of unconditional jumps
+
+
+class _Attr:
+    """An attribute's value in the table; ``build`` gets the final index of any slot it names."""
+
+    def __init__(self, build: Callable[[Callable], object], refs: tuple = (), reads: tuple = ()):
+        self.build = build
+        self.refs = refs  # slots this one refers to (list items)
+        self.reads = reads  # values the instruction reads through it (a sub-plan's captures)
+
+
+@dataclass
+class _Kernel:
+    operator: tuple[str, str]
+    args: list
+    reads: list
+    writes: list
+    label: str
+
+
+@dataclass
+class _Move:
+    src: object
+    dst: object
+    label: str
+
+    @property
+    def reads(self) -> list:
+        return [self.src]
+
+    @property
+    def writes(self) -> list:
+        return [self.dst]
+
+
+@dataclass
+class _Jump:
+    cond: object
+    label: str
+    dest: int = -1
+
+    @property
+    def reads(self) -> list:
+        return [self.cond]
+
+    writes: list = field(default_factory=list)
+
+
+def operator_name(domain: str, op_type: str) -> str:
+    return f"{domain or 'onnx'}::{op_type}"
+
+
+def captured_values(block: Block) -> list[Value]:
+    """Non-constant values of enclosing blocks that ``block`` (or a block nested in it) reads."""
+    defined: set[int] = set()
+    used: dict[int, Value] = {}
+
+    def visit(b: Block) -> None:
+        defined.update(id(v) for v in b.constants.values())
+        defined.update(id(v) for v in b.inputs)
+        for op in b.operations:
+            for v in op.inputs:
+                if v is not None:
+                    used.setdefault(id(v), v)
+            for nested in op.blocks:
+                visit(nested)
+            defined.update(id(v) for v in op.outputs)
+        for v in b.outputs:
+            used.setdefault(id(v), v)
+
+    visit(block)
+    # Constants are not captured: the sub-plan lists them as its own constants (same data).
+    return [v for k, v in used.items() if k not in defined and not v.is_constant]
+
+
+def _layout(params: list[Param], given: list, what: str, where: str) -> list:
+    """Slots for an op's inputs or outputs: one per fixed param (None when omitted), then the
+    variadic ones."""
+    variadic = [i for i, p in enumerate(params) if p.variadic]
+    if variadic and variadic != [len(params) - 1]:
+        raise UnsupportedOpError(f"{where}: only a variadic last {what[:-1]} can be lowered to .pte")
+    fixed = len(params) - len(variadic)
+    if not variadic and len(given) > fixed:
+        raise UnsupportedOpError(f"{where}: {len(given)} {what}, but its schema has {fixed}")
+    return list(given) + [None] * max(0, fixed - len(given))
+
+
+class PlanBuilder:
+    """Lowers one block (a function body or a sub-plan's graph) to an ExecutionPlanT."""
+
+    def __init__(self, lowering, name: str, block: Block, captured: list[Value]):
+        self.lowering = lowering
+        self.name = name
+        self.block = block
+        self.inputs = list(block.inputs) + list(captured)
+        self.instrs: list = []
+        self.operators: dict[tuple[str, str], int] = {}
+        self._attr_cache: dict[tuple, _Attr] = {}
+        self._loop_consts: dict[str, Value] = {}
+        self._synthetic = 0
+
+    # ---- emission -------------------------------------------------------------------------
+
+    def build(self) -> ExecutionPlanT:
+        self._block(self.block)
+        return self._finish()
+
+    def _block(self, block: Block) -> None:
+        for op in block.operations:
+            self._operation(op)
+
+    def _operation(self, op: Operation) -> None:
+        lowered = _CONTROL.get((op.domain, op.op_type))
+        if lowered is not None:
+            lowered(self, op)
+            return
+        schema = lookup(op.domain, op.op_type)
+        where = self._where(op)
+        if schema is None:
+            raise UnsupportedOpError(
+                f"{where}: the op has no schema, so its arguments cannot be laid out in a .pte "
+                "KernelCall; register one (offload.ir.register) or rewrite the op before saving"
+            )
+        outputs = [None if _omitted(v) else v for v in op.outputs]
+        attrs = {}
+        for name, spec in schema.attributes.items():
+            value = op.attributes.get(name, spec.default)
+            if spec.type == "graph" and value is not None:
+                attrs[name] = self._subplan(op, name, value)
+            else:
+                attrs[name] = value
+        self._call(schema, list(op.inputs), attrs, outputs, op.name or op.qualified_type, where)
+
+    def _call(self, schema: OpSchema, inputs: list, attrs: dict, outputs: list, label: str, where: str):
+        ins = _layout(schema.inputs, inputs, "inputs", where)
+        outs = _layout(schema.outputs, outputs, "outputs", where)
+        attr_slots = [
+            self._attribute(spec, attrs.get(name, spec.default), where)
+            for name, spec in schema.attributes.items()
+        ]
+        in_slots = [NULL if v is None else v for v in ins]
+        out_slots = [NULL if v is None else v for v in outs]
+        both_variadic = any(p.variadic for p in schema.inputs) and any(p.variadic for p in schema.outputs)
+        overload = f"in{len(in_slots)}" if both_variadic else ""
+        reads = [v for v in ins if v is not None]
+        for a in attr_slots:
+            if isinstance(a, _Attr):
+                reads.extend(a.reads)
+        writes = [v for v in outs if v is not None]
+        op = (operator_name(schema.domain, schema.name), overload)
+        self.instrs.append(_Kernel(op, in_slots + attr_slots + out_slots, reads, writes, label))
+
+    def _synthetic_call(self, op_type: str, inputs: list, outputs: list, label: str, domain="", **attrs):
+        schema = lookup(domain, op_type)
+        self._call(schema, inputs, attrs, outputs, label, self._plan_where())
+
+    def _move(self, src, dst, label: str) -> None:
+        if src is not dst:
+            self.instrs.append(_Move(src, dst, label))
+
+    def _jump(self, cond, label: str) -> _Jump:
+        j = _Jump(cond, label)
+        self.instrs.append(j)
+        return j
+
+    def _where(self, op: Operation) -> str:
+        return f"{self._plan_where()}: op '{op.name or op.op_type}' ({op.qualified_type})"
+
+    def _plan_where(self) -> str:
+        source = self.lowering.program.source
+        return f"{source}: plan '{self.name}'" if source else f"plan '{self.name}'"
+
+    # ---- If / Loop --------------------------------------------------------------------------
+
+    def _if(self, op: Operation) -> None:
+        where = self._where(op)
+        cond = op.inputs[0] if op.inputs else None
+        if cond is None:
+            raise UnsupportedOpError(f"{where}: If has no condition input")
+        branches = [op.attributes.get("then_branch"), op.attributes.get("else_branch")]
+        for b in branches:
+            if not isinstance(b, Block) or len(b.outputs) < len(op.outputs):
+                raise UnsupportedOpError(
+                    f"{where}: each branch must be a graph returning {len(op.outputs)} values"
+                )
+        label = op.name or "If"
+        to_else = self._jump(cond, f"{label}/then")
+        self._branch(branches[0], op, label)
+        to_end = self._jump(FALSE, f"{label}/end")
+        to_else.dest = len(self.instrs)
+        self._branch(branches[1], op, label)
+        to_end.dest = len(self.instrs)
+
+    def _branch(self, block: Block, op: Operation, label: str) -> None:
+        self._block(block)
+        for result, out in zip(block.outputs, op.outputs):
+            if not _omitted(out):
+                self._move(result, out, label)
+
+    def _loop(self, op: Operation) -> None:
+        where = self._where(op)
+        body = op.attributes.get("body")
+        ins = list(op.inputs) + [None] * max(0, 2 - len(op.inputs))
+        M, cond, v_initial = ins[0], ins[1], ins[2:]
+        n = len(v_initial)
+        if M is None and cond is None:
+            raise UnsupportedOpError(
+                f"{where}: a Loop with neither a trip count M nor a condition never ends; give it one"
+            )
+        if not isinstance(body, Block) or len(body.inputs) != 2 + n or len(body.outputs) < 1 + n:
+            raise UnsupportedOpError(
+                f"{where}: the body must take (iteration, condition, {n} carried values) and return "
+                f"(condition, {n} carried values, scan outputs…)"
+            )
+        if len(op.outputs) > len(body.outputs) - 1:
+            raise UnsupportedOpError(
+                f"{where}: {len(op.outputs)} results, but the body returns {len(body.outputs) - 1}"
+            )
+        label = op.name or "Loop"
+        iter_v, cond_in, v_in = body.inputs[0], body.inputs[1], body.inputs[2:]
+        cond_out, v_out, scans = body.outputs[0], body.outputs[1 : 1 + n], body.outputs[1 + n :]
+        results, scan_results = op.outputs[:n], op.outputs[n:]
+        wanted = [(s, r) for s, r in zip(scans, scan_results) if not _omitted(r)]
+        accs = [self._temp(f"{label}/acc{j}", SequenceType(s.type)) for j, (s, _) in enumerate(wanted)]
+
+        self._move(self._const("zero", np.array(0, np.int64)), iter_v, label)
+        self._move(cond if cond is not None else self._const("true", np.array(True)), cond_in, label)
+        for a, b in zip(v_initial, v_in):
+            self._move(NULL if a is None else a, b, label)
+        for acc in accs:
+            self._synthetic_call("SequenceEmpty", [], [acc], label)
+        head = len(self.instrs)
+        go = cond_in
+        if M is not None:
+            go = self._temp(f"{label}/go", TensorType(DataType.BOOL))
+            self._synthetic_call("Less", [iter_v, M], [go], label)
+            if cond is not None:
+                self._synthetic_call("And", [go, cond_in], [go], label)
+        exit_jump = self._jump(go, f"{label}/exit")
+        self._block(body)
+        # Scan values first: one may be a carried input that the moves below overwrite.
+        for acc, (scan, _) in zip(accs, wanted):
+            self._synthetic_call("SequenceInsert", [acc, scan], [acc], label)
+        # Without a cond input the body's condition output is ignored (ONNX's for loop).
+        sources = ([cond_out] if cond is not None else []) + list(v_out)
+        targets = ([cond_in] if cond is not None else []) + list(v_in)
+        self._parallel_move(sources, targets, label)
+        self._synthetic_call("Add", [iter_v, self._const("one", np.array(1, np.int64))], [iter_v], label)
+        back = self._jump(FALSE, f"{label}/next")
+        back.dest = head
+        exit_jump.dest = len(self.instrs)
+        for v, r in zip(v_in, results):
+            if not _omitted(r):
+                self._move(v, r, label)
+        for acc, (scan, r) in zip(accs, wanted):
+            dtype, shape = _empty_scan_type(scan)
+            self._synthetic_call(
+                "StackSequence", [acc], [r], label, domain="offload", dtype=int(dtype), shape=shape
+            )
+
+    def _parallel_move(self, sources: list, targets: list, label: str) -> None:
+        """targets[k] ← sources[k] for all k at once: a source that is another move's target is
+        first copied aside."""
+        target_ids = {id(t) for t in targets}
+        staged = []
+        for s, t in zip(sources, targets):
+            if s is not t and id(s) in target_ids:
+                tmp = self._temp(f"{label}/carry", getattr(s, "type", None))
+                self._move(s, tmp, label)
+                s = tmp
+            staged.append((s, t))
+        for s, t in staged:
+            self._move(s, t, label)
+
+    def _temp(self, name: str, type_) -> Value:
+        self._synthetic += 1
+        return Value(f"{name}~{self._synthetic}", type_)
+
+    def _const(self, key: str, array: np.ndarray) -> Value:
+        v = self._loop_consts.get(key)
+        if v is None:
+            v = self._loop_consts[key] = Value(f"loop.{key}", None, array)
+        return v
+
+    # ---- attributes -----------------------------------------------------------------------
+
+    def _attribute(self, spec, value, where: str):
+        if value is None:
+            return NULL
+        encode = _ENCODERS.get(spec.type)
+        if encode is None:
+            raise UnsupportedOpError(f"{where}: attribute '{spec.name}' of type {spec.type} has no .pte form")
+        return encode(self, value)
+
+    def _cached(self, key: tuple, build: Callable[[], _Attr]) -> _Attr:
+        a = self._attr_cache.get(key)
+        if a is None:
+            a = self._attr_cache[key] = build()
+        return a
+
+    def _scalar(self, key: tuple, evalue) -> _Attr:
+        return self._cached(key, lambda: _Attr(lambda ix: evalue))
+
+    def _enc_number(self, x) -> _Attr:
+        return self._scalar(evalues.number_key(x), evalues.number(x))
+
+    def _enc_str(self, s) -> _Attr:
+        return self._scalar(("s", str(s)), evalues.string(str(s)))
+
+    def _enc_ints(self, xs) -> _Attr:
+        items = tuple(int(x) for x in xs)
+        return self._scalar(("I", items), evalues.int_list(items))
+
+    def _enc_floats(self, xs) -> _Attr:
+        items = [float(x) for x in xs]
+        return self._scalar(("D", np.asarray(items, np.float64).tobytes()), evalues.double_list(items))
+
+    def _enc_strs(self, xs) -> _Attr:
+        items = tuple(self._enc_str(x) for x in xs)
+        return _Attr(lambda ix: evalues.tensor_list([ix(i) for i in items]), refs=items)
+
+    def _enc_tensor(self, a) -> _Attr:
+        array = np.asarray(a)
+        index = self.lowering.constant_index(array)
+        return _Attr(lambda ix: evalues.constant(array, index, ""))
+
+    def _enc_tensors(self, xs) -> _Attr:
+        items = tuple(self._enc_tensor(x) for x in xs)
+        return _Attr(lambda ix: evalues.tensor_list([ix(i) for i in items]), refs=items)
+
+    def _enc_type(self, t) -> _Attr:
+        return self._enc_str(type_text(t))
+
+    def _enc_graph(self, ref) -> _Attr:
+        index, captured = ref
+        return _Attr(
+            lambda ix: evalues.int_list([index] + [ix(v) for v in captured]),
+            refs=tuple(captured),
+            reads=tuple(captured),
+        )
+
+    def _subplan(self, op: Operation, attr: str, block) -> tuple[int, list[Value]]:
+        if not isinstance(block, Block):
+            raise UnsupportedOpError(f"{self._where(op)}: attribute '{attr}' is not a graph")
+        label = op.name or f"#{len(self.instrs)}"
+        captured = captured_values(block)
+        index = self.lowering.add_subplan(f"{self.name}/{label}/{attr}", block, captured)
+        return index, captured
+
+    # ---- numbering, memory plan, packing ---------------------------------------------------
+
+    def _finish(self) -> ExecutionPlanT:
+        order = _SlotOrder(self.inputs)
+        for ins in self.instrs:
+            for s in _slots(ins):
+                order.add(s)
+        for v in self.block.outputs:
+            order.add(v)
+        slots = order.slots()
+        index = {id(s): i for i, s in enumerate(slots)}
+
+        def ix(s) -> int:
+            return index[id(s)]
+
+        values = [self._evalue(s, ix) for s in slots]
+        outputs = [ix(v) for v in self.block.outputs]
+        inputs = [ix(v) for v in self.inputs]
+        plan = self._memory_plan(values, ix, outputs)
+        for v, offset in plan.offsets.items():
+            evalues.set_allocation(values[v], MEMORY_ID, offset)
+
+        p = ExecutionPlanT()
+        p.name = self.name
+        meta = ContainerMetadataT()
+        meta.encodedInpStr = json.dumps([v.name for v in self.inputs])
+        meta.encodedOutStr = json.dumps([v.name for v in self.block.outputs])
+        p.containerMetaType = meta
+        p.values = values
+        p.inputs, p.outputs = inputs, outputs
+        chain = ChainT()
+        chain.inputs, chain.outputs = list(inputs), list(outputs)
+        chain.instructions = [self._instruction(ins, ix) for ins in self.instrs]
+        p.operators = [_operator(name, overload) for name, overload in self.operators]
+        chain.stacktrace = [_frames(ins.label) for ins in self.instrs]
+        p.chains = [chain]
+        p.delegates = []
+        p.nonConstBufferSizes = [0, plan.arena_size]
+        self.memory = plan
+        return p
+
+    def _evalue(self, s, ix):
+        if s is NULL:
+            return evalues.null()
+        if s is FALSE:
+            return evalues.boolean(False)
+        if isinstance(s, _Attr):
+            return s.build(ix)
+        if s.is_constant:
+            array = np.asarray(s.const_value)
+            return evalues.constant(array, self.lowering.constant_index(array, s), s.name)
+        return evalues.value_slot(s.type, s.name)
+
+    def _memory_plan(self, values, ix, outputs) -> mp.MemoryPlan:
+        accesses = [([ix(v) for v in ins.reads], [ix(v) for v in ins.writes]) for ins in self.instrs]
+        loops = [
+            (ins.dest, pc) for pc, ins in enumerate(self.instrs) if isinstance(ins, _Jump) and ins.dest <= pc
+        ]
+        inputs = {ix(v) for v in self.inputs}
+        sizes = {}
+        for i, e in enumerate(values):
+            n = evalues.plannable_bytes(e) if i not in inputs else None
+            if n is not None:
+                sizes[i] = n
+        return mp.plan(sizes, accesses, loops, outputs)
+
+    def _instruction(self, ins, ix) -> InstructionT:
+        t = InstructionT()
+        if isinstance(ins, _Kernel):
+            call = KernelCallT()
+            call.opIndex = self.operators.setdefault(ins.operator, len(self.operators))
+            call.args = [ix(s) for s in ins.args]
+            t.instrArgsType, t.instrArgs = InstructionArguments.KernelCall, call
+        elif isinstance(ins, _Move):
+            call = MoveCallT()
+            call.moveFrom, call.moveTo = ix(ins.src), ix(ins.dst)
+            t.instrArgsType, t.instrArgs = InstructionArguments.MoveCall, call
+        else:
+            call = JumpFalseCallT()
+            call.condValueIndex, call.destinationInstruction = ix(ins.cond), ins.dest
+            t.instrArgsType, t.instrArgs = InstructionArguments.JumpFalseCall, call
+        return t
+
+
+class _SlotOrder:
+    """Collects slots by section: constants, plan inputs, other values, attribute values."""
+
+    def __init__(self, inputs: list[Value]):
+        self.inputs = inputs
+        self._input_ids = {id(v) for v in inputs}
+        self._seen: set[int] = {id(NULL), id(FALSE)}
+        self.constants: list = []
+        self.others: list = []
+        self.attrs: list = []
+
+    def add(self, s) -> None:
+        if id(s) in self._seen:
+            return
+        self._seen.add(id(s))
+        if isinstance(s, _Attr):
+            for r in s.refs:
+                self.add(r)
+            self.attrs.append(s)
+        elif id(s) in self._input_ids:
+            pass
+        elif s.is_constant:
+            self.constants.append(s)
+        else:
+            self.others.append(s)
+
+    def slots(self) -> list:
+        return [NULL, FALSE, *self.constants, *self.inputs, *self.others, *self.attrs]
+
+
+def _slots(ins) -> list:
+    if isinstance(ins, _Kernel):
+        return ins.args
+    if isinstance(ins, _Move):
+        return [ins.src, ins.dst]
+    return [ins.cond]
+
+
+def _omitted(v: Value) -> bool:
+    """An unnamed output nobody reads is an omitted optional one (as the verifier has it)."""
+    return not v.name and not v.uses
+
+
+def _empty_scan_type(scan: Value) -> tuple[DataType, list[int]]:
+    """Element type and per-iteration shape of a scan output when the loop runs zero times
+    (what the Loop kernel takes from the body's declared type)."""
+    t = scan.type
+    if not isinstance(t, TensorType):
+        return DataType.FLOAT, []
+    return t.dtype, list(t.shape) if t.is_static else []
+
+
+def _operator(name: str, overload: str) -> OperatorT:
+    o = OperatorT()
+    o.name, o.overload = name, overload
+    return o
+
+
+def _frames(label: str) -> FrameListT:
+    f = FrameT()
+    f.name = label
+    fl = FrameListT()
+    fl.items = [f]
+    return fl
+
+
+_CONTROL = {("", "If"): PlanBuilder._if, ("", "Loop"): PlanBuilder._loop}
+
+_ENCODERS = {
+    "int": PlanBuilder._enc_number,
+    "float": PlanBuilder._enc_number,
+    "str": PlanBuilder._enc_str,
+    "ints": PlanBuilder._enc_ints,
+    "floats": PlanBuilder._enc_floats,
+    "strs": PlanBuilder._enc_strs,
+    "tensor": PlanBuilder._enc_tensor,
+    "sparse_tensor": PlanBuilder._enc_tensor,
+    "tensors": PlanBuilder._enc_tensors,
+    "type": PlanBuilder._enc_type,
+    "graph": PlanBuilder._enc_graph,
+}

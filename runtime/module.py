@@ -1,0 +1,700 @@
+"""Loading and running .pte files: a Module of Methods, each an executor over one plan's chain.
+
+``load`` maps the file, parses it, and prepares every plan once: constants become read-only
+views into the mapped constant segment, planned tensors views into one arena per memory id,
+and each instruction a step with its arguments already split and decoded (docs/pte.md).
+Kernels are the same CPU kernels ``offload.evaluate`` calls, called the same way, so results
+match it bit for bit. A Module is not safe to run from several threads at once (the arenas
+are shared by every run of a Method).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from offload.errors import (
+    DTypeError,
+    KernelError,
+    ModelFormatError,
+    OffloadError,
+    ShapeError,
+    UnsupportedOpError,
+)
+from offload.ir import lookup
+from offload.schemas import pte as pte_format
+from offload.schemas.generated.executorch_flatbuffer.InstructionArguments import InstructionArguments
+from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
+
+from . import kernels
+from .inputs import check_inputs
+from .pte_values import (
+    AttributeReader,
+    constant_array,
+    planned_view,
+    scalar_value,
+    tensor_decl,
+    tensor_name,
+    value_type,
+)
+
+MAX_FILE_BYTES = 1 << 40
+
+
+def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, strict: bool = False) -> Module:
+    """A .pte file (a path, mapped read-only, or its bytes) ready to run.
+
+    With ``strict``, a kernel result that does not have the dtype and shape the file declares
+    for it is an error; otherwise it is kept outside the arena and the run goes on.
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        buffer, origin = memoryview(source).toreadonly(), "<bytes>"
+    else:
+        origin = os.fspath(source)
+        buffer = _map(origin)
+    return Module(pte_format.parse(buffer, origin), origin, strict)
+
+
+def _map(path: str) -> mmap.mmap:
+    if not os.path.isfile(path):
+        raise ModelFormatError(f"{path}: no such file")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise ModelFormatError(f"{path}: the file is empty")
+    if size > MAX_FILE_BYTES:
+        raise ModelFormatError(f"{path}: {size} bytes is larger than the {MAX_FILE_BYTES}-byte limit")
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+class Module:
+    """The methods of one .pte file; ``run`` runs the first plan (``forward`` for ONNX models)."""
+
+    def __init__(self, pte, origin: str, strict: bool = False):
+        self.origin = origin
+        self.strict = strict
+        self.pte = pte
+        plans = pte.program.executionPlan or []
+        if not plans:
+            raise ModelFormatError(f"{origin}: the file has no execution plan")
+        self._arena_ids: set[int] = set()
+        self._plans = [Method(self, i, p) for i, p in enumerate(plans)]
+        for m in self._plans:
+            m._prepare()
+        subplans = {c for m in self._plans for c in m._callees}
+        _check_acyclic(self._plans, origin)
+        self._by_name: dict[str, Method] = {}
+        for m in self._plans:
+            self._by_name.setdefault(m.name, m)
+        # Plans that graph attributes call are parts of other methods, not entry points.
+        self.method_names = [m.name for i, m in enumerate(self._plans) if i not in subplans]
+
+    @property
+    def plan_names(self) -> list[str]:
+        """Every plan of the file, sub-plans of graph attributes included."""
+        return [m.name for m in self._plans]
+
+    def method(self, name: str) -> Method:
+        m = self._by_name.get(name)
+        if m is None:
+            raise OffloadError(f"{self.origin}: no method '{name}'; the file has {self.method_names}")
+        return m
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        return self._plans[0].run(inputs)
+
+    def _detach(self, value):
+        """``value`` with any array that lives in an arena copied out (arenas are reused)."""
+        if isinstance(value, np.ndarray):
+            root = value
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            return value.copy(order="K") if id(root) in self._arena_ids else value
+        if isinstance(value, list):
+            out = [self._detach(x) for x in value]
+            return value if all(a is b for a, b in zip(out, value)) else out
+        return value
+
+
+def _check_acyclic(plans: list[Method], origin: str) -> None:
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+
+    def visit(i: int) -> None:
+        state[i] = 1
+        for c in plans[i]._callees:
+            if state.get(c) == 1:
+                raise ModelFormatError(
+                    f"{origin}: plan '{plans[c].name}' calls itself through graph attributes"
+                )
+            if c not in state:
+                visit(c)
+        state[i] = 2
+
+    try:
+        for i in range(len(plans)):
+            if i not in state:
+                visit(i)
+    except RecursionError:
+        raise ModelFormatError(f"{origin}: graph attributes nest plans too deeply") from None
+
+
+class StepInfo(NamedTuple):
+    """One prepared instruction: what it reads and writes (value indices) and where it may jump."""
+
+    kind: str  # kernel | move | jump | free
+    name: str  # the operator, for kernel calls
+    reads: tuple[int, ...]
+    writes: tuple[int, ...]
+    jump: int | None
+
+
+class SubPlan:
+    """A graph attribute's value as kernels see it: a block to pass to ``ctx.run_block``.
+
+    ``inputs`` / ``outputs`` carry ``name`` and ``type`` like IR values do (the Scan and Loop
+    kernels read the outputs' declared types for zero-iteration results).
+    """
+
+    def __init__(self, method: Method, captured: list[int]):
+        self.method = method
+        self.captured = captured
+        self.name = method.name
+        n_params = len(method.input_names) - len(captured)
+        self.inputs = method.inputs[:n_params]
+        self.outputs = method.outputs
+
+
+class Port:
+    """One input or output of a Method: its name and the type the file declares."""
+
+    __slots__ = ("name", "type")
+
+    def __init__(self, name: str, type_):
+        self.name, self.type = name, type_
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        t = self.type
+        return getattr(t, "dtype", None) and t.dtype.numpy
+
+    @property
+    def shape(self) -> tuple | None:
+        return getattr(self.type, "shape", None)
+
+    def __repr__(self) -> str:
+        return f"{self.name}: {self.type}"
+
+
+class MethodContext:
+    """What a kernel may ask beyond its inputs (as runtime.evaluate's KernelContext offers)."""
+
+    __slots__ = ("_frame", "_site", "num_outputs", "op")
+
+    def __init__(self, site: _KernelStep, frame: list):
+        self.op = site
+        self.num_outputs = len(site.out_slots)
+        self._site = site
+        self._frame = frame
+
+    def output_wanted(self, i: int) -> bool:
+        return i < self.num_outputs and self._site.out_slots[i] != 0
+
+    def out(self, i: int) -> np.ndarray | None:
+        """The preallocated arena view for output ``i`` (a kernel may write its result there)."""
+        return self._site.out_views[i] if i < self.num_outputs else None
+
+    def run_block(self, block, args: list) -> list:
+        if not isinstance(block, SubPlan):
+            raise UnsupportedOpError(f"{self._site.where}: a .pte method can only run its own sub-plans")
+        args = list(args) + [self._frame[i] for i in block.captured]
+        if len(args) != len(block.method._input_slots):
+            raise ModelFormatError(
+                f"{self._site.where}: sub-plan '{block.name}' takes {len(block.method._input_slots)} inputs, "
+                f"got {len(args)} (captured values included)"
+            )
+        return block.method._call(args)
+
+
+class Method:
+    """One execution plan: its values table, arena views, and the prepared chain."""
+
+    def __init__(self, module: Module, index: int, plan):
+        self.module = module
+        self.index = index
+        self.plan = plan
+        self.name = plan.name or f"#{index}"
+        self.where = f"{module.origin}: plan '{self.name}'"
+        self._values = plan.values or []
+        self._initial: list = [None] * len(self._values)
+        self._planned: list = [None] * len(self._values)
+        self._arenas: dict[int, np.ndarray] = {}
+        self._decode_values()
+        self._input_slots = self._slots(plan.inputs, "inputs")
+        self._output_slots = self._slots(plan.outputs, "outputs")
+        self.input_names = self._names(plan, "encodedInpStr", self._input_slots, "input")
+        self.output_names = self._names(plan, "encodedOutStr", self._output_slots, "output")
+        self.inputs = [
+            Port(n, value_type(self._values[i])) for n, i in zip(self.input_names, self._input_slots)
+        ]
+        self.outputs = [
+            Port(n, value_type(self._values[i])) for n, i in zip(self.output_names, self._output_slots)
+        ]
+        self._steps: list = []
+        self._callees: set[int] = set()
+        self._unsupported: list[str] = []
+        self._missing_cache: list[str] | None = None
+
+    # ---- description -------------------------------------------------------------------------
+
+    @property
+    def input_dtypes(self) -> list:
+        return [p.dtype for p in self.inputs]
+
+    @property
+    def input_shapes(self) -> list:
+        return [p.shape for p in self.inputs]
+
+    @property
+    def output_dtypes(self) -> list:
+        return [p.dtype for p in self.outputs]
+
+    @property
+    def output_shapes(self) -> list:
+        return [p.shape for p in self.outputs]
+
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes of the arenas the plan asks for (non_const_buffer_sizes without entry 0)."""
+        sizes = self.plan.nonConstBufferSizes
+        return int(sum(int(s) for s in sizes[1:])) if sizes is not None else 0
+
+    @property
+    def planned_bytes(self) -> int:
+        """What the planned tensors would take if none shared memory."""
+        return sum(v.nbytes for v in self._planned if v is not None)
+
+    @property
+    def instructions(self) -> list[StepInfo]:
+        """The chain as prepared: reads, writes and jump target of every instruction."""
+        return [step.info() for step in self._steps]
+
+    @property
+    def constants(self) -> dict[int, np.ndarray]:
+        """Value index → its constant data (a read-only view into the file for numeric types)."""
+        values = self._values
+        return {
+            i: v
+            for i, v in enumerate(self._initial)
+            if values[i].valType == KernelTypes.Tensor and values[i].val.dataBufferIdx
+        }
+
+    @property
+    def planned(self) -> dict[int, np.ndarray]:
+        """Value index → its arena view, for every planned tensor."""
+        return {i: v for i, v in enumerate(self._planned) if v is not None}
+
+    # ---- loading -----------------------------------------------------------------------------
+
+    def _value_where(self, i: int) -> str:
+        name = tensor_name(self._values[i])
+        return f"{self.where}: value {i}" + (f" '{name}'" if name else "")
+
+    def _decode_values(self) -> None:
+        sizes = self.plan.nonConstBufferSizes
+        buffer_sizes = [int(s) for s in sizes] if sizes is not None else []
+        if any(s < 0 for s in buffer_sizes):
+            raise ModelFormatError(f"{self.where}: negative non_const_buffer_sizes {buffer_sizes}")
+        for i, e in enumerate(self._values):
+            if e is None or (e.val is None and e.valType != KernelTypes.Null):
+                raise ModelFormatError(f"{self.where}: value {i} is empty")
+            if e.valType == KernelTypes.Tensor:
+                self._decode_tensor(i, e.val, buffer_sizes)
+            elif e.valType in (KernelTypes.TensorList, KernelTypes.OptionalTensorList, KernelTypes.Null):
+                pass  # slots filled at run time (or None)
+            elif e.valType in (
+                KernelTypes.Int,
+                KernelTypes.Bool,
+                KernelTypes.Double,
+                KernelTypes.String,
+                KernelTypes.IntList,
+                KernelTypes.DoubleList,
+                KernelTypes.BoolList,
+            ):
+                self._initial[i] = scalar_value(e)
+            else:
+                raise ModelFormatError(f"{self.where}: value {i} has unknown kind {e.valType}")
+        self.module._arena_ids.update(id(a) for a in self._arenas.values())
+
+    def _decode_tensor(self, i: int, t, buffer_sizes: list[int]) -> None:
+        where = self._value_where(i)
+        if t.dataBufferIdx and t.allocationInfo is not None:
+            raise UnsupportedOpError(f"{where}: mutable tensors with initial data are not supported")
+        if t.dataBufferIdx:
+            self._initial[i] = constant_array(self.module.pte, t, where)
+        elif t.allocationInfo is not None:
+            view = planned_view(t, self._arenas, buffer_sizes, t.allocationInfo, where)
+            self._initial[i] = self._planned[i] = view
+        else:
+            tensor_decl(t, where)  # a bad declaration is an error even when nothing is stored
+
+    def _slots(self, indices, what: str) -> list[int]:
+        out = [int(i) for i in (indices if indices is not None else [])]
+        for i in out:
+            if not 0 <= i < len(self._values):
+                raise ModelFormatError(
+                    f"{self.where}: {what} name value {i}; the plan has {len(self._values)}"
+                )
+        return out
+
+    def _names(self, plan, field: str, slots: list[int], stem: str) -> list[str]:
+        meta = plan.containerMetaType
+        text = getattr(meta, field, None) if meta is not None else None
+        if not text:
+            return [tensor_name(self._values[i]) or f"{stem}{k}" for k, i in enumerate(slots)]
+        try:
+            names = json.loads(text)
+        except ValueError:
+            raise ModelFormatError(f"{self.where}: the {stem} names are not JSON") from None
+        if (
+            not isinstance(names, list)
+            or len(names) != len(slots)
+            or not all(isinstance(n, str) for n in names)
+        ):
+            raise ModelFormatError(f"{self.where}: the {stem} names must be a list of {len(slots)} strings")
+        return names
+
+    def _prepare(self) -> None:
+        chains = self.plan.chains or []
+        if len(chains) > 1:
+            raise UnsupportedOpError(f"{self.where}: {len(chains)} chains; offload runs plans of one chain")
+        instructions = (chains[0].instructions or []) if chains else []
+        frames = (chains[0].stacktrace or []) if chains else []
+        operators = self.plan.operators or []
+        for pc, ins in enumerate(instructions):
+            label = _label(frames, pc)
+            where = f"{self.where}: instruction {pc}" + (f" ('{label}')" if label else "")
+            prepare = _PREPARE.get(ins.instrArgsType) if ins is not None else None
+            if prepare is None or ins.instrArgs is None:
+                kind = ins.instrArgsType if ins is not None else None
+                raise ModelFormatError(f"{where}: unknown instruction type {kind}")
+            self._steps.append(prepare(self, ins.instrArgs, pc, where, label, operators, len(instructions)))
+
+    def _index(self, i, where: str, what: str) -> int:
+        i = int(i)
+        if not 0 <= i < len(self._values):
+            raise ModelFormatError(
+                f"{where}: {what} names value {i}; the plan has {len(self._values)} values"
+            )
+        return i
+
+    def _subplan(self, plan_index: int, captured: list[int], where: str) -> SubPlan:
+        plans = self.module._plans
+        if not 0 <= plan_index < len(plans):
+            raise ModelFormatError(f"{where}: plan {plan_index} does not exist ({len(plans)} plans)")
+        sub = plans[plan_index]
+        if len(captured) > len(sub.input_names):
+            raise ModelFormatError(
+                f"{where}: captures {len(captured)} values; plan '{sub.name}' takes {len(sub.input_names)}"
+            )
+        self._callees.add(plan_index)
+        return SubPlan(sub, captured)
+
+    # ---- running -----------------------------------------------------------------------------
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the method on named inputs (checked against the declared dtypes and shapes)."""
+        if self._missing_cache is None:
+            self._missing_cache = self._missing()
+        missing = self._missing_cache
+        if missing:
+            raise UnsupportedOpError(
+                f"{self.where}: no CPU kernel for {', '.join(missing)}; these ops cannot run in this version of offload"
+            )
+        args = check_inputs([(p.name, p.type) for p in self.inputs], inputs)
+        return dict(zip(self.output_names, self._call(args)))
+
+    def _missing(self) -> list[str]:
+        seen, todo, out = set(), [self.index], set()
+        while todo:
+            i = todo.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            m = self.module._plans[i]
+            out.update(m._unsupported)
+            todo.extend(m._callees)
+        return sorted(out)
+
+    def _call(self, args: list) -> list:
+        frame = list(self._initial)
+        for slot, value in zip(self._input_slots, args):
+            if self._planned[slot] is not None:
+                self._store(frame, slot, value)
+            else:
+                frame[slot] = value
+        steps, pc, n = self._steps, 0, len(self._steps)
+        while pc < n:
+            nxt = steps[pc].run(frame)
+            pc = pc + 1 if nxt is None else nxt
+        return [self.module._detach(frame[i]) for i in self._output_slots]
+
+    def _store(self, frame: list, slot: int, value) -> None:
+        """A result into its slot: copied into the planned view when it fits, else bound."""
+        view = self._planned[slot]
+        if view is not None:
+            if _fits(value, view):
+                if value is not view:
+                    np.copyto(view, value, casting="no")
+                frame[slot] = view
+                return
+            if self.module.strict and not _layout_only(value, view):
+                self._mismatch(slot, value, view)
+        frame[slot] = self.module._detach(value)
+
+    def _mismatch(self, slot: int, value, view: np.ndarray) -> None:
+        where = self._value_where(slot)
+        got = getattr(value, "dtype", type(value).__name__)
+        if getattr(value, "dtype", None) != view.dtype:
+            raise DTypeError(f"{where}: a result of dtype {got} for a tensor declared {view.dtype}")
+        raise ShapeError(f"{where}: a result of shape {np.shape(value)} for a tensor declared {view.shape}")
+
+
+def _fits(value, view: np.ndarray) -> bool:
+    # Only C-contiguous results go into the arena: a kernel's non-contiguous result (a
+    # transposed view…) keeps its layout, so later kernels iterate it as evaluate's do.
+    return (
+        isinstance(value, (np.ndarray, np.generic))
+        and value.dtype == view.dtype
+        and value.shape == view.shape
+        and value.flags.c_contiguous
+    )
+
+
+def _layout_only(value, view: np.ndarray) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype == view.dtype and value.shape == view.shape
+
+
+def _label(frames, pc: int) -> str:
+    if pc < len(frames) and frames[pc] is not None and frames[pc].items:
+        return frames[pc].items[0].name or ""
+    return ""
+
+
+# ---- steps ---------------------------------------------------------------------------------------
+
+
+class _KernelStep:
+    """A prepared KernelCall; also the ``ctx.op`` its kernel sees (seeded kernels key on it)."""
+
+    __slots__ = (
+        "__weakref__",
+        "attrs",
+        "fn",
+        "in_slots",
+        "label",
+        "method",
+        "op_name",
+        "out_slots",
+        "out_views",
+        "where",
+    )
+
+    def run(self, frame: list) -> None:
+        args = [frame[i] for i in self.in_slots]
+        ctx = MethodContext(self, frame)
+        try:
+            result = self.fn(ctx, *args, **self.attrs)
+        except OffloadError:
+            raise
+        except Exception as e:
+            shapes = ", ".join("None" if a is None else _describe(a) for a in args)
+            raise KernelError(
+                f"{self.where}: op '{self.label or self.op_name}' ({self.op_name}) failed on inputs "
+                f"({shapes}): {type(e).__name__}: {e}"
+            ) from e
+        if not isinstance(result, tuple):
+            result = (result,)
+        for slot, value in zip(self.out_slots, result):
+            if slot:
+                self.method._store(frame, slot, value)
+
+    def info(self) -> StepInfo:
+        captured = [i for a in self.attrs.values() if isinstance(a, SubPlan) for i in a.captured]
+        reads = tuple(i for i in self.in_slots if i) + tuple(captured)
+        return StepInfo("kernel", self.op_name, reads, tuple(i for i in self.out_slots if i), None)
+
+
+def _describe(a) -> str:
+    if isinstance(a, np.ndarray):
+        return f"{a.dtype}{list(a.shape)}"
+    if isinstance(a, list):
+        return f"seq[{len(a)}]"
+    return type(a).__name__
+
+
+def _missing_kernel(name: str, where: str):
+    def fn(ctx, *args, **attrs):
+        raise UnsupportedOpError(f"{where}: no CPU kernel for {name}")
+
+    return fn
+
+
+def _prepare_kernel(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _KernelStep:
+    if not 0 <= call.opIndex < len(operators):
+        raise ModelFormatError(
+            f"{where}: operator index {call.opIndex} is out of range ({len(operators)} operators)"
+        )
+    op = operators[call.opIndex]
+    name, overload = op.name or "", op.overload or ""
+    domain, sep, op_type = name.partition("::")
+    domain = "" if domain == "onnx" else domain
+    schema = lookup(domain, op_type) if sep else None
+    if schema is None:
+        raise ModelFormatError(
+            f"{where}: operator '{name}' is not an operator offload knows (expected '<domain>::<Op>')"
+        )
+    args = [m._index(a, where, "an argument") for a in (call.args if call.args is not None else [])]
+    n_in, _ = _split(schema, len(args), overload, f"{where}: operator '{name}'")
+    n_attr = len(schema.attributes)
+    step = _KernelStep()
+    step.method, step.label, step.op_name = m, label, name
+    step.where = where
+    in_slots = args[:n_in]
+    if not any(p.variadic for p in schema.inputs):
+        # Trailing omitted inputs are left out, as evaluate passes them.
+        while in_slots and in_slots[-1] == 0:
+            in_slots.pop()
+    step.in_slots = in_slots
+    reader = AttributeReader(m._values, m._initial, f"{where}: operator '{name}'", m._subplan)
+    step.attrs = {
+        spec.name: reader.read(spec, i)
+        for spec, i in zip(schema.attributes.values(), args[n_in : n_in + n_attr])
+    }
+    step.out_slots = args[n_in + n_attr :]
+    step.out_views = tuple(m._planned[i] if i else None for i in step.out_slots)
+    fn = kernels.find(domain, op_type)
+    if fn is None:
+        m._unsupported.append(name)
+        fn = _missing_kernel(name, where)
+    step.fn = fn
+    return step
+
+
+_OVERLOAD = re.compile(r"^in(\d+)$")
+
+
+def _split(schema, n_args: int, overload: str, where: str) -> tuple[int, int]:
+    """How many of a KernelCall's args are inputs and outputs (the rest are the attributes)."""
+    n_attr = len(schema.attributes)
+    in_fixed = sum(not p.variadic for p in schema.inputs)
+    out_fixed = sum(not p.variadic for p in schema.outputs)
+    in_var = any(p.variadic for p in schema.inputs)
+    out_var = any(p.variadic for p in schema.outputs)
+    if in_var and out_var:
+        m = _OVERLOAD.match(overload)
+        if not m:
+            raise ModelFormatError(
+                f"{where}: variadic inputs and outputs need the input count as overload 'in<N>'"
+            )
+        n_in = int(m.group(1))
+        n_out = n_args - n_in - n_attr
+    elif in_var:
+        n_out = out_fixed
+        n_in = n_args - n_attr - n_out
+    else:
+        n_in = in_fixed
+        n_out = n_args - n_in - n_attr if out_var else out_fixed
+    if n_in < in_fixed or n_out < out_fixed or n_in + n_attr + n_out != n_args:
+        raise ModelFormatError(
+            f"{where}: {n_args} arguments, but {schema.signature()} takes "
+            f"{in_fixed}{'+' if in_var else ''} inputs, {n_attr} attributes and {out_fixed}{'+' if out_var else ''} outputs"
+        )
+    return n_in, n_out
+
+
+class _MoveStep:
+    __slots__ = ("dst", "method", "src")
+
+    def run(self, frame: list) -> None:
+        self.method._store(frame, self.dst, frame[self.src])
+
+    def info(self) -> StepInfo:
+        return StepInfo("move", "", (self.src,), (self.dst,), None)
+
+
+def _prepare_move(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _MoveStep:
+    step = _MoveStep()
+    step.method = m
+    step.src = m._index(call.moveFrom, where, "move_from")
+    step.dst = m._index(call.moveTo, where, "move_to")
+    return step
+
+
+class _JumpStep:
+    __slots__ = ("cond", "dest", "where")
+
+    def run(self, frame: list) -> int | None:
+        v = frame[self.cond]
+        if isinstance(v, (bool, np.bool_)):
+            return None if v else self.dest
+        a = np.asarray(v)
+        if a.size != 1:
+            raise ShapeError(f"{self.where}: the jump condition has {a.size} elements, expected one")
+        return None if bool(a.reshape(-1)[0]) else self.dest
+
+    def info(self) -> StepInfo:
+        return StepInfo("jump", "", (self.cond,), (), self.dest)
+
+
+def _prepare_jump(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _JumpStep:
+    step = _JumpStep()
+    step.where = where
+    step.cond = m._index(call.condValueIndex, where, "the condition")
+    if not 0 <= call.destinationInstruction <= n:
+        raise ModelFormatError(
+            f"{where}: jump to instruction {call.destinationInstruction}; the chain has {n}"
+        )
+    step.dest = int(call.destinationInstruction)
+    return step
+
+
+class _FreeStep:
+    __slots__ = ("method", "slot")
+
+    def run(self, frame: list) -> None:
+        if self.method._planned[self.slot] is None:
+            frame[self.slot] = None
+
+    def info(self) -> StepInfo:
+        return StepInfo("free", "", (), (), None)
+
+
+def _prepare_free(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _FreeStep:
+    step = _FreeStep()
+    step.method = m
+    step.slot = m._index(call.valueIndex, where, "value_index")
+    return step
+
+
+def _prepare_delegate(m: Method, call, pc: int, where: str, label: str, operators, n: int):
+    m._unsupported.append(f"delegate call {call.delegateIndex}")
+    step = _KernelStep()
+    step.method, step.label, step.op_name, step.where = m, label, "DelegateCall", where
+    step.in_slots, step.attrs, step.out_slots, step.out_views = [], {}, [], ()
+    step.fn = _missing_kernel("delegate calls (no backend runs them yet)", where)
+    return step
+
+
+_PREPARE = {
+    InstructionArguments.KernelCall: _prepare_kernel,
+    InstructionArguments.MoveCall: _prepare_move,
+    InstructionArguments.JumpFalseCall: _prepare_jump,
+    InstructionArguments.FreeCall: _prepare_free,
+    InstructionArguments.DelegateCall: _prepare_delegate,
+}

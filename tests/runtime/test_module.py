@@ -1,0 +1,372 @@
+"""Running .pte files: results bit for bit equal to offload.evaluate, input checks, hostile files."""
+
+import copy
+import mmap
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import offload
+from offload import runtime
+from offload.emit import lower
+from offload.errors import DTypeError, ModelFormatError, ShapeError, UnsupportedOpError
+from offload.runtime import kernels
+from offload.runtime.module import Module
+from offload.schemas import pte
+from offload.schemas.generated.executorch_flatbuffer.InstructionArguments import InstructionArguments as IA
+from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
+
+vi = helper.make_tensor_value_info
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, "examples", "tiny_cnn.onnx")
+
+
+def _program(nodes, inputs, outputs, inits=(), opset=21):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", opset)])
+    return offload.load(model.SerializeToString())
+
+
+def _same(a, b, where=""):
+    """Equal bit for bit: same type of thing, dtype, shape and bytes (NaNs included)."""
+    if isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), where
+        for k, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{k}]")
+        return
+    if a is None:
+        assert b is None, where
+        return
+    a, b = np.asarray(a), np.asarray(b)
+    assert (a.dtype, a.shape) == (b.dtype, b.shape), where
+    if a.dtype == object:
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes(), where
+
+
+def _check(program, *feeds):
+    """Save, load and run the program on each feed; every output must equal evaluate's."""
+    module = runtime.load(offload.save(program))
+    for inputs in feeds:
+        want = offload.evaluate(program, inputs)
+        got = module.run(inputs)
+        assert list(got) == list(want)
+        for name in want:
+            _same(want[name], got[name], name)
+    return module
+
+
+def test_example_cnn_matches_evaluate(tmp_path):
+    program = offload.load(EXAMPLE)
+    rng = np.random.default_rng(0)
+    _check(program, *({"image": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(2)))
+
+
+def test_conv_and_gemm_match_evaluate():
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    fc = numpy_helper.from_array(rng.standard_normal((5, 64)).astype(np.float32), "fc")
+    program = _program(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("Flatten", ["r"], ["f"]),
+            helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1, alpha=0.5),
+        ],
+        [vi("x", T.FLOAT, [2, 3, 8, 8])],
+        [vi("y", T.FLOAT, [2, 5])],
+        [w, b, fc],
+    )
+    _check(program, {"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32)})
+
+
+def test_if_takes_either_branch():
+    then_b = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [vi("t", T.FLOAT, [3])])
+    else_b = helper.make_graph([helper.make_node("Sqrt", ["x"], ["e"])], "else", [], [vi("e", T.FLOAT, [3])])
+    program = _program(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)],
+        [vi("c", T.BOOL, []), vi("x", T.FLOAT, [3])],
+        [vi("y", T.FLOAT, [3])],
+    )
+    x = np.array([1.0, 4.0, 2.0], np.float32)
+    _check(program, {"c": np.array(True), "x": x}, {"c": np.array(False), "x": x})
+
+
+def _loop_program():
+    """Carried (a, b) swap places each step (a ← b, b ← a + i), and a's value is a scan output."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+            helper.make_node("Add", ["a", "fi"], ["a_next"]),
+            helper.make_node("Less", ["fi", "limit"], ["go"]),
+        ],
+        "body",
+        [vi("i", T.INT64, []), vi("c", T.BOOL, []), vi("a", T.FLOAT, [2]), vi("b", T.FLOAT, [2])],
+        [vi("go", T.BOOL, []), vi("b", T.FLOAT, [2]), vi("a_next", T.FLOAT, [2]), vi("a", T.FLOAT, [2])],
+    )
+    limit = numpy_helper.from_array(np.array(3.0, np.float32), "limit")
+    return _program(
+        [helper.make_node("Loop", ["M", "cond", "a0", "b0"], ["ra", "rb", "scan"], body=body)],
+        [vi("M", T.INT64, []), vi("cond", T.BOOL, []), vi("a0", T.FLOAT, [2]), vi("b0", T.FLOAT, [2])],
+        [vi("ra", T.FLOAT, [2]), vi("rb", T.FLOAT, [2]), vi("scan", T.FLOAT, None)],
+        [limit],
+    )
+
+
+@pytest.mark.parametrize("trips,cond", [(0, True), (1, True), (3, True), (9, True), (5, False)])
+def test_loop_with_scan_outputs_matches_evaluate(trips, cond):
+    program = _loop_program()
+    feed = {
+        "M": np.array(trips, np.int64),
+        "cond": np.array(cond),
+        "a0": np.array([1, 2], np.float32),
+        "b0": np.array([10, 20], np.float32),
+    }
+    module = _check(program, feed)
+    if trips == 0 or not cond:
+        got = module.run(feed)
+        assert got["scan"].shape == (0, 2) and got["scan"].dtype == np.float32
+
+
+def test_scan_with_a_captured_value_matches_evaluate():
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "x"], ["s2"]), helper.make_node("Mul", ["s2", "k"], ["y"])],
+        "body",
+        [vi("s", T.FLOAT, [2]), vi("x", T.FLOAT, [2])],
+        [vi("s2", T.FLOAT, [2]), vi("y", T.FLOAT, [2])],
+    )
+    program = _program(
+        [
+            helper.make_node(
+                "Scan", ["s0", "xs"], ["sf", "ys"], body=body, num_scan_inputs=1, scan_output_axes=[1]
+            )
+        ],
+        [vi("s0", T.FLOAT, [2]), vi("xs", T.FLOAT, [4, 2]), vi("k", T.FLOAT, [2])],
+        [vi("sf", T.FLOAT, [2]), vi("ys", T.FLOAT, [2, 4])],
+    )
+    rng = np.random.default_rng(2)
+    feed = {
+        "s0": np.zeros(2, np.float32),
+        "xs": rng.standard_normal((4, 2)).astype(np.float32),
+        "k": np.array([2, 3], np.float32),
+    }
+    module = _check(program, feed)
+    assert module.method_names == ["forward"] and module.plan_names == ["forward", "forward/#0/body"]
+
+
+def test_sequences_match_evaluate():
+    body = helper.make_graph(
+        [helper.make_node("Neg", ["t"], ["n"])], "map", [vi("t", T.FLOAT, None)], [vi("n", T.FLOAT, None)]
+    )
+    program = _program(
+        [
+            helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0, keepdims=0),
+            helper.make_node("SequenceInsert", ["seq", "x0"], ["seq2"]),
+            helper.make_node("SequenceMap", ["seq2"], ["neg"], body=body),
+            helper.make_node("SequenceLength", ["neg"], ["n"]),
+            helper.make_node("SequenceAt", ["neg", "one"], ["second"]),
+            helper.make_node("ConcatFromSequence", ["neg"], ["cat"], axis=0, new_axis=1),
+        ],
+        [vi("x", T.FLOAT, [3, 2]), vi("x0", T.FLOAT, [2])],
+        [
+            helper.make_tensor_sequence_value_info("neg", T.FLOAT, None),
+            vi("n", T.INT64, []),
+            vi("second", T.FLOAT, [2]),
+            vi("cat", T.FLOAT, [4, 2]),
+        ],
+        [numpy_helper.from_array(np.array(1, np.int64), "one")],
+    )
+    _check(program, {"x": np.arange(6, dtype=np.float32).reshape(3, 2), "x0": np.array([7, 8], np.float32)})
+
+
+def test_strings_match_evaluate():
+    words = numpy_helper.from_array(np.array(["Ab", "cD", "héllo"], dtype=object), "words")
+    program = _program(
+        [
+            helper.make_node("StringConcat", ["words", "s"], ["joined"]),
+            helper.make_node("StringNormalizer", ["joined"], ["lower"], case_change_action="LOWER"),
+        ],
+        [vi("s", T.STRING, [3])],
+        [vi("lower", T.STRING, [3]), vi("words", T.STRING, [3])],
+        [words],
+    )
+    _check(program, {"s": np.array(["X", "", "!"], dtype=object)})
+
+
+def test_optionals_match_evaluate():
+    program = _program(
+        [
+            helper.make_node("Optional", ["x"], ["opt"]),
+            helper.make_node("OptionalHasElement", ["opt"], ["has"]),
+            helper.make_node("OptionalGetElement", ["opt"], ["got"]),
+        ],
+        [vi("x", T.FLOAT, [2])],
+        [vi("has", T.BOOL, []), vi("got", T.FLOAT, [2])],
+    )
+    _check(program, {"x": np.array([1, 2], np.float32)})
+
+
+def test_seeded_random_repeats_evaluate_and_goes_on():
+    program = _program(
+        [helper.make_node("RandomNormal", [], ["y"], shape=[4], seed=5.0)], [], [vi("y", T.FLOAT, [4])]
+    )
+    module = runtime.load(offload.save(program))
+    first, second = module.run({})["y"], module.run({})["y"]
+    _same(offload.evaluate(program, {})["y"], first)  # evaluate's generator starts from the seed too
+    assert not np.array_equal(first, second)  # one generator per node, going on from run to run
+    _same(runtime.load(offload.save(program)).run({})["y"], first)
+
+
+def test_outputs_are_not_overwritten_by_later_runs():
+    program = _program(
+        [helper.make_node("Relu", ["x"], ["y"])], [vi("x", T.FLOAT, [3])], [vi("y", T.FLOAT, [3])]
+    )
+    module = runtime.load(offload.save(program))
+    a = module.run({"x": np.array([1, -1, 2], np.float32)})["y"]
+    module.run({"x": np.array([5, 5, 5], np.float32)})
+    np.testing.assert_array_equal(a, [1, 0, 2])
+
+
+def test_a_file_is_mapped_and_constants_are_read_only_views_into_it(tmp_path):
+    path = tmp_path / "cnn.pte"
+    offload.save(offload.load(EXAMPLE), path)
+    module = runtime.load(path)
+    constants = module.method("forward").constants
+    assert len(constants) == 10
+    for array in constants.values():
+        assert not array.flags.writeable
+        owner = array
+        while isinstance(owner, np.ndarray):
+            owner = owner.base
+        assert isinstance(owner, memoryview) and isinstance(owner.obj, mmap.mmap)  # no copy
+
+
+def test_method_describes_its_inputs_and_outputs():
+    module = runtime.load(offload.save(offload.load(EXAMPLE)))
+    m = module.method("forward")
+    assert module.method_names == ["forward"]
+    assert (m.input_names, m.output_names) == (["image"], ["probs"])
+    assert m.input_dtypes == [np.float32] and m.input_shapes == [(1, 3, 32, 32)]
+    assert m.output_dtypes == [np.float32] and m.output_shapes == [(1, 10)]
+    assert m.arena_bytes < m.planned_bytes
+
+
+def test_inputs_are_checked_against_the_declared_types():
+    module = runtime.load(offload.save(offload.load(EXAMPLE)))
+    with pytest.raises(DTypeError, match="input 'image' has dtype float64"):
+        module.run({"image": np.zeros((1, 3, 32, 32))})
+    with pytest.raises(ShapeError, match="rank 4"):
+        module.run({"image": np.zeros((3, 32, 32), np.float32)})
+    with pytest.raises(ShapeError, match="is missing"):
+        module.run({})
+    with pytest.raises(ShapeError, match="unknown input"):
+        module.run({"image": np.zeros((1, 3, 32, 32), np.float32), "extra": 1})
+
+
+def test_kernels_are_offered_their_planned_output_views(monkeypatch):
+    seen = []
+    relu = kernels.find("", "Relu")
+
+    def spy(ctx, x):
+        seen.append(ctx.out(0))
+        return relu(ctx, x)
+
+    monkeypatch.setitem(kernels.KERNELS, ("", "Relu"), spy)
+    program = _program(
+        [helper.make_node("Relu", ["x"], ["y"])], [vi("x", T.FLOAT, [3])], [vi("y", T.FLOAT, [3])]
+    )
+    method = runtime.load(offload.save(program)).method("forward")
+    method.run({"x": np.ones(3, np.float32)})
+    (view,) = seen
+    assert view.shape == (3,) and any(view is v for v in method.planned.values())
+
+
+def test_an_op_without_kernel_is_reported_when_run():
+    program = _program(
+        [helper.make_node("ImageDecoder", ["b"], ["img"])],
+        [vi("b", T.UINT8, [10])],
+        [vi("img", T.UINT8, None)],
+    )
+    if kernels.find("", "ImageDecoder") is not None:
+        pytest.skip("ImageDecoder has a kernel now")
+    module = runtime.load(offload.save(program))
+    with pytest.raises(UnsupportedOpError, match="onnx::ImageDecoder"):
+        module.run({"b": np.zeros(10, np.uint8)})
+
+
+def test_strict_mode_rejects_a_result_that_does_not_fit_its_declaration():
+    program = _program(
+        [helper.make_node("Relu", ["x"], ["y"])], [vi("x", T.FLOAT, [4])], [vi("y", T.FLOAT, [4])]
+    )
+    program_t, segments = lower(program)
+    plan = program_t.executionPlan[0]
+    y = plan.values[int(plan.outputs[0])].val
+    y.sizes, y.dimOrder = [2, 2], [0, 1]  # still inside the arena, but not the shape Relu gives
+    feed = {"x": np.array([1, -1, 2, -2], np.float32)}
+    loose = _module(program_t, segments)
+    np.testing.assert_array_equal(loose.run(feed)["y"], [1, 0, 2, 0])
+    with pytest.raises(ShapeError, match=r"shape \(4,\) for a tensor declared \(2, 2\)"):
+        _module(program_t, segments, strict=True).run(feed)
+
+
+# ---- hostile files: checked at load time, errors name the plan and the instruction --------------
+
+
+def _module(program_t, segments, strict=False) -> Module:
+    """A Module over an in-memory program (skipping the flatbuffer layer and its verifier)."""
+    return Module(pte.PteFile(program_t, None, [memoryview(s) for s in segments]), "<test>", strict)
+
+
+def _lowered():
+    return lower(offload.load(EXAMPLE))
+
+
+def _first_planned(plan):
+    return next(
+        e.val for e in plan.values if e.valType == KernelTypes.Tensor and e.val.allocationInfo is not None
+    )
+
+
+def _first_kernel(plan):
+    return next(i for i in plan.chains[0].instructions if i.instrArgsType == IA.KernelCall).instrArgs
+
+
+@pytest.mark.parametrize(
+    "break_it,message",
+    [
+        (
+            lambda p: setattr(p.operators[0], "name", "Conv"),
+            r"instruction 0 .*operator 'Conv' is not an operator",
+        ),
+        (lambda p: setattr(p.operators[0], "name", "onnx::NoSuchOp"), r"instruction 0 .*'onnx::NoSuchOp'"),
+        (lambda p: setattr(_first_kernel(p), "opIndex", 99), r"instruction 0 .*operator index 99"),
+        (lambda p: _first_kernel(p).args.append(0), r"instruction 0 .*11 arguments"),
+        (lambda p: _first_kernel(p).args.__setitem__(0, 10_000), r"instruction 0 .*names value 10000"),
+        (
+            lambda p: setattr(p.chains[0].instructions[3], "instrArgsType", 0),
+            r"instruction 3 .*unknown instruction",
+        ),
+        (lambda p: setattr(p.values[2].val, "sizes", [10_000, 3, 3, 3]), r"plan 'forward': value 2 .*bytes"),
+        (
+            lambda p: setattr(_first_planned(p).allocationInfo, "memoryOffsetLow", 1 << 30),
+            r"value 13 .*outside arena",
+        ),
+    ],
+)
+def test_a_broken_plan_is_a_model_format_error(break_it, message):
+    program_t, segments = _lowered()
+    broken = copy.deepcopy(program_t)
+    break_it(broken.executionPlan[0])
+    with pytest.raises(ModelFormatError, match=message):
+        _module(broken, segments)
+    _module(program_t, segments)  # the unbroken program loads
+
+
+def test_bytes_that_are_not_a_pte_file_are_refused():
+    with pytest.raises(ModelFormatError, match=r"not a \.pte file"):
+        runtime.load(b"\0" * 64)
