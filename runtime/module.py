@@ -249,6 +249,8 @@ class Method:
         self._callees: set[int] = set()
         self._unsupported: list[str] = []
         self._missing_cache: list[str] | None = None
+        # Planned results of the last run that a kernel allocated rather than wrote in place.
+        self.allocated_results = 0
 
     # ---- description -------------------------------------------------------------------------
 
@@ -432,6 +434,7 @@ class Method:
         return sorted(out)
 
     def _call(self, args: list) -> list:
+        self.allocated_results = 0
         frame = list(self._initial)
         for slot, value in zip(self._input_slots, args):
             if self._planned[slot] is not None:
@@ -450,6 +453,8 @@ class Method:
         if view is not None:
             if _fits(value, view):
                 if value is not view:
+                    # The kernel allocated its result instead of writing into ctx.out.
+                    self.allocated_results += value.base is None
                     np.copyto(view, value, casting="no")
                 frame[slot] = view
                 return

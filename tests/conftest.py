@@ -1,4 +1,20 @@
-"""Test-wide hooks: the conformance tally printed at the end of every run."""
+"""Test-wide fixtures and hooks: the bundled example model, the conformance tally."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def example_model(tmp_path_factory) -> str:
+    """The bundled example (a small CNN), built by its script as a newcomer would."""
+    path = str(tmp_path_factory.mktemp("example") / "tiny_cnn.onnx")
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "build_example.py"), path], check=True)
+    return path
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -23,5 +23,17 @@ def like(x, y):
     return np.asarray(y).astype(np.asarray(x).dtype, copy=False)
 
 
+def out_for(ctx, i: int, shape, dtype) -> np.ndarray | None:
+    """The preallocated buffer for output ``i`` when it has exactly this shape and dtype.
+
+    A .pte Method offers each planned output's arena view; a kernel that writes its result
+    there allocates nothing for it. Kernels must compute the same values either way.
+    """
+    out = ctx.out(i)
+    if out is None or out.shape != tuple(shape) or out.dtype != dtype or not out.flags.c_contiguous:
+        return None
+    return out
+
+
 def unsupported(op: str, what: str) -> UnsupportedOpError:
     return UnsupportedOpError(f"{op}: {what} is not supported by the CPU kernels")

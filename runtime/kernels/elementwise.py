@@ -15,7 +15,7 @@ import numpy as np
 from offload.ir import DataType
 
 from . import kernel
-from ._util import unsupported
+from ._util import out_for, unsupported
 
 # ---------------------------------------------------------------- helpers
 
@@ -44,6 +44,20 @@ def _same(x, y) -> np.ndarray:
     return _as(np.asarray(x).dtype, y)
 
 
+def _writes_c_order(*xs) -> bool:
+    """Whether numpy computes on ``xs`` directly into a C-ordered result.
+
+    Then the result may go into a planned (C-ordered) buffer and stay bit-identical to a fresh
+    one: the narrow floats widen first, and a non-contiguous operand gives numpy's result its
+    own layout, which the kernels after it (a matmul's summation order) can tell apart.
+    """
+    return all(
+        x.flags.c_contiguous
+        and (x.dtype.kind in "iu" or (x.dtype.kind == "f" and x.dtype not in _NARROW_FLOATS))
+        for x in xs
+    )
+
+
 def _up(x) -> np.ndarray:
     """``x`` in a type numpy computes well in: the narrow floats widen to float32."""
     x = np.asarray(x)
@@ -52,8 +66,13 @@ def _up(x) -> np.ndarray:
 
 def _unary(fn):
     """A kernel applying ``fn`` to its one input, keeping the input's element type."""
+    writes_out = isinstance(fn, np.ufunc)
 
     def run(ctx, x):
+        x = np.asarray(x)
+        out = out_for(ctx, 0, x.shape, x.dtype) if writes_out and _writes_c_order(x) else None
+        if out is not None:
+            return fn(x, out=out)
         return _same(x, fn(_up(x)))
 
     return run
@@ -63,6 +82,11 @@ def _binary(fn):
     """A kernel applying ``fn`` to two broadcast inputs, keeping the first input's type."""
 
     def run(ctx, a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.dtype == b.dtype and _writes_c_order(a, b):
+            out = out_for(ctx, 0, np.broadcast_shapes(a.shape, b.shape), a.dtype)
+            if out is not None:
+                return fn(a, b, out=out)
         return _same(a, fn(_up(a), _up(b)))
 
     return run
@@ -236,13 +260,21 @@ def bitshift(ctx, X, Y, *, direction):
 # ---------------------------------------------------------------- variadic
 
 
-def _fold(fn, inputs) -> np.ndarray:
+def _fold(fn, inputs, ctx=None) -> np.ndarray:
     """``fn`` folded over the inputs, broadcast to their common shape (one input included)."""
     vals = [_up(v) for v in inputs]
+    shape = np.broadcast_shapes(*(v.shape for v in vals))
+    dest = None
+    if (
+        ctx is not None
+        and len(vals) > 1
+        and all(v.dtype == vals[0].dtype for v in vals)
+        and _writes_c_order(*vals)
+    ):
+        dest = out_for(ctx, 0, shape, vals[0].dtype)
     out = vals[0]
     for v in vals[1:]:
-        out = fn(out, v)
-    shape = np.broadcast_shapes(*(v.shape for v in vals))
+        out = fn(out, v, out=dest)
     return out if out.shape == shape else np.broadcast_to(out, shape).copy()
 
 
@@ -258,7 +290,7 @@ def min_(ctx, *data_0):
 
 @kernel("Sum")
 def sum_(ctx, *data_0):
-    return _same(data_0[0], _fold(np.add, data_0))
+    return _same(data_0[0], _fold(np.add, data_0, ctx))
 
 
 @kernel("Mean")
@@ -450,7 +482,11 @@ def dropout(ctx, data, ratio=None, training_mode=None, *, seed):
     p = 0.5 if ratio is None else float(np.asarray(ratio))
     training = training_mode is not None and bool(np.asarray(training_mode))
     if not training or p == 0:
-        out, mask = x, np.ones(x.shape, dtype=bool)
+        out, mask = x, out_for(ctx, 1, x.shape, np.dtype(bool))
+        if mask is None:
+            mask = np.ones(x.shape, dtype=bool)
+        else:
+            mask.fill(True)
     else:
         # A seeded run draws its mask from numpy's legacy generator, uniform in [0, 1), so
         # the same seed reproduces the same mask (ONNX's test data is drawn that way).
@@ -487,9 +523,17 @@ for _name, _fn in {
     "Softsign": lambda x: x / (1 + np.abs(x)),
     "Mish": lambda x: x * np.tanh(_softplus(x)),
     "HardSwish": lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
-    "Relu": lambda x: np.maximum(x, 0),
 }.items():
     kernel(_name)(_unary(_fn))
+
+
+@kernel("Relu")
+def relu(ctx, X):
+    X = np.asarray(X)
+    out = out_for(ctx, 0, X.shape, X.dtype) if _writes_c_order(X) else None
+    if out is not None:
+        return np.maximum(X, 0, out=out)
+    return _same(X, np.maximum(_up(X), 0))
 
 
 @kernel("LeakyRelu")

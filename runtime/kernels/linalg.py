@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernel
+from ._util import out_for
 
 
 def widened(x):
@@ -19,20 +20,35 @@ def widened(x):
     return x.astype(np.float32)
 
 
-def _matmul(a, b):
-    return np.matmul(widened(a), widened(b)).astype(np.asarray(a).dtype, copy=False)
+def _matmul(a, b, out=None):
+    return np.matmul(widened(a), widened(b), out=out).astype(np.asarray(a).dtype, copy=False)
+
+
+def _product_out(ctx, a, b):
+    """The planned buffer for a @ b when it can take the product directly (2-D float operands)."""
+    if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind != "f":
+        return None
+    return out_for(ctx, 0, (a.shape[0], b.shape[1]), a.dtype)
 
 
 @kernel("MatMul")
 def matmul(ctx, A, B):
-    return _matmul(A, B)
+    a, b = widened(A), widened(B)
+    return _matmul(A, B, _product_out(ctx, a, b))
 
 
 @kernel("Gemm")
 def gemm(ctx, A, B, C=None, *, alpha, beta, transA, transB):
     a = widened(A.T if transA else A)
     b = widened(B.T if transB else B)
-    y = a @ b
+    out = _product_out(ctx, a, b)
+    y = np.matmul(a, b, out=out)
+    if out is not None:
+        if alpha != 1.0:
+            np.multiply(y, alpha, out=y)
+        if C is not None:
+            np.add(y, widened(C) if beta == 1.0 else widened(C) * beta, out=y)
+        return y.astype(A.dtype, copy=False)
     # Scaling by exactly 1 is skipped so that integer products stay integers.
     if alpha != 1.0:
         y = y * alpha

@@ -16,7 +16,7 @@ from numpy.lib.stride_tricks import as_strided, sliding_window_view
 from offload.errors import ShapeError
 
 from . import kernel
-from ._util import unsupported
+from ._util import out_for, unsupported
 from .linalg import saturate, widened
 
 # ---------------------------------------------------------------------------- geometry
@@ -118,7 +118,7 @@ def _channel_bias(B, nd: int):
 # ---------------------------------------------------------------------------- convolution
 
 
-def _grouped_product(cols, w, group: int):
+def _grouped_product(cols, w, group: int, dest=None):
     """Convolution sums of windows cols (N, C, *out, *kernel) with w (M, C/group, *kernel): (N, M, *out).
 
     The im2col matrix is laid out (G, C/G·kernel, N·out) so that copying it reads rows of the
@@ -135,18 +135,22 @@ def _grouped_product(cols, w, group: int):
     out_axes = tuple(range(3, 3 + nd))
     kernel_axes = tuple(range(3 + nd, 3 + 2 * nd))
     a = a.transpose((1, 2, *kernel_axes, 0, *out_axes)).reshape(group, cg * prod(w.shape[2:]), n * prod(out))
+    if dest is not None and n == 1:  # (G, M/G, out) is the planned (1, M, *out) itself
+        np.matmul(w.reshape(group, mg, -1), a, out=dest.reshape(group, mg, -1))
+        return dest
     y = np.matmul(w.reshape(group, mg, -1), a)  # (G, M/G, N*out)
     return y.reshape(group, mg, n, prod(out)).transpose(2, 0, 1, 3).reshape((n, m) + out)
 
 
-def _conv(op, x, w, auto_pad, dilations, group, kernel_shape, pads, strides):
+def _conv(op, x, w, auto_pad, dilations, group, kernel_shape, pads, strides, ctx=None):
     g = _geometry(op, x.shape, kernel_shape or w.shape[2:], auto_pad, dilations, pads, strides)
-    return _grouped_product(_windows(x, g), w, group)
+    dest = None if ctx is None else out_for(ctx, 0, x.shape[:1] + w.shape[:1] + g.out, x.dtype)
+    return _grouped_product(_windows(x, g), w, group, dest)
 
 
 @kernel("Conv")
 def conv(ctx, X, W, B=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
-    y = _conv("Conv", widened(X), widened(W), auto_pad, dilations, group, kernel_shape, pads, strides)
+    y = _conv("Conv", widened(X), widened(W), auto_pad, dilations, group, kernel_shape, pads, strides, ctx)
     if B is not None:
         y += _channel_bias(B, X.ndim - 2)
     return y.astype(X.dtype, copy=False)
@@ -544,7 +548,8 @@ def max_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     x = X if X.dtype.kind in "fiu" else widened(X)
     g = _geometry("MaxPool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
     win = _windows(x, g, _lowest(x.dtype))
-    y = win.max(axis=_window_axes(win)).astype(X.dtype, copy=False)
+    y = win.max(axis=_window_axes(win), out=out_for(ctx, 0, win.shape[: 2 + len(g.out)], x.dtype))
+    y = y.astype(X.dtype, copy=False)
     if not ctx.output_wanted(1):
         return y
     first = win.reshape(win.shape[: 2 + len(g.out)] + (-1,)).argmax(-1)
@@ -569,12 +574,14 @@ def average_pool(ctx, X, *, auto_pad, ceil_mode, count_include_pad, dilations, k
     x = widened(X)
     g = _geometry("AveragePool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
     win = _windows(x, g)
-    sums = win.sum(axis=_window_axes(win))
+    out = out_for(ctx, 0, win.shape[: 2 + len(g.out)], x.dtype)
+    sums = win.sum(axis=_window_axes(win), out=out)
     pad_end = None
     if count_include_pad:
         # Padding that ceil_mode adds beyond the explicit pads never counts.
         _, pad_end = _pads("AveragePool", auto_pad, pads, x.shape[2:], g.kernel, g.strides, g.dilations)
-    return (sums / _window_counts(g, x.shape[2:], pad_end)).astype(X.dtype, copy=False)
+    y = np.divide(sums, _window_counts(g, x.shape[2:], pad_end), out=out)
+    return y.astype(X.dtype, copy=False)
 
 
 @kernel("LpPool")
@@ -591,7 +598,9 @@ def _spatial_axes(X) -> tuple:
 
 @kernel("GlobalAveragePool")
 def global_average_pool(ctx, X):
-    return widened(X).mean(axis=_spatial_axes(X), keepdims=True).astype(X.dtype, copy=False)
+    x = widened(X)
+    out = out_for(ctx, 0, x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)
+    return x.mean(axis=_spatial_axes(X), keepdims=True, out=out).astype(X.dtype, copy=False)
 
 
 @kernel("GlobalMaxPool")

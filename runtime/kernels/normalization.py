@@ -9,7 +9,7 @@ import numpy as np
 from offload.ir import DataType
 
 from . import kernel
-from ._util import normalize_axes, normalize_axis, unsupported
+from ._util import normalize_axes, normalize_axis, out_for, unsupported
 
 
 def _work_dtype(*dtypes) -> np.dtype:
@@ -47,14 +47,17 @@ def batch_normalization(ctx, X, scale, B, input_mean, input_var, *, epsilon, mom
     X, input_mean, input_var = np.asarray(X), np.asarray(input_mean), np.asarray(input_var)
     _needs_channels(X, "BatchNormalization")
     work = _work_dtype(X.dtype, np.asarray(scale).dtype)
-    x = X.astype(work)
+    x = X.astype(work, copy=False)
     if training_mode:
         axes = (0,) + tuple(range(2, X.ndim))
         mean, var = np.mean(x, axis=axes), np.var(x, axis=axes)
     else:
         mean, var = input_mean, input_var
-    y = (x - _channel(mean, X.ndim, work)) / np.sqrt(_channel(var, X.ndim, work) + work.type(epsilon))
-    y = (y * _channel(scale, X.ndim, work) + _channel(B, X.ndim, work)).astype(X.dtype)
+    out = out_for(ctx, 0, X.shape, X.dtype) if work == X.dtype and X.flags.c_contiguous else None
+    y = np.subtract(x, _channel(mean, X.ndim, work), out=out)
+    y = np.divide(y, np.sqrt(_channel(var, X.ndim, work) + work.type(epsilon)), out=out)
+    y = np.multiply(y, _channel(scale, X.ndim, work), out=out)
+    y = np.add(y, _channel(B, X.ndim, work), out=out).astype(X.dtype, copy=False)
     if not training_mode:
         return y
     # The running statistics blend the given ones with this batch's (population) statistics.
@@ -147,16 +150,18 @@ def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
-def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+def _softmax(x: np.ndarray, axis: int, out=None) -> np.ndarray:
     e = np.exp(x - np.max(x, axis=axis, keepdims=True, initial=-np.inf))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    return np.divide(e, np.sum(e, axis=axis, keepdims=True), out=out)
 
 
 @kernel("Softmax")
 def softmax(ctx, input, *, axis):
     X = np.asarray(input)
     ax = normalize_axis(axis, X.ndim, "Softmax")
-    return _softmax(X.astype(_work_dtype(X.dtype)), ax).astype(X.dtype)
+    x = X.astype(_work_dtype(X.dtype))
+    out = out_for(ctx, 0, X.shape, X.dtype) if x.dtype == X.dtype and X.flags.c_contiguous else None
+    return _softmax(x, ax, out).astype(X.dtype, copy=False)
 
 
 @kernel("LogSoftmax")

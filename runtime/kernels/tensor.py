@@ -9,7 +9,7 @@ import numpy as np
 from offload.ir import DataType
 
 from . import kernel
-from ._util import normalize_axes, normalize_axis, unsupported
+from ._util import normalize_axes, normalize_axis, out_for, unsupported
 
 
 def _ints(a) -> list[int]:
@@ -112,7 +112,12 @@ def space_to_depth(ctx, input, *, blocksize, mode):
 @kernel("Shape")
 def shape(ctx, data, *, end, start):
     # Python slicing clamps out-of-range (and negative) bounds exactly as the spec asks.
-    return np.array(data.shape[start:end], dtype=np.int64)
+    dims = data.shape[start:end]
+    out = out_for(ctx, 0, (len(dims),), np.dtype(np.int64))
+    if out is None:
+        return np.array(dims, dtype=np.int64)
+    out[:] = dims
+    return out
 
 
 @kernel("Size")
@@ -123,7 +128,12 @@ def size(ctx, data):
 @kernel("ConstantOfShape")
 def constant_of_shape(ctx, input, *, value):
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value)
-    return np.full(_ints(input), _scalar(fill), dtype=fill.dtype)
+    shape = _ints(input)
+    out = out_for(ctx, 0, shape, fill.dtype)
+    if out is None:
+        return np.full(shape, _scalar(fill), dtype=fill.dtype)
+    out.fill(_scalar(fill))
+    return out
 
 
 @kernel("Range")
@@ -159,7 +169,13 @@ def trilu(ctx, input, k=None, *, upper):
 
 @kernel("Concat")
 def concat(ctx, *inputs, axis):
-    return np.concatenate(inputs, axis=normalize_axis(axis, inputs[0].ndim, "Concat"))
+    axis = normalize_axis(axis, inputs[0].ndim, "Concat")
+    out = None
+    if all(x.dtype == inputs[0].dtype and x.ndim == inputs[0].ndim for x in inputs):
+        shape = list(inputs[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in inputs)
+        out = out_for(ctx, 0, shape, inputs[0].dtype)
+    return np.concatenate(inputs, axis=axis, out=out)
 
 
 @kernel("Split")

@@ -1,8 +1,6 @@
 """The bundled example model and the command line, checked against onnxruntime."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -14,11 +12,9 @@ from offload.cli import main
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("example") / "tiny_cnn.onnx")
-    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "build_example.py"), path], check=True)
-    return path
+@pytest.fixture
+def example(example_model):
+    return example_model
 
 
 def test_example_matches_onnxruntime(example):

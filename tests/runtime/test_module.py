@@ -5,6 +5,7 @@ import mmap
 import os
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
@@ -21,7 +22,6 @@ from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTy
 
 vi = helper.make_tensor_value_info
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EXAMPLE = os.path.join(ROOT, "examples", "tiny_cnn.onnx")
 
 
 def _program(nodes, inputs, outputs, inits=(), opset=21):
@@ -60,8 +60,8 @@ def _check(program, *feeds):
     return module
 
 
-def test_example_cnn_matches_evaluate(tmp_path):
-    program = offload.load(EXAMPLE)
+def test_example_cnn_matches_evaluate(tmp_path, example_model):
+    program = offload.load(example_model)
     rng = np.random.default_rng(0)
     _check(program, *({"image": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(2)))
 
@@ -232,9 +232,9 @@ def test_outputs_are_not_overwritten_by_later_runs():
     np.testing.assert_array_equal(a, [1, 0, 2])
 
 
-def test_a_file_is_mapped_and_constants_are_read_only_views_into_it(tmp_path):
+def test_a_file_is_mapped_and_constants_are_read_only_views_into_it(tmp_path, example_model):
     path = tmp_path / "cnn.pte"
-    offload.save(offload.load(EXAMPLE), path)
+    offload.save(offload.load(example_model), path)
     module = runtime.load(path)
     constants = module.method("forward").constants
     assert len(constants) == 10
@@ -246,8 +246,8 @@ def test_a_file_is_mapped_and_constants_are_read_only_views_into_it(tmp_path):
         assert isinstance(owner, memoryview) and isinstance(owner.obj, mmap.mmap)  # no copy
 
 
-def test_method_describes_its_inputs_and_outputs():
-    module = runtime.load(offload.save(offload.load(EXAMPLE)))
+def test_method_describes_its_inputs_and_outputs(example_model):
+    module = runtime.load(offload.save(offload.load(example_model)))
     m = module.method("forward")
     assert module.method_names == ["forward"]
     assert (m.input_names, m.output_names) == (["image"], ["probs"])
@@ -256,8 +256,8 @@ def test_method_describes_its_inputs_and_outputs():
     assert m.arena_bytes < m.planned_bytes
 
 
-def test_inputs_are_checked_against_the_declared_types():
-    module = runtime.load(offload.save(offload.load(EXAMPLE)))
+def test_inputs_are_checked_against_the_declared_types(example_model):
+    module = runtime.load(offload.save(offload.load(example_model)))
     with pytest.raises(DTypeError, match="input 'image' has dtype float64"):
         module.run({"image": np.zeros((1, 3, 32, 32))})
     with pytest.raises(ShapeError, match="rank 4"):
@@ -322,8 +322,8 @@ def _module(program_t, segments, strict=False) -> Module:
     return Module(pte.PteFile(program_t, None, [memoryview(s) for s in segments]), "<test>", strict)
 
 
-def _lowered():
-    return lower(offload.load(EXAMPLE))
+def _lowered(example_model):
+    return lower(offload.load(example_model))
 
 
 def _first_planned(plan):
@@ -358,8 +358,8 @@ def _first_kernel(plan):
         ),
     ],
 )
-def test_a_broken_plan_is_a_model_format_error(break_it, message):
-    program_t, segments = _lowered()
+def test_a_broken_plan_is_a_model_format_error(break_it, message, example_model):
+    program_t, segments = _lowered(example_model)
     broken = copy.deepcopy(program_t)
     break_it(broken.executionPlan[0])
     with pytest.raises(ModelFormatError, match=message):
@@ -370,3 +370,23 @@ def test_a_broken_plan_is_a_model_format_error(break_it, message):
 def test_bytes_that_are_not_a_pte_file_are_refused():
     with pytest.raises(ModelFormatError, match=r"not a \.pte file"):
         runtime.load(b"\0" * 64)
+
+
+@pytest.mark.parametrize("name", ["example", "light_resnet50", "light_densenet121", "light_squeezenet"])
+def test_static_models_write_every_intermediate_in_place(name, example_model):
+    """Kernels write planned results straight into the arena: a run allocates none of them."""
+    if name == "example":
+        path = example_model
+    else:
+        path = os.path.join(
+            os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"{name}.onnx"
+        )
+    program = offload.load(path)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    port = method.inputs[0]
+    feeds = {port.name: np.random.default_rng(0).random(port.shape).astype(np.float32)}
+    got = method.run(feeds)
+    assert len(method.planned) > 5
+    assert method.allocated_results == 0
+    for (k, a), b in zip(got.items(), offload.evaluate(program, feeds).values()):
+        np.testing.assert_array_equal(a, b, err_msg=k)
