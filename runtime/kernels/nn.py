@@ -83,12 +83,40 @@ def _geometry(op, x_shape, kernel, auto_pad, dilations, pads, strides, ceil_mode
     return _Geom(kernel, strides, dilations, begin, tuple(ends), tuple(out))
 
 
+def _padded(x, g: _Geom, fill=0):
+    return np.pad(x, [(0, 0), (0, 0)] + list(zip(g.begin, g.end)), constant_values=fill)
+
+
+def _fold_windows(x, g: _Geom, ufunc, fill=0, out=None):
+    """``ufunc`` folded over each window: (N, C, *out), one whole-tensor step per kernel offset.
+
+    Pools reduce this way rather than over the window view's trailing axes, which numpy
+    walks element by element.
+    """
+    xp = _padded(x, g, fill)
+    result = None
+    for k in np.ndindex(*g.kernel):
+        where = tuple(
+            slice(ki * d, ki * d + s * (o - 1) + 1, s)
+            for ki, d, s, o in zip(k, g.dilations, g.strides, g.out)
+        )
+        piece = xp[(slice(None), slice(None), *where)]
+        if result is None and out is None:
+            result = piece.copy()
+        elif result is None:
+            np.copyto(out, piece)
+            result = out
+        else:
+            ufunc(result, piece, out=result)
+    return result
+
+
 def _windows(x, g: _Geom, fill=0):
     """Read-only view (N, C, *out, *kernel) of x padded with ``fill``.
 
     Element [.., o, k] is x[.., o*s + k*d - begin].
     """
-    xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(g.begin, g.end)), constant_values=fill)
+    xp = _padded(x, g, fill)
     spatial = xp.strides[2:]
     return as_strided(
         xp,
@@ -547,11 +575,11 @@ def max_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
         raise unsupported("MaxPool", f"storage_order={storage_order}")
     x = X if X.dtype.kind in "fiu" else widened(X)
     g = _geometry("MaxPool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
-    win = _windows(x, g, _lowest(x.dtype))
-    y = win.max(axis=_window_axes(win), out=out_for(ctx, 0, win.shape[: 2 + len(g.out)], x.dtype))
-    y = y.astype(X.dtype, copy=False)
+    out = out_for(ctx, 0, x.shape[:2] + g.out, x.dtype)
+    y = _fold_windows(x, g, np.maximum, _lowest(x.dtype), out).astype(X.dtype, copy=False)
     if not ctx.output_wanted(1):
         return y
+    win = _windows(x, g, _lowest(x.dtype))
     first = win.reshape(win.shape[: 2 + len(g.out)] + (-1,)).argmax(-1)
     return y, _max_indices(first, g, x.shape, storage_order)
 
@@ -573,9 +601,8 @@ def _window_counts(g: _Geom, size, pad_end=None):
 def average_pool(ctx, X, *, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides):
     x = widened(X)
     g = _geometry("AveragePool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
-    win = _windows(x, g)
-    out = out_for(ctx, 0, win.shape[: 2 + len(g.out)], x.dtype)
-    sums = win.sum(axis=_window_axes(win), out=out)
+    out = out_for(ctx, 0, x.shape[:2] + g.out, x.dtype)
+    sums = _fold_windows(x, g, np.add, 0, out)
     pad_end = None
     if count_include_pad:
         # Padding that ceil_mode adds beyond the explicit pads never counts.

@@ -24,7 +24,9 @@ def _evaluate(program):
 
 def _through_pte(program):
     """Run through save → runtime.load, and insist on evaluate's results bit for bit."""
-    module = offload.runtime.load(offload.save(program))
+    data = offload.save(program)
+    assert data[4:8] == b"ET12" and data[8:12] == b"eh00", "a written .pte lacks its identifier or header"
+    module = offload.runtime.load(data)
 
     def run(inputs):
         got = module.run(inputs)
