@@ -1,0 +1,182 @@
+"""The backend interface: a compile half (capabilities, preprocess) and a runtime half (init, execute).
+
+As in ExecuTorch, the two halves are separate classes: the runtime half of a backend never
+imports its compile half, so a machine that only runs .pte files needs no compiler. A
+``Backend`` names both halves and loads each one only when it is asked for.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from offload.errors import OffloadError
+from offload.ir import DataType, Operation, Program
+
+
+class CompileSpecError(OffloadError):
+    """A compile spec the backend does not know, or a value it cannot take."""
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """One backend option, stored in the .pte as ExecuTorch's CompileSpec{key, value: bytes}."""
+
+    key: str
+    value: bytes
+
+    @classmethod
+    def of(cls, key: str, value: str | int | float | bool | bytes) -> CompileSpec:
+        """A spec from a typed value: text and numbers as UTF-8 text, booleans as '1' / '0'."""
+        if isinstance(value, bytes):
+            return cls(key, value)
+        if isinstance(value, bool):
+            return cls(key, b"1" if value else b"0")
+        return cls(key, str(value).encode())
+
+    def text(self) -> str:
+        return self.value.decode()
+
+    def integer(self) -> int:
+        try:
+            return int(self.text())
+        except ValueError:
+            raise CompileSpecError(f"compile spec '{self.key}' must be an integer, got {self.text()!r}") from None
+
+    def number(self) -> float:
+        try:
+            return float(self.text())
+        except ValueError:
+            raise CompileSpecError(f"compile spec '{self.key}' must be a number, got {self.text()!r}") from None
+
+    def flag(self) -> bool:
+        if self.value not in (b"0", b"1", b"true", b"false"):
+            raise CompileSpecError(f"compile spec '{self.key}' must be 0/1/true/false, got {self.text()!r}")
+        return self.value in (b"1", b"true")
+
+
+@dataclass(frozen=True)
+class Support:
+    """Whether a backend takes an op, and why not when it does not."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True)
+class OpCapability:
+    """What a backend accepts for one op type: element types, a rank limit, attribute values.
+
+    ``attributes`` maps an attribute name to the values allowed for it (the schema default
+    counts as given). Kept as data so that `offload backends` can print it.
+    """
+
+    dtypes: frozenset[DataType]
+    max_rank: int | None = None
+    attributes: Mapping[str, tuple] = field(default_factory=dict)
+
+    def check(self, op: Operation) -> Support:
+        from offload.ir import TensorType, lookup
+
+        for v in [*op.inputs, *op.outputs]:
+            if v is None or not isinstance(v.type, TensorType):
+                continue
+            if v.type.dtype not in self.dtypes:
+                return Support(False, f"dtype {v.type.dtype.short} of '{v.name}' is not supported")
+            if self.max_rank is not None and v.type.rank is not None and v.type.rank > self.max_rank:
+                return Support(False, f"rank {v.type.rank} of '{v.name}' exceeds {self.max_rank}")
+        schema = lookup(op.domain, op.op_type)
+        attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+        for name, allowed in self.attributes.items():
+            if attrs.get(name) not in allowed:
+                return Support(False, f"attribute {name}={attrs.get(name)!r} is not supported (takes {list(allowed)})")
+        return Support(True)
+
+
+@dataclass
+class PreprocessResult:
+    """What a backend's preprocess returns: its blob, and which IR ops each of its steps covers."""
+
+    processed: bytes
+    debug_handle_map: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+class BackendCompiler(abc.ABC):
+    """The compile half: says which ops it takes and turns a partition into a blob."""
+
+    name: str = ""
+    # Known compile spec keys → what each means (printed in errors and by `offload backends`).
+    spec_keys: Mapping[str, str] = {}
+    # Op type (default ONNX domain) → what the backend accepts for it.
+    capabilities: Mapping[str, OpCapability] = {}
+
+    def supports(self, op: Operation, ctx: Any = None) -> Support:
+        """Whether this backend takes ``op``; by default the capability table decides."""
+        cap = self.capabilities.get(op.op_type) if op.domain == "" else None
+        if cap is None:
+            return Support(False, f"{self.name} has no kernel for {op.qualified_type}")
+        return cap.check(op)
+
+    def check_specs(self, specs: list[CompileSpec]) -> None:
+        for spec in specs:
+            if spec.key not in self.spec_keys:
+                known = ", ".join(sorted(self.spec_keys)) or "none"
+                raise CompileSpecError(f"backend '{self.name}' has no compile spec '{spec.key}' (known: {known})")
+
+    @abc.abstractmethod
+    def preprocess(self, subprogram: Program, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        """Compile one partition (a program with one function) into the backend's blob."""
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here; the reason when it cannot."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+class BackendRuntime(abc.ABC):
+    """The runtime half: turns a blob into a ready handle at load, runs it per call."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def is_available(self) -> Availability:
+        """Whether this machine can run the backend (driver, device, libraries), and why not."""
+
+    def devices(self) -> list[str]:
+        """Human-readable names of the devices this backend would run on here."""
+        return []
+
+    @abc.abstractmethod
+    def init(self, processed: bytes, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]) -> Any:
+        """Prepare a blob for execution: compile kernels, upload ``weights`` (by tensor name,
+        zero-copy views into the .pte, shared with the CPU fallback). Returns a handle."""
+
+    @abc.abstractmethod
+    def execute(self, handle: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Run the partition on its (non-constant) inputs; returns its outputs in order."""
+
+    def destroy(self, handle: Any) -> None:
+        """Release what ``init`` acquired."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A backend as the registry knows it: its name and a loader for each half."""
+
+    name: str
+    compiler: Callable[[], BackendCompiler]
+    runtime: Callable[[], BackendRuntime]
+    description: str = ""
