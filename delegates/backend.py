@@ -45,13 +45,17 @@ class CompileSpec:
         try:
             return int(self.text())
         except ValueError:
-            raise CompileSpecError(f"compile spec '{self.key}' must be an integer, got {self.text()!r}") from None
+            raise CompileSpecError(
+                f"compile spec '{self.key}' must be an integer, got {self.text()!r}"
+            ) from None
 
     def number(self) -> float:
         try:
             return float(self.text())
         except ValueError:
-            raise CompileSpecError(f"compile spec '{self.key}' must be a number, got {self.text()!r}") from None
+            raise CompileSpecError(
+                f"compile spec '{self.key}' must be a number, got {self.text()!r}"
+            ) from None
 
     def flag(self) -> bool:
         if self.value not in (b"0", b"1", b"true", b"false"):
@@ -96,7 +100,9 @@ class OpCapability:
         attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
         for name, allowed in self.attributes.items():
             if attrs.get(name) not in allowed:
-                return Support(False, f"attribute {name}={attrs.get(name)!r} is not supported (takes {list(allowed)})")
+                return Support(
+                    False, f"attribute {name}={attrs.get(name)!r} is not supported (takes {list(allowed)})"
+                )
         return Support(True)
 
 
@@ -128,7 +134,9 @@ class BackendCompiler(abc.ABC):
         for spec in specs:
             if spec.key not in self.spec_keys:
                 known = ", ".join(sorted(self.spec_keys)) or "none"
-                raise CompileSpecError(f"backend '{self.name}' has no compile spec '{spec.key}' (known: {known})")
+                raise CompileSpecError(
+                    f"backend '{self.name}' has no compile spec '{spec.key}' (known: {known})"
+                )
 
     @abc.abstractmethod
     def preprocess(self, subprogram: Program, compile_specs: list[CompileSpec]) -> PreprocessResult:
@@ -160,7 +168,9 @@ class BackendRuntime(abc.ABC):
         return []
 
     @abc.abstractmethod
-    def init(self, processed: bytes, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]) -> Any:
+    def init(
+        self, processed: bytes, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]
+    ) -> Any:
         """Prepare a blob for execution: compile kernels, upload ``weights`` (by tensor name,
         zero-copy views into the .pte, shared with the CPU fallback). Returns a handle."""
 
@@ -168,7 +178,7 @@ class BackendRuntime(abc.ABC):
     def execute(self, handle: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run the partition on its (non-constant) inputs; returns its outputs in order."""
 
-    def destroy(self, handle: Any) -> None:
+    def destroy(self, handle: Any) -> None:  # noqa: B027 - optional: most backends hold nothing to free
         """Release what ``init`` acquired."""
 
 

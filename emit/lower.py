@@ -11,6 +11,7 @@ from offload.schemas.generated.executorch_flatbuffer.Program import ProgramT
 from offload.schemas.generated.executorch_flatbuffer.SubsegmentOffsets import SubsegmentOffsetsT
 from offload.schemas.pte import DEFAULT_CONSTANT_ALIGNMENT, ConstantData
 
+from .delegates import DelegateBlobs
 from .evalues import constant_bytes
 from .plan import PlanBuilder
 
@@ -29,6 +30,7 @@ class _Lowering:
         self.plan_names: set[str] = set(program.functions)
         self.pending: deque = deque()
         self.next_index = len(program.functions)
+        self.blobs = DelegateBlobs(first_segment=CONSTANT_SEGMENT + 1)
 
     def constant_index(self, array: np.ndarray, value: Value | None = None) -> int:
         """The data_buffer_idx of this constant's bytes (identical bytes are stored once)."""
@@ -43,8 +45,10 @@ class _Lowering:
             self._keep.append(value)
         return index
 
-    def add_subplan(self, name: str, block: Block, captured: list[Value]) -> int:
-        """Queue a graph attribute's block as its own plan; returns the plan's index."""
+    def add_subplan(
+        self, name: str, block: Block, captured: list[Value], keep_constants: bool = False
+    ) -> int:
+        """Queue a block (a graph attribute, a delegate's fallback) as its own plan; returns its index."""
         unique, k = name, 1
         while unique in self.plan_names:
             k += 1
@@ -52,7 +56,7 @@ class _Lowering:
         self.plan_names.add(unique)
         index = self.next_index
         self.next_index += 1
-        self.pending.append((unique, block, captured))
+        self.pending.append((unique, block, captured, keep_constants))
         return index
 
 
@@ -66,16 +70,17 @@ def lower(
     state = _Lowering(program, constant_alignment)
     plans = [PlanBuilder(state, name, fn.body, []).build() for name, fn in program.functions.items()]
     while state.pending:
-        name, block, captured = state.pending.popleft()
-        plans.append(PlanBuilder(state, name, block, captured).build())
+        name, block, captured, keep_constants = state.pending.popleft()
+        plans.append(PlanBuilder(state, name, block, captured, keep_constants).build())
     p = ProgramT()
     p.version = 0
     p.executionPlan = plans
     p.constantBuffer = []
-    p.backendDelegateData = []
+    p.backendDelegateData = state.blobs.inline_data()
     segment = SubsegmentOffsetsT()
     segment.segmentIndex = CONSTANT_SEGMENT
     segment.offsets = list(state.constants.offsets)
     p.constantSegment = segment
     p.mutableDataSegments = []
-    return p, [state.constants.payload()]
+    # Delegate blobs over the inline limit follow the constants, in the order first referenced.
+    return p, [state.constants.payload(), *state.blobs.segments]

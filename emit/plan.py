@@ -18,6 +18,7 @@ from offload.ir import Block, DataType, Operation, OpSchema, Param, SequenceType
 from offload.ir.type_text import type_text
 from offload.schemas.generated.executorch_flatbuffer.Chain import ChainT
 from offload.schemas.generated.executorch_flatbuffer.ContainerMetadata import ContainerMetadataT
+from offload.schemas.generated.executorch_flatbuffer.DelegateCall import DelegateCallT
 from offload.schemas.generated.executorch_flatbuffer.ExecutionPlan import ExecutionPlanT
 from offload.schemas.generated.executorch_flatbuffer.Frame import FrameT
 from offload.schemas.generated.executorch_flatbuffer.FrameList import FrameListT
@@ -28,6 +29,7 @@ from offload.schemas.generated.executorch_flatbuffer.KernelCall import KernelCal
 from offload.schemas.generated.executorch_flatbuffer.MoveCall import MoveCallT
 from offload.schemas.generated.executorch_flatbuffer.Operator import OperatorT
 
+from . import delegates as dl
 from . import evalues
 from . import memory_plan as mp
 
@@ -79,6 +81,26 @@ class _Move:
     @property
     def writes(self) -> list:
         return [self.dst]
+
+
+@dataclass
+class _DelegateCall:
+    index: int  # into the plan's delegates table
+    inputs: list
+    outputs: list
+    label: str
+
+    @property
+    def args(self) -> list:
+        return self.inputs + self.outputs
+
+    @property
+    def reads(self) -> list:
+        return list(self.inputs)
+
+    @property
+    def writes(self) -> list:
+        return [v for v in self.outputs if v is not NULL]
 
 
 @dataclass
@@ -136,8 +158,13 @@ def _layout(params: list[Param], given: list, what: str, where: str) -> list:
 class PlanBuilder:
     """Lowers one block (a function body or a sub-plan's graph) to an ExecutionPlanT."""
 
-    def __init__(self, lowering, name: str, block: Block, captured: list[Value]):
+    def __init__(
+        self, lowering, name: str, block: Block, captured: list[Value], keep_constants: bool = False
+    ):
         self.lowering = lowering
+        # A delegate's fallback lists all its constants: they are the weights init receives.
+        self.keep_constants = keep_constants
+        self.delegates: list = []
         self.name = name
         self.block = block
         self.inputs = list(block.inputs) + list(captured)
@@ -330,6 +357,35 @@ class PlanBuilder:
             v = self._loop_consts[key] = Value(f"loop.{key}", None, array)
         return v
 
+    # ---- delegates --------------------------------------------------------------------------
+
+    def _delegate(self, op: Operation) -> None:
+        where = self._where(op)
+        backend, processed = op.attributes.get("backend"), op.attributes.get("processed")
+        fallback = op.attributes.get("fallback")
+        if not isinstance(backend, str) or not backend:
+            raise UnsupportedOpError(f"{where}: a Delegate needs its backend's name")
+        if not isinstance(processed, (bytes, bytearray, memoryview)):
+            raise UnsupportedOpError(f"{where}: a Delegate's 'processed' must be bytes")
+        if not isinstance(fallback, Block):
+            raise UnsupportedOpError(f"{where}: a Delegate needs its fallback block")
+        if len(fallback.inputs) != len(op.inputs) or len(fallback.outputs) != len(op.outputs):
+            raise UnsupportedOpError(
+                f"{where}: the fallback takes {len(fallback.inputs)} and returns {len(fallback.outputs)} "
+                f"values; the op has {len(op.inputs)} inputs and {len(op.outputs)} outputs"
+            )
+        if any(v is None for v in op.inputs) or captured_values(fallback):
+            raise UnsupportedOpError(f"{where}: a fallback must read only its parameters and constants")
+        specs = dl.spec_pairs(op.attributes.get("compile_specs"), where)
+        k = len(self.delegates)
+        plan = self.lowering.add_subplan(
+            f"{self.name}/delegate{k}/fallback", fallback, [], keep_constants=True
+        )
+        ref = self.lowering.blobs.reference(bytes(processed))
+        self.delegates.append(dl.backend_delegate(backend, ref, specs, plan))
+        outputs = [NULL if _omitted(v) else v for v in op.outputs]
+        self.instrs.append(_DelegateCall(k, list(op.inputs), outputs, op.name or f"{backend} delegate"))
+
     # ---- attributes -----------------------------------------------------------------------
 
     def _attribute(self, spec, value, where: str):
@@ -399,6 +455,9 @@ class PlanBuilder:
 
     def _finish(self) -> ExecutionPlanT:
         order = _SlotOrder(self.inputs)
+        if self.keep_constants:
+            for v in self.block.constants.values():
+                order.add(v)
         for ins in self.instrs:
             for s in _slots(ins):
                 order.add(s)
@@ -431,7 +490,7 @@ class PlanBuilder:
         p.operators = [_operator(name, overload) for name, overload in self.operators]
         chain.stacktrace = [_frames(ins.label) for ins in self.instrs]
         p.chains = [chain]
-        p.delegates = []
+        p.delegates = self.delegates
         p.nonConstBufferSizes = [0, plan.arena_size]
         self.memory = plan
         return p
@@ -468,6 +527,11 @@ class PlanBuilder:
             call.opIndex = self.operators.setdefault(ins.operator, len(self.operators))
             call.args = [ix(s) for s in ins.args]
             t.instrArgsType, t.instrArgs = InstructionArguments.KernelCall, call
+        elif isinstance(ins, _DelegateCall):
+            call = DelegateCallT()
+            call.delegateIndex = ins.index
+            call.args = [ix(s) for s in ins.args]
+            t.instrArgsType, t.instrArgs = InstructionArguments.DelegateCall, call
         elif isinstance(ins, _Move):
             call = MoveCallT()
             call.moveFrom, call.moveTo = ix(ins.src), ix(ins.dst)
@@ -510,7 +574,7 @@ class _SlotOrder:
 
 
 def _slots(ins) -> list:
-    if isinstance(ins, _Kernel):
+    if isinstance(ins, (_Kernel, _DelegateCall)):
         return ins.args
     if isinstance(ins, _Move):
         return [ins.src, ins.dst]
@@ -545,7 +609,11 @@ def _frames(label: str) -> FrameListT:
     return fl
 
 
-_CONTROL = {("", "If"): PlanBuilder._if, ("", "Loop"): PlanBuilder._loop}
+_CONTROL = {
+    ("", "If"): PlanBuilder._if,
+    ("", "Loop"): PlanBuilder._loop,
+    ("offload", "Delegate"): PlanBuilder._delegate,
+}
 
 _ENCODERS = {
     "int": PlanBuilder._enc_number,

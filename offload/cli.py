@@ -7,6 +7,7 @@ import collections
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -21,6 +22,7 @@ examples:
   offload compile model.onnx -o model.pte
   offload run model.pte --input image=image.npy --output out.npz
   offload inspect model.pte
+  offload backends
 """
 
 
@@ -38,6 +40,14 @@ def _parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="import a model and write it as a .pte file")
     comp.add_argument("model", help="model file (.onnx)")
     comp.add_argument("-o", "--output", required=True, metavar="OUT.pte", help="where to write the .pte file")
+    _partition_arguments(comp)
+    comp.add_argument(
+        "--spec",
+        action="append",
+        default=[],
+        metavar="NAME.key=value",
+        help="a compile spec for backend NAME (repeatable)",
+    )
 
     run = sub.add_parser(
         "run", help="run a .pte file (or a model, compiled in memory) and summarize its outputs"
@@ -55,11 +65,68 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--seed", type=int, default=0, help="seed for the random inputs made for inputs not given"
     )
+    run.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail when a delegate's backend cannot run here (instead of running its CPU fallback)",
+    )
 
     ins = sub.add_parser("inspect", help="print methods, inputs/outputs, op counts, constant and arena bytes")
     ins.add_argument("model", help=".pte file or model file (.onnx)")
     ins.add_argument("--ir", action="store_true", help="also print a model's IR as text (model files only)")
+    _partition_arguments(ins)
+
+    sub.add_parser(
+        "backends", help="list the backends installed here: availability, devices, the ops each takes"
+    )
     return p
+
+
+def _partition_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that choose what runs on backend delegates (compile, and inspect of a model)."""
+    p.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="delegate the ops this backend takes (repeatable, in priority order)",
+    )
+    p.add_argument(
+        "--deny-op", action="append", default=[], metavar="OpType", help="keep this op type on the CPU"
+    )
+    p.add_argument(
+        "--deny-node", action="append", default=[], metavar="NAME", help="keep this node on the CPU"
+    )
+    p.add_argument("--min-ops", type=int, default=1, metavar="N", help="smallest partition worth delegating")
+
+
+def _partitioner(args):
+    """The Partitioner the flags describe, or None without --backend."""
+    if not args.backend:
+        if args.deny_op or args.deny_node or getattr(args, "spec", None) or args.min_ops != 1:
+            raise OffloadError("--spec, --deny-op, --deny-node and --min-ops need --backend NAME")
+        return None
+    from offload.partitioner import Partitioner
+
+    return Partitioner(args.backend, deny_ops=args.deny_op, deny_nodes=args.deny_node, min_ops=args.min_ops)
+
+
+def _compile_specs(items: list[str]) -> dict[str, dict[str, str]]:
+    """``NAME.key=value`` flags → {backend name: {key: value}}."""
+    specs: dict[str, dict[str, str]] = {}
+    for item in items:
+        target, sep, value = item.partition("=")
+        name, dot, key = target.partition(".")
+        if not sep or not dot or not name or not key:
+            raise OffloadError(f"--spec expects NAME.key=value, got '{item}'")
+        specs.setdefault(name, {})[key] = value
+    return specs
+
+
+def _delegated(program, partitioner, specs=None):
+    from offload.api import to_backend
+
+    return to_backend(program, partitioner, specs)
 
 
 def _is_pte(path: str) -> bool:
@@ -69,17 +136,25 @@ def _is_pte(path: str) -> bool:
         return sniff(f.read(8)) == "pte"
 
 
-def _module(path: str, progress: Progress):
-    """The runtime Module of a .pte file, or of a model compiled in memory."""
+def _module(path: str, progress: Progress, strict: bool = False, partitioner=None, on_import=None):
+    """The runtime Module of a .pte file, or of a model compiled in memory (delegated by
+    ``partitioner`` when given; ``on_import`` sees the program before that)."""
     if _is_pte(path):
+        if partitioner is not None:
+            raise OffloadError(f"{path}: --backend needs a model file; a .pte file is already compiled")
         with progress.step(f"loading {path}"):
-            return offload.runtime.load(path), None
+            return offload.runtime.load(path, strict=strict), None
     with progress.step(f"importing {path}"):
         program = offload.load(path)
+    if on_import is not None:
+        on_import(program)
+    if partitioner is not None:
+        with progress.step("delegating to " + ", ".join(b.name for b in partitioner.backends)):
+            program = _delegated(program, partitioner)
     with progress.step("lowering to .pte"):
         data = offload.save(program)
     with progress.step("loading"):
-        return offload.runtime.load(data), program
+        return offload.runtime.load(data, strict=strict), program
 
 
 def _random_input(port, rng: np.random.Generator) -> np.ndarray:
@@ -128,8 +203,18 @@ def _summary(name: str, value) -> str:
 
 
 def _compile(args, progress: Progress) -> int:
+    partitioner = _partitioner(args)
+    specs = _compile_specs(args.spec)
     with progress.step(f"importing {args.model}"):
         program = offload.load(args.model)
+    if partitioner is not None:
+        with progress.step("delegating to " + ", ".join(args.backend)):
+            summary = partitioner.partition(program).summary()
+            program = _delegated(program, partitioner, specs)
+        print(
+            f"delegated {summary['delegated_ops']}/{summary['ops']} ops "
+            f"in {summary['partitions']} partitions to {', '.join(args.backend)}"
+        )
     with progress.step(f"writing {args.output}"):
         offload.save(program, args.output)
     print(f"wrote {args.output} ({os.path.getsize(args.output)} bytes)")
@@ -137,7 +222,7 @@ def _compile(args, progress: Progress) -> int:
 
 
 def _run(args, progress: Progress) -> int:
-    module, _ = _module(args.model, progress)
+    module, _ = _module(args.model, progress, strict=args.strict)
     method = module.method(args.method) if args.method else module.method(module.method_names[0])
     feeds = _inputs(method, args.input, args.seed)
     start = time.perf_counter()
@@ -145,11 +230,22 @@ def _run(args, progress: Progress) -> int:
     elapsed = time.perf_counter() - start
     for name, value in outputs.items():
         print(_summary(name, value))
-    print(f"ran '{method.name}' on cpu in {elapsed * 1e3:.1f} ms")
+    print(f"ran '{method.name}' in {elapsed * 1e3:.1f} ms" + _placement(method.delegates))
+    module.close()
     if args.output:
         np.savez(args.output, **{k: np.asarray(v) for k, v in outputs.items() if not isinstance(v, list)})
         print(f"wrote {args.output}")
     return 0
+
+
+def _placement(delegates) -> str:
+    """Where a run went: the CPU, or which delegates ran on their backend and which fell back."""
+    if not delegates:
+        return " on cpu"
+    on = collections.Counter(
+        d.backend if d.runs_on == "backend" else f"{d.backend} (cpu fallback)" for d in delegates
+    )
+    return " with delegates on " + ", ".join(f"{name} x{n}" for name, n in on.items())
 
 
 def _op_counts(plan) -> collections.Counter:
@@ -167,7 +263,19 @@ def _op_counts(plan) -> collections.Counter:
 
 
 def _inspect(args, progress: Progress) -> int:
-    module, program = _module(args.model, progress)
+    partitioner = _partitioner(args)
+
+    def report(program) -> None:
+        if partitioner is not None:
+            from offload.partitioner import format_report
+
+            print(format_report(partitioner.partition(program)))
+            print()
+
+    # Where each delegate runs, and why, is printed below; no need to warn about it as well.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        module, program = _module(args.model, progress, partitioner=partitioner, on_import=report)
     print(f"file: {args.model}" + ("" if program is None else "  (compiled in memory)"))
     segments = module.pte.segments
     const = module.pte.program.constantSegment
@@ -185,8 +293,10 @@ def _inspect(args, progress: Progress) -> int:
             f" ({arena / planned:.0%} of the {planned} bytes its tensors take unshared)" if planned else ""
         )
         print(f"  arena bytes: {arena}{share}")
-        delegates = method.plan.delegates or []
-        print(f"  delegates: {len(delegates)}" + "".join(f"\n    {d.id}" for d in delegates))
+        delegates = method.delegates
+        print(f"  delegates: {len(delegates)}")
+        for d in delegates:
+            print(f"    {d.backend}: {d.runs_on}" + (f" ({d.reason})" if d.reason else ""))
         counts = _op_counts(method.plan)
         print(f"  kernel calls: {sum(counts.values())}")
         for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -195,6 +305,67 @@ def _inspect(args, progress: Progress) -> int:
         if program is None:
             raise OffloadError("--ir needs a model file; a .pte file holds no IR")
         print(offload.ir.dump(program))
+    module.close()
+    return 0
+
+
+def _table(rows: list[tuple[str, ...]], indent: str = "    ") -> list[str]:
+    """Rows as left-aligned columns (the first row is the header)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _capability_rows(capabilities) -> list[tuple[str, ...]]:
+    rows = [("op type", "dtypes", "max rank", "attribute limits")]
+    for op_type, cap in sorted(capabilities.items()):
+        dtypes = ",".join(sorted(d.short for d in cap.dtypes))
+        limits = "; ".join(f"{k} in {list(v)}" for k, v in cap.attributes.items()) or "-"
+        rows.append((op_type, dtypes, "-" if cap.max_rank is None else str(cap.max_rank), limits))
+    return rows
+
+
+def _backend_lines(backend) -> list[str]:
+    """What `offload backends` prints for one loadable backend; a half that fails to load is
+    reported in its place (a plugin's runtime may lack its driver, its compiler a library)."""
+    lines = []
+    if backend.description:
+        lines.append(f"  {backend.description}")
+    try:
+        rt = backend.runtime()
+        available = rt.is_available()
+        lines.append("  available here: " + ("yes" if available else f"no ({available.reason})"))
+        lines.append("  devices: " + (", ".join(rt.devices()) or "none"))
+    except Exception as e:  # third-party code: report it, keep listing
+        lines.append(f"  runtime failed to load: {type(e).__name__}: {e}")
+    try:
+        comp = backend.compiler()
+    except Exception as e:
+        return [*lines, f"  compiler failed to load: {type(e).__name__}: {e}"]
+    for key, meaning in sorted(comp.spec_keys.items()):
+        lines.append(f"  compile spec {key}: {meaning}")
+    if comp.capabilities:
+        lines.append(f"  supported ops ({len(comp.capabilities)}):")
+        lines.extend(_table(_capability_rows(comp.capabilities)))
+    else:
+        lines.append("  supported ops: none declared (decided op by op)")
+    return lines
+
+
+def _backends(args, progress: Progress) -> int:
+    from offload.delegates import registry
+
+    entries = registry.backends()
+    loaded = [e for e in entries if e.backend is not None]
+    broken = [e for e in entries if e.backend is None]
+    if not entries:
+        print(f"no backends installed (plugins register in entry-point group '{registry.GROUP}')")
+    for e in loaded:
+        print(f"{e.name}  ({e.source})")
+        print("\n".join(_backend_lines(e.backend)))
+    if broken:
+        print("broken plugins:")
+        for e in broken:
+            print(f"  {e.name}  ({e.source}): {e.error}")
     return 0
 
 
@@ -202,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     progress = Progress(sys.stderr)
     try:
-        return {"compile": _compile, "run": _run, "inspect": _inspect}[args.command](args, progress)
+        return {"compile": _compile, "run": _run, "inspect": _inspect, "backends": _backends}[args.command](
+            args, progress
+        )
     except OffloadError as e:
         print(f"offload: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2

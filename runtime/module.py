@@ -32,6 +32,7 @@ from offload.schemas import pte as pte_format
 from offload.schemas.generated.executorch_flatbuffer.InstructionArguments import InstructionArguments
 from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
 
+from . import delegates as dl
 from . import kernels
 from .inputs import check_inputs
 from .pte_values import (
@@ -51,7 +52,9 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, strict: 
     """A .pte file (a path, mapped read-only, or its bytes) ready to run.
 
     With ``strict``, a kernel result that does not have the dtype and shape the file declares
-    for it is an error; otherwise it is kept outside the arena and the run goes on.
+    for it is an error (otherwise it is kept outside the arena and the run goes on), and so is a
+    delegate whose backend cannot run here: BackendUnavailableError instead of a warning and the
+    delegate's CPU fallback.
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
         buffer, origin = memoryview(source).toreadonly(), "<bytes>"
@@ -74,7 +77,10 @@ def _map(path: str) -> mmap.mmap:
 
 
 class Module:
-    """The methods of one .pte file; ``run`` runs the first plan (``forward`` for ONNX models)."""
+    """The methods of one .pte file; ``run`` runs the first plan (``forward`` for ONNX models).
+
+    ``close`` (or leaving a ``with`` block) releases what the delegates' backends hold.
+    """
 
     def __init__(self, pte, origin: str, strict: bool = False):
         self.origin = origin
@@ -84,10 +90,16 @@ class Module:
         if not plans:
             raise ModelFormatError(f"{origin}: the file has no execution plan")
         self._arena_ids: set[int] = set()
+        self._warned_backends: set[str] = set()
         self._plans = [Method(self, i, p) for i, p in enumerate(plans)]
-        for m in self._plans:
-            m._prepare()
-        subplans = {c for m in self._plans for c in m._callees}
+        try:
+            for m in self._plans:
+                m._prepare()
+        except BaseException:
+            self.close()  # backends initialized before the failure still hold their resources
+            raise
+        # Sub-plans of graph attributes and delegate fallbacks are parts of methods.
+        subplans = {c for m in self._plans for c in m._callees | m._fallbacks}
         _check_acyclic(self._plans, origin)
         self._by_name: dict[str, Method] = {}
         for m in self._plans:
@@ -108,6 +120,26 @@ class Module:
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         return self._plans[0].run(inputs)
+
+    def close(self) -> None:
+        """Destroy every backend handle (once; the CPU fallbacks need nothing released)."""
+        errors = []
+        for m in self._plans:
+            for d in m._delegates.values():
+                try:
+                    d.destroy()
+                except Exception as e:  # destroy the others anyway
+                    errors.append(e)
+        if errors:
+            raise OffloadError(
+                f"{self.origin}: a backend failed to release a delegate: {errors[0]}"
+            ) from errors[0]
+
+    def __enter__(self) -> Module:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _detach(self, value):
         """``value`` with any array that lives in an arena copied out (arenas are reused)."""
@@ -147,7 +179,7 @@ def _check_acyclic(plans: list[Method], origin: str) -> None:
 class StepInfo(NamedTuple):
     """One prepared instruction: what it reads and writes (value indices) and where it may jump."""
 
-    kind: str  # kernel | move | jump | free
+    kind: str  # kernel | move | jump | free | delegate
     name: str  # the operator, for kernel calls
     reads: tuple[int, ...]
     writes: tuple[int, ...]
@@ -247,6 +279,8 @@ class Method:
         ]
         self._steps: list = []
         self._callees: set[int] = set()
+        self._fallbacks: set[int] = set()  # fallback plans of delegates that run on a backend
+        self._delegates: dict[int, dl.Delegate] = {}
         self._unsupported: list[str] = []
         self._missing_cache: list[str] | None = None
         # Planned results of the last run that a kernel allocated rather than wrote in place.
@@ -295,6 +329,21 @@ class Method:
             for i, v in enumerate(self._initial)
             if values[i].valType == KernelTypes.Tensor and values[i].val.dataBufferIdx
         }
+
+    @property
+    def delegates(self) -> list[dl.DelegateInfo]:
+        """(backend id, 'backend' | 'cpu fallback', reason) of each delegate this method runs,
+        those of its sub-plans included."""
+        out, seen, todo = [], set(), [self.index]
+        while todo:
+            i = todo.pop(0)
+            if i in seen:
+                continue
+            seen.add(i)
+            m = self.module._plans[i]
+            out.extend(d.info() for _, d in sorted(m._delegates.items()))
+            todo.extend(sorted(m._callees))
+        return out
 
     @property
     def planned(self) -> dict[int, np.ndarray]:
@@ -687,12 +736,44 @@ def _prepare_free(m: Method, call, pc: int, where: str, label: str, operators, n
     return step
 
 
-def _prepare_delegate(m: Method, call, pc: int, where: str, label: str, operators, n: int):
-    m._unsupported.append(f"delegate call {call.delegateIndex}")
-    step = _KernelStep()
-    step.method, step.label, step.op_name, step.where = m, label, "DelegateCall", where
-    step.in_slots, step.attrs, step.out_slots, step.out_views = [], {}, [], ()
-    step.fn = _missing_kernel("delegate calls (no backend runs them yet)", where)
+class _DelegateStep:
+    """A prepared DelegateCall: the delegate's inputs in, its outputs stored into their slots."""
+
+    __slots__ = ("declared", "delegate", "in_slots", "method", "out_slots")
+
+    def run(self, frame: list) -> None:
+        outputs = self.delegate.run([frame[i] for i in self.in_slots], self.declared)
+        for slot, value in zip(self.out_slots, outputs):
+            if slot:
+                self.method._store(frame, slot, value)
+
+    def info(self) -> StepInfo:
+        writes = tuple(i for i in self.out_slots if i)
+        return StepInfo("delegate", self.delegate.backend, tuple(self.in_slots), writes, None)
+
+
+def _prepare_delegate(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _DelegateStep:
+    entries = m.plan.delegates or []
+    k = int(call.delegateIndex)
+    if not 0 <= k < len(entries):
+        raise ModelFormatError(f"{where}: delegate index {k} is out of range ({len(entries)} delegates)")
+    delegate = m._delegates.get(k)
+    if delegate is None:  # init runs once per delegate, however many calls name it
+        delegate = m._delegates[k] = dl.bind(m, k, entries[k], m.module.strict)
+    fallback = delegate.fallback
+    n_in = len(fallback._input_slots)
+    args = [m._index(a, where, "an argument") for a in (call.args if call.args is not None else [])]
+    if len(args) != n_in + len(fallback._output_slots):
+        raise ModelFormatError(
+            f"{where}: {len(args)} arguments; the delegate takes {n_in} inputs and returns "
+            f"{len(fallback._output_slots)} outputs"
+        )
+    # The fallback is part of this method either way; it runs (and needs kernels) only on the CPU.
+    (m._fallbacks if delegate.on_backend else m._callees).add(fallback.index)
+    step = _DelegateStep()
+    step.method, step.delegate = m, delegate
+    step.in_slots, step.out_slots = args[:n_in], args[n_in:]
+    step.declared = dl.output_decls(m, step.out_slots)
     return step
 
 

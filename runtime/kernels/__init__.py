@@ -32,6 +32,7 @@ _MODULES = (
     "random",
     "detection",
     "plumbing",
+    "delegate",
 )
 _loaded = False
 

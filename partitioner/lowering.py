@@ -1,0 +1,192 @@
+"""Replacing partitions by ``offload::Delegate`` ops: subprogram, preprocess, fallback, rewiring."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from offload.delegates.backend import CompileSpec, CompileSpecError
+from offload.errors import OffloadError
+from offload.ir import Block, Function, Operation, Program, Value
+from offload.ir.clone import clone_block, clone_value
+
+from .partition import Partition, Partitioner, reads, top_level_op
+
+SpecsArg = Mapping[str, list[CompileSpec] | Mapping[str, object]] | None
+
+
+def normalize_specs(compile_specs: SpecsArg, partitioner: Partitioner) -> dict[str, list[CompileSpec]]:
+    """Backend name → list of CompileSpec; a dict of key → value becomes CompileSpec.of each."""
+    names = {b.name for b in partitioner.backends}
+    out: dict[str, list[CompileSpec]] = {}
+    for name, specs in (compile_specs or {}).items():
+        if name not in names:
+            raise CompileSpecError(
+                f"compile specs given for backend '{name}', which is not one of {sorted(names)}"
+            )
+        if isinstance(specs, Mapping):
+            specs = [CompileSpec.of(k, v) for k, v in specs.items()]
+        out[name] = list(specs)
+    return out
+
+
+def lower_partitions(program: Program, partitioner: Partitioner, specs: dict[str, list[CompileSpec]]) -> None:
+    """Partition ``program`` in place and replace each partition by a Delegate op."""
+    report = partitioner.partition(program)
+    names = _all_names(program)
+    touched: dict[int, Function] = {}
+    for part in report.partitions:
+        _delegate(part, specs.get(part.backend.name, []), names)
+        touched[id(part.fn)] = part.fn
+    for fn in touched.values():
+        _toposort(fn.body)
+
+
+def _all_names(program: Program) -> set[str]:
+    names: set[str] = set()
+    for fn in program.functions.values():
+        names.update(fn.body.constants)
+        names.update(v.name for v in fn.body.inputs)
+        for op in fn.body.walk():
+            names.update(v.name for v in op.outputs)
+            for b in op.blocks:
+                names.update(v.name for v in b.inputs)
+                names.update(b.constants)
+    return names
+
+
+def _fresh(name: str, names: set[str]) -> str:
+    candidate, i = name, 0
+    while candidate in names:
+        i += 1
+        candidate = f"{name}.{i}" if i > 1 else f"{name}.d"
+    names.add(candidate)
+    return candidate
+
+
+def _delegate(part: Partition, specs: list[CompileSpec], names: set[str]) -> Operation:
+    body = part.fn.body
+    inputs, weights, outputs = part.inputs(), part.weights(), part.outputs()
+    inside = _inside(part)
+    # Taken now: once the ops live in the delegate's fallback, "inside" can no longer be told apart.
+    outside_uses = [[(u, i) for u, i in v.uses if not _is_inside(u, inside)] for v in outputs]
+    fallback = _fallback_block(part, inputs, weights, outputs, names)
+    position = body.operations.index(part.ops[0])
+    for moved in part.ops:
+        body.operations.remove(moved)
+        fallback.append(moved)
+    compiler = part.backend
+    compiler.check_specs(specs)
+    result = compiler.preprocess(_subprogram(fallback, part.fn), specs)
+    if not isinstance(getattr(result, "processed", None), (bytes, bytearray)):
+        raise OffloadError(f"backend '{compiler.name}': preprocess must return a PreprocessResult with bytes")
+    op = Operation(
+        "Delegate",
+        list(inputs),
+        {
+            "backend": compiler.name,
+            "processed": bytes(result.processed),
+            "compile_specs": list(specs),
+            "fallback": fallback,
+        },
+        domain="offload",
+        name=_fresh(f"delegate{part.id}", names),
+        output_names=[v.name for v in outputs],
+    )
+    for inner, outer, uses in zip(outputs, op.outputs, outside_uses):
+        outer.type = inner.type
+        for user, i in uses:
+            user.set_input(i, outer)
+        _replace_result(body, inner, outer, fallback)
+    # The delegate stands where the partition's first op was; _toposort fixes the order after.
+    body.operations.insert(position, op)
+    op.block = body
+    return op
+
+
+def _replace_result(body: Block, old: Value, new: Value, fallback: Block) -> None:
+    """Function results (and results of CPU ops' nested blocks) that were ``old`` become ``new``."""
+    body.outputs = [new if v is old else v for v in body.outputs]
+    for op in body.walk():
+        for b in op.blocks:
+            if b is not fallback:
+                b.outputs = [new if v is old else v for v in b.outputs]
+
+
+def _fallback_block(
+    part: Partition, inputs: list[Value], weights: list[Value], outputs: list[Value], names: set[str]
+) -> Block:
+    """The partition as a Block: fresh parameters, its weights, its ops (appended by the caller)."""
+    block = Block(f"delegate{part.id}_fallback")
+    inside = _inside(part)
+    for v in inputs:
+        param = clone_value(v, _fresh(v.name, names))
+        block.inputs.append(param)
+        _rewire_inside(v, param, part)
+    body = part.fn.body
+    for w in weights:
+        if _only_used_inside(w, inside, part.fn):
+            # A weight only the partition reads moves with it and keeps its name.
+            del body.constants[w.name]
+            block.constants[w.name] = w
+        else:
+            copy = clone_value(w, _fresh(w.name, names))
+            block.constants[copy.name] = copy
+            _rewire_inside(w, copy, part)
+    block.outputs = list(outputs)
+    return block
+
+
+def _inside(part: Partition) -> set[int]:
+    return {id(op) for op in part.ops}
+
+
+def _is_inside(user: Operation, inside: set[int]) -> bool:
+    return id(top_level_op(user)) in inside
+
+
+def _rewire_inside(old: Value, new: Value, part: Partition) -> None:
+    inside = _inside(part)
+    for user, i in old.uses:
+        if _is_inside(user, inside):
+            user.set_input(i, new)
+    # A nested block of a partition op may also return the outer value as is.
+    for op in part.ops:
+        for nested in [op, *(o for b in op.blocks for o in b.walk())]:
+            for b in nested.blocks:
+                b.outputs = [new if v is old else v for v in b.outputs]
+
+
+def _only_used_inside(v: Value, inside: set[int], fn: Function) -> bool:
+    return all(_is_inside(u, inside) for u in v.users) and not any(o is v for o in fn.outputs)
+
+
+def _subprogram(fallback: Block, fn: Function) -> Program:
+    """What the backend compiles: one function "forward", a copy of the fallback block."""
+    return Program({"forward": Function("forward", clone_block(fallback), dict(fn.opset_imports))})
+
+
+def _toposort(block: Block) -> None:
+    """Reorder ``block`` so every op follows the ops it reads from (stable where it can be)."""
+    done: set[int] = set()
+    order: list[Operation] = []
+    in_block = {id(op) for op in block.operations}
+
+    def visit(op: Operation) -> None:
+        stack = [(op, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if id(current) in done:
+                continue
+            if expanded:
+                done.add(id(current))
+                order.append(current)
+                continue
+            stack.append((current, True))
+            for v in reversed(reads(current)):
+                producer = v.producer and top_level_op(v.producer)
+                if producer is not None and id(producer) in in_block and id(producer) not in done:
+                    stack.append((producer, False))
+
+    for op in list(block.operations):
+        visit(op)
+    block.operations[:] = order

@@ -1,0 +1,229 @@
+"""Backend delegates at run time: each BackendDelegate bound to its backend, or to its CPU fallback.
+
+At load, ``bind`` resolves a plan's delegate by its id through the registry, checks that the
+backend can run here and calls its ``init`` once with the blob, the compile specs (without
+offload's reserved ``offload.*`` keys) and the weights: the fallback plan's constants by name,
+the same read-only views into the file that the fallback itself runs on. When any of that
+fails, the delegate runs its fallback plan on the CPU kernels instead (docs/pte.md).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from offload.errors import (
+    BackendUnavailableError,
+    DTypeError,
+    KernelError,
+    ModelFormatError,
+    OffloadError,
+    ShapeError,
+)
+from offload.schemas.generated.executorch_flatbuffer.DataLocation import DataLocation
+from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
+
+from .pte_values import tensor_decl, tensor_name
+
+RESERVED_PREFIX = "offload."
+FALLBACK_PLAN_KEY = "offload.fallback_plan"
+ON_BACKEND, ON_CPU = "backend", "cpu fallback"
+
+
+class DelegateInfo(NamedTuple):
+    """Where one delegate of a method runs, and why it does not run on its backend."""
+
+    backend: str
+    runs_on: str  # "backend" or "cpu fallback"
+    reason: str
+
+
+def find_backend(name: str):
+    """The registry's Backend named ``name``, or None (imported lazily: plain runs need no plugins)."""
+    from offload.delegates import registry
+
+    return registry.find(name)
+
+
+class Delegate:
+    """One BackendDelegate of a plan, ready to run: a backend handle, or the fallback Method."""
+
+    def __init__(self, backend: str, fallback, where: str):
+        self.backend = backend
+        self.fallback = fallback  # the fallback plan's Method
+        self.where = where
+        self.runtime: Any = None
+        self.handle: Any = None
+        self.reason = ""
+
+    @property
+    def on_backend(self) -> bool:
+        return self.runtime is not None
+
+    def info(self) -> DelegateInfo:
+        return DelegateInfo(self.backend, ON_BACKEND if self.on_backend else ON_CPU, self.reason)
+
+    def run(self, inputs: list, declared: list) -> list:
+        """The delegate's outputs for ``inputs``; ``declared`` are the output slots' Tensor decls."""
+        if not self.on_backend:
+            return self.fallback._call(inputs)
+        try:
+            outputs = self.runtime.execute(self.handle, inputs)
+        except OffloadError:
+            raise
+        except Exception as e:
+            raise KernelError(
+                f"{self.where}: backend '{self.backend}' failed in execute: {type(e).__name__}: {e}"
+            ) from e
+        return self._checked(outputs, declared)
+
+    def _checked(self, outputs, declared: list) -> list:
+        """A backend's results must match the outputs the file declares: count, dtype, shape."""
+        if not isinstance(outputs, (list, tuple)) or len(outputs) != len(declared):
+            got = len(outputs) if isinstance(outputs, (list, tuple)) else type(outputs).__name__
+            raise KernelError(
+                f"{self.where}: backend '{self.backend}' returned {got} outputs; the delegate has {len(declared)}"
+            )
+        out = []
+        for k, (value, decl) in enumerate(zip(outputs, declared)):
+            value = np.asarray(value) if isinstance(value, np.generic) else value
+            if decl is None:
+                out.append(value)
+                continue
+            what = f"{self.where}: backend '{self.backend}' output {k}"
+            if not isinstance(value, np.ndarray) or value.dtype != decl.numpy:
+                got = getattr(value, "dtype", type(value).__name__)
+                raise DTypeError(f"{what} is {got}; the delegate declares {decl.numpy}")
+            if decl.sizes is not None and not _shape_fits(value.shape, decl.sizes):
+                raise ShapeError(
+                    f"{what} has shape {list(value.shape)}; the delegate declares {list(decl.sizes)}"
+                )
+            out.append(value)
+        return out
+
+    def destroy(self) -> None:
+        runtime, handle = self.runtime, self.handle
+        self.runtime = self.handle = None
+        if runtime is not None:
+            runtime.destroy(handle)
+
+
+def _shape_fits(shape: tuple, sizes: tuple) -> bool:
+    return len(shape) == len(sizes) and all(d == -1 or d == s for s, d in zip(shape, sizes))
+
+
+def bind(method, k: int, entry, strict: bool) -> Delegate:
+    """Delegate ``k`` of ``method``'s plan, initialized on its backend when it can run there."""
+    where = f"{method.where}: delegate {k}"
+    if entry is None or not entry.id:
+        raise ModelFormatError(f"{where}: the delegate has no backend id")
+    specs, fallback_index = _specs(entry, where)
+    plans = method.module._plans
+    if not 0 <= fallback_index < len(plans) or fallback_index == method.index:
+        raise ModelFormatError(f"{where}: fallback plan {fallback_index} does not exist")
+    delegate = Delegate(entry.id, plans[fallback_index], f"{where} ('{entry.id}')")
+    processed = _processed(method.module, entry, where)
+    runtime, reason = _available(entry.id)
+    if runtime is not None:
+        try:
+            delegate.handle = runtime.init(processed, specs, weights(delegate.fallback))
+            delegate.runtime = runtime
+        except Exception as e:  # a backend's failure to initialize means: run on the CPU
+            reason = f"init failed: {type(e).__name__}: {e}"
+    if delegate.runtime is None:
+        delegate.reason = reason
+        _fall_back(method.module, entry.id, reason, where, strict)
+    return delegate
+
+
+def _available(name: str) -> tuple[Any, str]:
+    """The backend's runtime half when it can run here, else (None, why not)."""
+    try:
+        backend = find_backend(name)
+    except ImportError as e:
+        return None, f"no backend registry ({e})"
+    if backend is None:
+        return None, f"backend '{name}' is not installed"
+    try:
+        runtime = backend.runtime()
+        available = runtime.is_available()
+    except Exception as e:  # third-party code: any failure means the backend is not usable
+        return None, f"its runtime failed to load: {type(e).__name__}: {e}"
+    if not available:
+        return None, getattr(available, "reason", "") or "not available on this machine"
+    return runtime, ""
+
+
+def _fall_back(module, backend: str, reason: str, where: str, strict: bool) -> None:
+    if strict:
+        raise BackendUnavailableError(f"{where}: backend '{backend}' cannot run it: {reason}")
+    if backend not in module._warned_backends:
+        module._warned_backends.add(backend)
+        warnings.warn(
+            f"{module.origin}: backend '{backend}' cannot run here ({reason}); "
+            "its delegates run on the CPU fallback",
+            RuntimeWarning,
+            stacklevel=7,  # at the caller of runtime.load
+        )
+
+
+def _specs(entry, where: str) -> tuple[list, int]:
+    """The backend's compile specs (offload's own keys removed) and the fallback plan index."""
+    from offload.delegates.backend import CompileSpec
+
+    specs, fallback = [], None
+    for s in entry.compileSpecs or []:
+        key = s.key or ""
+        value = bytes(np.asarray(s.value, dtype=np.uint8)) if s.value is not None else b""
+        if key == FALLBACK_PLAN_KEY:
+            fallback = value
+        elif not key.startswith(RESERVED_PREFIX):
+            specs.append(CompileSpec(key, value))
+    try:
+        return specs, int(fallback.decode())
+    except (AttributeError, ValueError, UnicodeDecodeError):
+        raise ModelFormatError(f"{where}: no valid '{FALLBACK_PLAN_KEY}' compile spec") from None
+
+
+def _processed(module, entry, where: str) -> bytes:
+    ref = entry.processed
+    if ref is None:
+        raise ModelFormatError(f"{where}: the delegate has no processed data")
+    index = int(ref.index)
+    if ref.location == DataLocation.INLINE:
+        inline = module.pte.program.backendDelegateData or []
+        if not 0 <= index < len(inline) or inline[index] is None:
+            raise ModelFormatError(
+                f"{where}: inline delegate data {index} does not exist ({len(inline)} entries)"
+            )
+        data = inline[index].data
+        return bytes(np.asarray(data if data is not None else [], dtype=np.uint8))
+    if ref.location == DataLocation.SEGMENT:
+        segments = module.pte.segments
+        if not 0 <= index < len(segments):
+            raise ModelFormatError(
+                f"{where}: delegate segment {index} does not exist ({len(segments)} segments)"
+            )
+        return bytes(segments[index])
+    raise ModelFormatError(f"{where}: unknown delegate data location {ref.location}")
+
+
+def weights(fallback) -> dict[str, np.ndarray]:
+    """The fallback plan's constants by name: the views into the file it runs on itself."""
+    out = {}
+    for i, array in fallback.constants.items():
+        out[tensor_name(fallback._values[i]) or f"constant{i}"] = array
+    return out
+
+
+def output_decls(method, slots: list[int]) -> list:
+    """The Tensor declaration of each output slot (None for slots that are not tensors)."""
+    out = []
+    for i in slots:
+        e = method._values[i]
+        out.append(
+            tensor_decl(e.val, method._value_where(i)) if i and e.valType == KernelTypes.Tensor else None
+        )
+    return out

@@ -1,0 +1,168 @@
+"""offload.to_backend: the lowered program's shape, its specs, and that it computes the same."""
+
+import os
+
+import numpy as np
+import pytest
+
+import offload
+from offload.delegates.backend import CompileSpec, CompileSpecError
+from offload.ir import dump, verify
+from offload.partitioner import Partitioner
+
+from .helpers import FakeBackend, build
+from .test_partition import _if_program
+
+SUP = {"Relu", "Add", "Mul"}
+X = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+
+
+def _delegates(program):
+    return [op for op in program.main.body.operations if op.qualified_type == "offload::Delegate"]
+
+
+def test_chain_becomes_one_delegate_and_input_is_unchanged():
+    nodes = [("a", "Relu", ["x"]), ("b", "Mul", ["a", "w"]), ("n", "Neg", ["b"]), ("c", "Add", ["n", "w"])]
+    p = build(nodes, ["c"], constants={"w": np.full((2, 3), 2.0)})
+    before = dump(p)
+    backend = FakeBackend("fake", SUP)
+    lowered = offload.to_backend(p, Partitioner([backend]), compile_specs={"fake": {"level": 3}})
+    assert dump(p) == before
+    verify(p)
+    d0, d1 = _delegates(lowered)
+    assert d0.attributes["backend"] == "fake" and d0.attributes["processed"] == b"fake:Relu,Mul"
+    assert d0.attributes["compile_specs"] == [CompileSpec("level", b"3")]
+    fallback = d0.attributes["fallback"]
+    assert [op.op_type for op in fallback.operations] == ["Relu", "Mul"]
+    # "w" is read by both partitions: the first gets a renamed view, the second takes "w" itself.
+    assert list(fallback.constants) == ["w.d"] and len(fallback.inputs) == 1
+    assert list(d1.attributes["fallback"].constants) == ["w"] and not lowered.main.body.constants
+    assert [v.name for v in lowered.main.outputs] == ["c"]
+    assert [op.op_type for op in lowered.main.body.operations] == ["Delegate", "Neg", "Delegate"]
+    subprogram, specs = backend.calls[0]
+    assert specs == [CompileSpec("level", b"3")]
+    verify(subprogram)
+    assert list(subprogram.functions) == ["forward"]
+    np.testing.assert_array_equal(
+        offload.evaluate(lowered, {"x": X})["c"], offload.evaluate(p, {"x": X})["c"]
+    )
+
+
+def test_weight_used_only_inside_moves_with_its_name():
+    p = build([("a", "Mul", ["x", "w"]), ("n", "Neg", ["a"])], ["n"], constants={"w": np.ones((2, 3))})
+    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]))
+    (d,) = _delegates(lowered)
+    assert list(d.attributes["fallback"].constants) == ["w"]
+    assert "w" not in lowered.main.body.constants
+
+
+def test_weight_shared_with_cpu_is_copied_under_a_fresh_name():
+    p = build([("a", "Mul", ["x", "w"]), ("n", "Sub", ["a", "w"])], ["n"], constants={"w": np.ones((2, 3))})
+    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]))
+    (d,) = _delegates(lowered)
+    (name,) = d.attributes["fallback"].constants
+    assert name != "w" and "w" in lowered.main.body.constants
+
+
+def test_outputs_used_outside_and_function_results():
+    nodes = [("a", "Relu", ["x"]), ("b", "Relu", ["a"]), ("n", "Neg", ["a"])]
+    p = build(nodes, ["b", "n"])
+    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]))
+    (d,) = _delegates(lowered)
+    assert [v.name for v in d.outputs] == ["a", "b"]
+    got, want = offload.evaluate(lowered, {"x": X}), offload.evaluate(p, {"x": X})
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_merged_partition_is_placed_after_its_inputs():
+    # a and b merge across n, but b reads n: the delegate must come after n.
+    nodes = [("a", "Relu", ["x"]), ("n", "Neg", ["x"]), ("b", "Relu", ["n"]), ("c", "Sub", ["a", "b"])]
+    p = build(nodes, ["c"])
+    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]))
+    assert len(_delegates(lowered)) == 1
+    np.testing.assert_array_equal(
+        offload.evaluate(lowered, {"x": X})["c"], offload.evaluate(p, {"x": X})["c"]
+    )
+
+
+def test_if_program_lowered_both_ways():
+    args = {"x": X, "cond": np.array(True)}
+    p = _if_program(SUP)
+    for ops in (SUP, SUP | {"If"}):
+        lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", ops)]))
+        np.testing.assert_array_equal(offload.evaluate(lowered, args)["y"], offload.evaluate(p, args)["y"])
+
+
+def test_unknown_compile_spec_and_unknown_backend_in_specs():
+    p = build([("a", "Relu", ["x"])], ["a"])
+    with pytest.raises(CompileSpecError, match="no compile spec 'speed'"):
+        offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]), {"fake": [CompileSpec.of("speed", 1)]})
+    with pytest.raises(CompileSpecError, match="backend 'other'"):
+        offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]), {"other": {}})
+
+
+def test_nothing_supported_gives_an_equal_copy():
+    p = build([("n", "Neg", ["x"])], ["n"])
+    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]))
+    assert lowered is not p and dump(lowered) == dump(p)
+
+
+def _same_numerics(program, backend_ops, min_ops=1):
+    rng = np.random.default_rng(0)
+    inputs = {}
+    for v in program.main.inputs:
+        shape = [d if isinstance(d, int) else 1 for d in v.type.shape]
+        inputs[v.name] = rng.standard_normal(shape).astype(v.type.dtype.numpy)
+    backend = FakeBackend("fake", backend_ops)
+    lowered = offload.to_backend(program, Partitioner([backend], min_ops=min_ops))
+    assert _delegates(lowered)
+    want, got = offload.evaluate(program, inputs), offload.evaluate(lowered, inputs)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k].dtype == want[k].dtype
+        np.testing.assert_array_equal(got[k], want[k])
+    return lowered
+
+
+@pytest.mark.parametrize(
+    "ops", [{"Conv", "Relu"}, {"Conv", "BatchNormalization", "Relu", "MaxPool"}, {"Gemm", "Flatten"}]
+)
+def test_example_cnn_numerics(example_model, ops):
+    program = offload.load(example_model)
+    _same_numerics(program, ops)
+
+
+@pytest.mark.parametrize(
+    "ops", [{"Conv", "Relu", "Concat"}, {"Conv"}, {"Relu", "MaxPool", "Dropout", "Softmax"}]
+)
+def test_light_squeezenet_numerics(ops):
+    import onnx
+
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_squeezenet.onnx")
+    _same_numerics(offload.load(path), ops)
+
+
+def test_backend_by_registered_name(example_model):
+    from offload.delegates import registry
+
+    if registry.find("example") is None:
+        pytest.skip("the example plugin backend is not installed")
+    program = offload.load(example_model)
+    lowered = offload.to_backend(program, "example")
+    assert all(d.attributes["backend"] == "example" for d in _delegates(lowered))
+    x = np.random.default_rng(1).standard_normal([1, 3, 32, 32]).astype(np.float32)
+    name = program.main.inputs[0].name
+    if tuple(program.main.inputs[0].type.shape) != x.shape:
+        pytest.skip("example model input shape changed")
+    want, got = offload.evaluate(program, {name: x}), offload.evaluate(lowered, {name: x})
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_unknown_backend_name_raises():
+    from offload.errors import BackendUnavailableError
+
+    with pytest.raises(BackendUnavailableError):
+        offload.to_backend(build([("a", "Relu", ["x"])], ["a"]), "no-such-backend")

@@ -1,0 +1,203 @@
+"""Running delegates: on their backend (init once, execute, destroy), or on the CPU fallback."""
+
+import mmap
+import warnings
+
+import numpy as np
+import pytest
+
+import offload
+from offload import runtime
+from offload.errors import BackendUnavailableError, DTypeError, KernelError, ShapeError
+from offload.runtime import delegates as runtime_delegates
+from tests.delegated import FakeRuntime, delegated_program, expected, registry_of
+
+X = (np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5) / 2
+W = [np.full((2, 3), 2, np.float32), np.full((2, 3), 3, np.float32)]
+
+
+@pytest.fixture
+def backends(monkeypatch):
+    """Install fake runtimes as the registry the runtime resolves delegates through."""
+
+    def install(*runtimes):
+        monkeypatch.setattr(runtime_delegates, "find_backend", registry_of(*runtimes))
+
+    return install
+
+
+@pytest.fixture
+def pte_file(tmp_path):
+    path = tmp_path / "model.pte"
+    offload.save(delegated_program(blobs=[b"one", b"two"]), path)
+    return str(path)
+
+
+def _evaluate_reference():
+    """offload.evaluate's result (it runs the fallback blocks), checked against plain numpy."""
+    z = offload.evaluate(delegated_program(blobs=[b"one", b"two"]), {"x": X})["z"]
+    np.testing.assert_array_equal(z, expected(X, W))
+    return z
+
+
+def _load_quietly(source, **kw):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = runtime.load(source, **kw)
+    return module, [w for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def test_available_backend_runs_the_delegates(backends, pte_file):
+    fake = FakeRuntime()
+    backends(fake)
+    module, warned = _load_quietly(pte_file)
+    assert not warned
+    assert [p for p, _, _ in fake.inits] == [b"one", b"two"]  # init once per delegate, at load
+    assert all(specs == [offload.delegates.backend.CompileSpec("k", b"1")] for _, specs, _ in fake.inits)
+    for _ in range(2):
+        np.testing.assert_array_equal(module.run({"x": X})["z"], _evaluate_reference())
+    assert fake.executes == 4
+    assert module.method("forward").delegates == [("fake", "backend", "")] * 2
+    assert module.method_names == ["forward"]
+
+
+def test_weights_given_to_init_are_the_fallbacks_constants_in_the_file(backends, pte_file):
+    fake = FakeRuntime()
+    backends(fake)
+    module = runtime.load(pte_file)
+    for k, (_, _, weights) in enumerate(fake.inits):
+        (name,) = weights
+        assert name == f"d{k}/w"
+        w = weights[name]
+        np.testing.assert_array_equal(w, W[k])
+        assert not w.flags.writeable
+        fallback = module.method(f"forward/delegate{k}/fallback")
+        (const,) = fallback.constants.values()
+        assert np.shares_memory(w, const)
+        # Zero-copy: the array's memory is the mapped file itself.
+        root = w
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        assert isinstance(root.base, memoryview) and isinstance(root.base.obj, mmap.mmap)
+
+
+@pytest.mark.parametrize(
+    "runtimes, reason",
+    [
+        ((), "not installed"),
+        ((FakeRuntime(available=False),), "no fake device here"),
+        ((FakeRuntime(fail_init=True),), "init failed: RuntimeError: fake device is busy"),
+    ],
+    ids=["unknown", "unavailable", "init-raises"],
+)
+def test_fallback_runs_the_cpu_plan_and_warns_once(backends, pte_file, runtimes, reason):
+    backends(*runtimes)
+    module, warned = _load_quietly(pte_file)
+    assert len(warned) == 1  # two delegates of one backend: one warning
+    assert "'fake'" in str(warned[0].message) and reason in str(warned[0].message)
+    np.testing.assert_array_equal(module.run({"x": X})["z"], _evaluate_reference())
+    assert [(b, where) for b, where, _ in module.method("forward").delegates] == [
+        ("fake", "cpu fallback")
+    ] * 2
+    assert reason in module.method("forward").delegates[0].reason
+    assert all(r.executes == 0 for r in runtimes)
+
+
+def test_fallback_equals_backend_bit_for_bit(backends, pte_file):
+    backends()
+    module, _ = _load_quietly(pte_file)
+    on_cpu = module.run({"x": X})["z"]
+    backends(FakeRuntime())
+    on_backend = runtime.load(pte_file).run({"x": X})["z"]
+    assert on_cpu.tobytes() == on_backend.tobytes()
+
+
+def test_strict_load_raises_instead_of_falling_back(backends, pte_file):
+    backends(FakeRuntime(available=False))
+    with pytest.raises(BackendUnavailableError, match=r"fake.*no fake device here"):
+        runtime.load(pte_file, strict=True)
+
+
+def test_strict_failure_destroys_handles_already_made(backends):
+    good, bad = FakeRuntime("good"), FakeRuntime("bad", available=False)
+    backends(good, bad)
+    data = offload.save(delegated_program(blobs=[b"a", b"b"], backends=("good", "bad")))
+    with pytest.raises(BackendUnavailableError):
+        runtime.load(data, strict=True)
+    assert good.destroyed == [1]
+
+
+def test_close_and_context_manager_destroy_handles(backends, pte_file):
+    fake = FakeRuntime()
+    backends(fake)
+    with runtime.load(pte_file) as module:
+        module.run({"x": X})
+    assert fake.destroyed == [1, 2]
+    module.close()  # a second close destroys nothing twice
+    assert fake.destroyed == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "result, error, match",
+    [
+        (lambda ins: [], KernelError, "returned 0 outputs"),
+        (lambda ins: [ins[0].astype(np.float64)], DTypeError, "output 0 is float64"),
+        (lambda ins: [np.zeros((3, 2), np.float32)], ShapeError, r"shape \[3, 2\]"),
+        (lambda ins: 1 / 0, KernelError, "ZeroDivisionError"),
+    ],
+    ids=["count", "dtype", "shape", "raises"],
+)
+def test_bad_backend_results_are_clear_errors(backends, pte_file, result, error, match):
+    backends(FakeRuntime(result=result))
+    module = runtime.load(pte_file)
+    with pytest.raises(error, match=match) as info:
+        module.run({"x": X})
+    assert "backend 'fake'" in str(info.value)
+
+
+# ---- the command line, with the example plugin backend -------------------------------------------
+
+
+def _cli(capsys, *argv):
+    from offload.cli import main
+
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_compile_run_inspect_with_a_backend(example_model, tmp_path, capsys, monkeypatch):
+    from offload.delegates import registry
+
+    if registry.find("example") is None:
+        pytest.skip("the example backend plugin is not installed")
+    out = str(tmp_path / "m.pte")
+    rc, printed, _ = _cli(
+        capsys, "compile", example_model, "--backend", "example", "--deny-op", "Relu", "-o", out
+    )
+    assert rc == 0 and "delegated 8/10 ops in 3 partitions to example" in printed
+    rc, printed, _ = _cli(capsys, "run", out)
+    assert rc == 0 and "with delegates on example x3" in printed
+    rc, printed, _ = _cli(capsys, "inspect", out)
+    assert rc == 0 and "delegates: 3" in printed and printed.count("example: backend") == 3
+    rc, printed, _ = _cli(capsys, "inspect", example_model, "--backend", "example", "--min-ops", "3")
+    assert rc == 0 and "partitions: 1" in printed and "example#0" in printed
+
+    monkeypatch.setenv("OFFLOAD_EXAMPLE_BACKEND_DISABLE", "1")
+    with pytest.warns(RuntimeWarning, match="example"):
+        rc, printed, _ = _cli(capsys, "run", out)
+    assert rc == 0 and "example (cpu fallback) x3" in printed
+    rc, printed, err = _cli(capsys, "run", out, "--strict")
+    assert rc == 2 and "backend 'example' cannot run it" in err
+    rc, printed, _ = _cli(capsys, "inspect", out)
+    assert "example: cpu fallback (disabled by OFFLOAD_EXAMPLE_BACKEND_DISABLE=1)" in printed
+
+
+def test_cli_spec_flags_are_checked(example_model, tmp_path, capsys):
+    out = str(tmp_path / "m.pte")
+    rc, _, err = _cli(capsys, "compile", example_model, "--deny-op", "Relu", "-o", out)
+    assert rc == 2 and "need --backend" in err
+    rc, _, err = _cli(
+        capsys, "compile", example_model, "--backend", "example", "--spec", "nodot=1", "-o", out
+    )
+    assert rc == 2 and "NAME.key=value" in err
