@@ -168,6 +168,7 @@ def _subprogram(fallback: Block, fn: Function) -> Program:
 def _toposort(block: Block) -> None:
     """Reorder ``block`` so every op follows the ops it reads from (stable where it can be)."""
     done: set[int] = set()
+    entered: set[int] = set()  # expanded, its producers not all placed yet
     order: list[Operation] = []
     in_block = {id(op) for op in block.operations}
 
@@ -181,6 +182,11 @@ def _toposort(block: Block) -> None:
                 done.add(id(current))
                 order.append(current)
                 continue
+            if id(current) in entered:
+                # Reached again while its own producers are being placed: the partitions
+                # formed a cycle, which the grouping rule is there to make impossible.
+                raise AssertionError(f"partitioning made a cycle through {current.qualified_type}")
+            entered.add(id(current))
             stack.append((current, True))
             for v in reversed(reads(current)):
                 producer = v.producer and top_level_op(v.producer)

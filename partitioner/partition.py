@@ -196,6 +196,7 @@ class _FunctionPass:
         self.refused: dict[int, int] = {}  # id(op) → group it could not join (cycle)
         self.untagged: dict[int, tuple[Reason, str]] = {}
         self.position: dict[int, int] = {}  # id(op) → index in the block, for ordering
+        self.producers: dict[int, list[Operation]] = {}  # id(op) → the top-level ops it reads
 
     def run(self) -> None:
         for op in self.fn.body.operations:
@@ -211,12 +212,15 @@ class _FunctionPass:
         return None if k is None else self.groups.find(k)
 
     def _producers(self, op: Operation) -> list[Operation]:
-        seen: dict[int, Operation] = {}
-        for v in reads(op):
-            if v.producer is not None:
-                producer = top_level_op(v.producer)
-                seen.setdefault(id(producer), producer)
-        return list(seen.values())
+        cached = self.producers.get(id(op))
+        if cached is None:
+            seen: dict[int, Operation] = {}
+            for v in reads(op):
+                if v.producer is not None:
+                    producer = top_level_op(v.producer)
+                    seen.setdefault(id(producer), producer)
+            cached = self.producers[id(op)] = list(seen.values())
+        return cached
 
     def _deps(self, op: Operation) -> set[int]:
         return {self.groups.find(k) for k in self.deps.get(id(op), ())}
@@ -236,7 +240,7 @@ class _FunctionPass:
             k = self._group(q)
             if k is None or self.backend_of[k] is not backend:
                 continue
-            if self._convex_with(k, producers):
+            if self._convex_with(k, producers) and (self._inside(k, producers) or self._acyclic({id(op): k})):
                 target = k
                 break
             self.refused.setdefault(id(op), k)
@@ -245,6 +249,10 @@ class _FunctionPass:
             self.members[target], self.backend_of[target] = [], backend
         self.members[target].append(op)
         self.group_of[id(op)] = target
+
+    def _inside(self, k: int, producers: list[Operation]) -> bool:
+        """Whether every producer is in group k or touches no group at all (no loop possible)."""
+        return all(self._group(q) == k or (self._group(q) is None and not self._deps(q)) for q in producers)
 
     def _convex_with(self, k: int, producers: list[Operation]) -> bool:
         """Rule 1: no producer outside group k depends on k."""
@@ -278,7 +286,45 @@ class _FunctionPass:
                 for q in self._producers(op):
                     if self._group(q) not in both and k in self._deps(q):
                         return False
-        return True
+        return self._acyclic({id(op): a for op in self.members[b]})
+
+    def _acyclic(self, moves: dict[int, int]) -> bool:
+        """Whether the graph stays acyclic with every group collapsed into one node.
+
+        The dependency sets above see paths between ops; collapsing a group also joins each
+        of its inputs to each of its outputs, which can close a loop through another group
+        (A feeds group G's first op, G's second op feeds A). This check sees those, over the
+        ops placed so far with ``moves`` (op → group) applied.
+        """
+
+        def node(op: Operation):
+            k = moves.get(id(op))
+            k = self._group(op) if k is None else self.groups.find(k)
+            return ("g", k) if k is not None else ("op", id(op))
+
+        placed = [op for op in self.fn.body.operations if id(op) in self.deps or id(op) in moves]
+        edges: dict[tuple, set[tuple]] = {}
+        indegree: dict[tuple, int] = {}
+        for op in placed:
+            target = node(op)
+            indegree.setdefault(target, 0)
+            for q in self._producers(op):
+                if id(q) not in self.deps and id(q) not in moves:
+                    continue
+                source = node(q)
+                if source != target and target not in edges.setdefault(source, set()):
+                    edges[source].add(target)
+                    indegree[target] = indegree.get(target, 0) + 1
+        ready = [n for n, d in indegree.items() if d == 0]
+        seen = 0
+        while ready:
+            n = ready.pop()
+            seen += 1
+            for m in edges.get(n, ()):
+                indegree[m] -= 1
+                if indegree[m] == 0:
+                    ready.append(m)
+        return seen == len(indegree)
 
     def _finish(self) -> None:
         """Dissolve small groups, number the rest, and write one placement per op."""

@@ -22,15 +22,16 @@ def _evaluate(program):
     return lambda inputs: offload.evaluate(program, inputs)
 
 
-def _through_pte(program):
+def _through_pte(program, reference=None):
     """Run through save → runtime.load, and insist on evaluate's results bit for bit."""
+    reference = program if reference is None else reference
     data = offload.save(program)
     assert data[4:8] == b"ET12" and data[8:12] == b"eh00", "a written .pte lacks its identifier or header"
     module = offload.runtime.load(data)
 
     def run(inputs):
         got = module.run(inputs)
-        want = offload.evaluate(program, inputs)
+        want = offload.evaluate(reference, inputs)
         for (name, a), b in zip(got.items(), want.values()):
             _assert_identical(a, b, f"output '{name}' through .pte vs evaluate")
         return got
@@ -55,8 +56,14 @@ def _assert_identical(a, b, where: str) -> None:
         assert a.tobytes() == b.tobytes(), f"{where}: values differ"
 
 
-# How a case's program is run: by the evaluator, or saved as .pte and run by the runtime.
-PATHS = {"evaluate": _evaluate, "pte": _through_pte}
+def _delegated(program):
+    """Lower every op the example plugin backend takes (through its entry point), then run as .pte."""
+    return _through_pte(offload.to_backend(program, "example"), reference=program)
+
+
+# How a case's program is run: by the evaluator, saved as .pte and run by the runtime, or
+# partitioned onto the example plugin backend first (which must not change a bit either).
+PATHS = {"evaluate": _evaluate, "pte": _through_pte, "delegated": _delegated}
 
 
 def run_case(case: Case, path: str = "evaluate", prepare=None) -> str | None:

@@ -167,3 +167,19 @@ def test_dynamic_boundary_is_counted_as_unknown():
     p.main.inputs[0].type = TensorType(DataType.FLOAT, ("N", 3))
     s = Partitioner([fake()]).partition(p).summary()
     assert s["boundary_unknown"] == 1 and s["boundary_bytes"] == 24
+
+
+def test_merging_never_closes_a_loop_through_another_partition():
+    # b1 depends on partition {a1, a2} (through CPU op c); that partition depends on b2
+    # (through CPU op d). b1 and b2 are independent, but as one delegate they would both
+    # feed and read {a1, a2}: a cycle once each partition is collapsed into one op.
+    nodes = [
+        ("a1", "Relu", ["x"]),
+        ("c", "Neg", ["a1"]),
+        ("b1", "Relu", ["c"]),
+        ("b2", "Relu", ["y"]),
+        ("d", "Neg", ["b2"]),
+        ("a2", "Add", ["a1", "d"]),
+    ]
+    report = Partitioner([fake()]).partition(build(nodes, ["b1", "a2"], inputs=("x", "y")))
+    assert sorted(groups(report), key=len) == [{"b1"}, {"b2"}, {"a1", "a2"}]
