@@ -28,6 +28,10 @@ def _through_pte(program, reference=None):
     data = offload.save(program)
     assert data[4:8] == b"ET12" and data[8:12] == b"eh00", "a written .pte lacks its identifier or header"
     module = offload.runtime.load(data)
+    # A delegate here runs on its backend (the example plugin is installed and available).
+    for name in module.method_names:
+        for d in module.method(name).delegates:
+            assert d.runs_on == "backend", f"delegate for '{d.backend}' fell back to the CPU: {d.reason}"
 
     def run(inputs):
         got = module.run(inputs)
