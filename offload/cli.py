@@ -213,7 +213,7 @@ def _compile(args, progress: Progress) -> int:
             program = _delegated(program, partitioner, specs)
         print(
             f"delegated {summary['delegated_ops']}/{summary['ops']} ops "
-            f"in {summary['partitions']} partitions to {', '.join(args.backend)}"
+            f"in {summary['partitions']} partition(s) to {', '.join(args.backend)}"
         )
     with progress.step(f"writing {args.output}"):
         offload.save(program, args.output)
@@ -369,16 +369,22 @@ def _backends(args, progress: Progress) -> int:
     return 0
 
 
+def _warn(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings on the command line are one line each, like errors (no source line)."""
+    print(f"offload: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     progress = Progress(sys.stderr)
-    try:
-        return {"compile": _compile, "run": _run, "inspect": _inspect, "backends": _backends}[args.command](
-            args, progress
-        )
-    except OffloadError as e:
-        print(f"offload: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+    commands = {"compile": _compile, "run": _run, "inspect": _inspect, "backends": _backends}
+    with warnings.catch_warnings():
+        warnings.showwarning = _warn
+        try:
+            return commands[args.command](args, progress)
+        except OffloadError as e:
+            print(f"offload: error: {' '.join(str(e).split())}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

@@ -175,7 +175,7 @@ def test_cli_compile_run_inspect_with_a_backend(example_model, tmp_path, capsys,
     rc, printed, _ = _cli(
         capsys, "compile", example_model, "--backend", "example", "--deny-op", "Relu", "-o", out
     )
-    assert rc == 0 and "delegated 8/10 ops in 3 partitions to example" in printed
+    assert rc == 0 and "delegated 8/10 ops in 3 partition(s) to example" in printed
     rc, printed, _ = _cli(capsys, "run", out)
     assert rc == 0 and "with delegates on example x3" in printed
     rc, printed, _ = _cli(capsys, "inspect", out)
@@ -184,9 +184,13 @@ def test_cli_compile_run_inspect_with_a_backend(example_model, tmp_path, capsys,
     assert rc == 0 and "partitions: 1" in printed and "example#0" in printed
 
     monkeypatch.setenv("OFFLOAD_EXAMPLE_BACKEND_DISABLE", "1")
-    with pytest.warns(RuntimeWarning, match="example"):
-        rc, printed, _ = _cli(capsys, "run", out)
+    rc, printed, err = _cli(capsys, "run", out)
     assert rc == 0 and "example (cpu fallback) x3" in printed
+    # The command line shows the fallback warning as one line, like its errors.
+    assert err.strip().splitlines() == [
+        f"offload: warning: {out}: backend 'example' cannot run here "
+        "(disabled by OFFLOAD_EXAMPLE_BACKEND_DISABLE=1); its delegates run on the CPU fallback"
+    ]
     rc, printed, err = _cli(capsys, "run", out, "--strict")
     assert rc == 2 and "backend 'example' cannot run it" in err
     rc, printed, _ = _cli(capsys, "inspect", out)
