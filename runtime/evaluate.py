@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from offload.errors import KernelError, OffloadError, UnsupportedOpError
+from offload.errors import UnsupportedOpError
 from offload.ir import Block, Operation, Program, lookup
 
 from . import kernels
@@ -64,28 +62,10 @@ def _call(op: Operation, env: _Env) -> None:
     args = [None if v is None else env.get(v) for v in op.inputs]
     schema = lookup(op.domain, op.op_type)
     attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
-    try:
-        result = fn(KernelContext(op, env), *args, **attrs)
-    except OffloadError:
-        raise
-    except Exception as e:
-        shapes = ", ".join("None" if a is None else _describe(a) for a in args)
-        raise KernelError(
-            f"op '{op.name or op.op_type}' ({op.qualified_type}) failed on inputs ({shapes}): "
-            f"{type(e).__name__}: {e}"
-        ) from e
-    if not isinstance(result, tuple):
-        result = (result,)
+    what = f"op '{op.name or op.op_type}' ({op.qualified_type})"
+    result = kernels.invoke(fn, KernelContext(op, env), args, attrs, what)
     for out, value in zip(op.outputs, result):
         env.values[id(out)] = value
-
-
-def _describe(a) -> str:
-    if isinstance(a, np.ndarray):
-        return f"{a.dtype}{list(a.shape)}"
-    if isinstance(a, list):
-        return f"seq[{len(a)}]"
-    return type(a).__name__
 
 
 def _run_block(block: Block, args: list, env: _Env) -> list:

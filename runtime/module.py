@@ -21,7 +21,6 @@ import numpy as np
 
 from offload.errors import (
     DTypeError,
-    KernelError,
     ModelFormatError,
     OffloadError,
     ShapeError,
@@ -562,18 +561,8 @@ class _KernelStep:
     def run(self, frame: list) -> None:
         args = [frame[i] for i in self.in_slots]
         ctx = MethodContext(self, frame)
-        try:
-            result = self.fn(ctx, *args, **self.attrs)
-        except OffloadError:
-            raise
-        except Exception as e:
-            shapes = ", ".join("None" if a is None else _describe(a) for a in args)
-            raise KernelError(
-                f"{self.where}: op '{self.label or self.op_name}' ({self.op_name}) failed on inputs "
-                f"({shapes}): {type(e).__name__}: {e}"
-            ) from e
-        if not isinstance(result, tuple):
-            result = (result,)
+        what = f"{self.where}: op '{self.label or self.op_name}' ({self.op_name})"
+        result = kernels.invoke(self.fn, ctx, args, self.attrs, what)
         for slot, value in zip(self.out_slots, result):
             if slot:
                 self.method._store(frame, slot, value)
@@ -582,14 +571,6 @@ class _KernelStep:
         captured = [i for a in self.attrs.values() if isinstance(a, SubPlan) for i in a.captured]
         reads = tuple(i for i in self.in_slots if i) + tuple(captured)
         return StepInfo("kernel", self.op_name, reads, tuple(i for i in self.out_slots if i), None)
-
-
-def _describe(a) -> str:
-    if isinstance(a, np.ndarray):
-        return f"{a.dtype}{list(a.shape)}"
-    if isinstance(a, list):
-        return f"seq[{len(a)}]"
-    return type(a).__name__
 
 
 def _missing_kernel(name: str, where: str):

@@ -61,6 +61,31 @@ def _load_all() -> None:
                 raise
 
 
+def invoke(fn: Callable, ctx, args: list, attrs: dict, what: str) -> tuple:
+    """Run one kernel; its results as a tuple. A crash inside it becomes a KernelError naming
+    ``what`` (the op) and the inputs it got; offload's own errors pass through unchanged."""
+    from offload.errors import KernelError, OffloadError
+
+    try:
+        result = fn(ctx, *args, **attrs)
+    except OffloadError:
+        raise
+    except Exception as e:
+        shapes = ", ".join(_describe(a) for a in args)
+        raise KernelError(f"{what} failed on inputs ({shapes}): {type(e).__name__}: {e}") from e
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _describe(a) -> str:
+    if a is None:
+        return "None"
+    if hasattr(a, "dtype") and hasattr(a, "shape"):
+        return f"{a.dtype}{list(a.shape)}"
+    if isinstance(a, list):
+        return f"seq[{len(a)}]"
+    return type(a).__name__
+
+
 def find(domain: str, op_type: str) -> Callable | None:
     _load_all()
     return KERNELS.get(("" if domain == "ai.onnx" else domain, op_type))
