@@ -209,11 +209,12 @@ def _compile(args, progress: Progress) -> int:
         program = offload.load(args.model)
     if partitioner is not None:
         with progress.step("delegating to " + ", ".join(args.backend)):
-            summary = partitioner.partition(program).summary()
             program = _delegated(program, partitioner, specs)
+        delegates = [op for op in program.main.body.operations if op.qualified_type == "offload::Delegate"]
+        ops = [op for op in program.main.body.walk() if op.qualified_type != "offload::Delegate"]
+        inside = sum(1 for d in delegates for _ in d.attributes["fallback"].walk())
         print(
-            f"delegated {summary['delegated_ops']}/{summary['ops']} ops "
-            f"in {summary['partitions']} partition(s) to {', '.join(args.backend)}"
+            f"delegated {inside}/{len(ops)} ops in {len(delegates)} partition(s) to {', '.join(args.backend)}"
         )
     with progress.step(f"writing {args.output}"):
         offload.save(program, args.output)
