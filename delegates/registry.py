@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from offload.errors import BackendUnavailableError
 
+from . import opencl
 from .backend import Backend
 
 GROUP = "offload.backends"
 
 # Backends that ship with offload, by name (the CUDA and OpenCL backends register here).
-BUILTIN: dict[str, Backend] = {}
+BUILTIN: dict[str, Backend] = {"opencl": opencl.backend}
 
 
 @dataclass(frozen=True)

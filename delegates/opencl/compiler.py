@@ -1,0 +1,103 @@
+"""The compile half of the `opencl` backend: the float32 ops it takes, and preprocess → JSON plan."""
+
+from __future__ import annotations
+
+import json
+
+from offload.errors import UnsupportedOpError
+from offload.ir import DataType, Operation, Program, TensorType, Value, lookup
+
+from ..backend import BackendCompiler, CompileSpec, OpCapability, PreprocessResult, Support
+from .plan import FORMAT
+
+_F32 = frozenset({DataType.FLOAT})
+
+UNARY = ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "LeakyRelu")
+BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
+
+CAPABILITIES: dict[str, OpCapability] = {
+    **{op: OpCapability(_F32, max_rank=6) for op in (*UNARY, *BINARY, "Clip")},
+    "MatMul": OpCapability(_F32, max_rank=6),
+    "Gemm": OpCapability(_F32, max_rank=2),
+}
+
+SPEC_KEYS = {"device": "OpenCL device: 'P:D' (platform, device index), 'D' (index), or a name substring"}
+
+
+class _Ids:
+    """Numbers the values of a partition in the order the plan first meets them."""
+
+    def __init__(self):
+        self._ids: dict[int, int] = {}
+
+    def __call__(self, v: Value | None) -> int | None:
+        if v is None:
+            return None
+        return self._ids.setdefault(id(v), len(self._ids))
+
+    def known(self, v: Value) -> bool:
+        return id(v) in self._ids
+
+
+def _static(v: Value) -> bool:
+    return isinstance(v.type, TensorType) and v.type.is_static
+
+
+class OpenCLCompiler(BackendCompiler):
+    name = "opencl"
+    spec_keys = SPEC_KEYS
+    capabilities = CAPABILITIES
+
+    def supports(self, op: Operation, ctx=None) -> Support:
+        found = super().supports(op, ctx)
+        if not found:
+            return found
+        for v in [*op.inputs, *op.outputs]:
+            if v is not None and not _static(v):
+                return Support(False, f"shape of '{v.name}' is not static")
+        if op.op_type in BINARY and len(op.inputs) != 2:
+            return Support(False, f"{op.op_type} with {len(op.inputs)} inputs (takes 2)")
+        if len(op.outputs) != 1:
+            return Support(False, "ops with more than one output are not supported")
+        if op.op_type == "MatMul" and any(v.type.rank < 2 for v in op.inputs):
+            return Support(False, "MatMul of a 1-D operand is not supported")
+        return Support(True)
+
+    def preprocess(self, subprogram: Program, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        self.check_specs(compile_specs)
+        body = subprogram.main.body
+        ids = _Ids()
+        shapes: dict[str, list[int]] = {}
+
+        def vid(v: Value | None) -> int | None:
+            i = ids(v)
+            if v is not None:
+                shapes[str(i)] = [int(d) for d in v.type.shape]
+            return i
+
+        plan = {"format": FORMAT, "inputs": [vid(v) for v in body.inputs], "weights": {}, "ops": []}
+        for v in body.constants.values():
+            plan["weights"][str(vid(v))] = v.name
+        debug_map: dict[int, tuple[int, ...]] = {}
+        for step, op in enumerate(body.operations):
+            support = self.supports(op)
+            if not support:
+                raise UnsupportedOpError(f"opencl backend: op '{op.name or op.op_type}': {support.reason}")
+            for v in op.inputs:
+                if v is not None and v.is_constant and not ids.known(v):
+                    plan["weights"][str(vid(v))] = v.name
+            schema = lookup(op.domain, op.op_type)
+            attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+            plan["ops"].append(
+                {
+                    "type": op.op_type,
+                    "name": op.name,
+                    "attributes": {k: a for k, a in attrs.items() if isinstance(a, int | float | str)},
+                    "inputs": [vid(v) for v in op.inputs],
+                    "outputs": [vid(v) for v in op.outputs],
+                }
+            )
+            debug_map[step] = (step,)
+        plan["outputs"] = [vid(v) for v in body.outputs]
+        plan["shapes"] = shapes
+        return PreprocessResult(json.dumps(plan).encode(), debug_map)

@@ -1,0 +1,416 @@
+"""The runtime half of the `opencl` backend: compiler → program → allocator → device, then the plan.
+
+It imports nothing from ``compiler.py``. Elementwise kernels are generated here, one per op
+(type, arity, attribute values), broadcasting numpy-style through per-step shape/stride tables;
+MatMul and Gemm run ``kernels_cl/matmul.cl``. Intermediates stay on the device during execute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+
+import numpy as np
+
+from offload.errors import KernelError, ModelFormatError, OffloadError, UnsupportedOpError
+
+from ..backend import Availability, BackendRuntime, CompileSpec
+from .plan import FORMAT
+
+try:
+    import pyopencl as cl
+except Exception as e:  # ImportError, or a broken ICD loader
+    cl = None
+    _IMPORT_ERROR = f"pyopencl is not importable: {type(e).__name__}: {e}"
+
+MAX_RANK = 6
+TILE = 16
+
+
+class OpenCLBuildError(KernelError):
+    """An OpenCL C source that failed to build; the message carries the build log."""
+
+
+# ---- compiler: source → cl.Program, cached in-process --------------------------------------------
+
+_PROGRAMS: dict[str, object] = {}
+
+
+def build(device: Device, source: str, options: str = "") -> cl.Program:
+    """Build ``source`` for ``device``; cached by source + options + device name + driver version."""
+    d = device.device
+    key = hashlib.sha256(
+        "\0".join([source, options, d.name, d.driver_version, str(id(device.context))]).encode()
+    ).hexdigest()
+    program = _PROGRAMS.get(key)
+    if program is None:
+        try:
+            program = cl.Program(device.context, source).build(options=options, devices=[d])
+        except cl.Error as e:
+            raise OpenCLBuildError(f"opencl backend: kernel build failed on {d.name}:\n{e}") from None
+        _PROGRAMS[key] = program
+    return program
+
+
+# ---- program: one kernel + its launch shape and arguments -------------------------------------
+
+
+@dataclass
+class Launch:
+    kernel: object
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    args: list = field(default_factory=list)  # value ids (int) resolved at execute, or fixed args
+
+    def __call__(self, queue, buffers: dict[int, object]) -> None:
+        args = [buffers[a.id] if isinstance(a, _Ref) else a for a in self.args]
+        self.kernel(queue, self.global_size, self.local_size, *args)
+
+
+@dataclass(frozen=True)
+class _Ref:
+    id: int
+
+
+# ---- allocator: device buffers, copy in / out -----------------------------------------------
+
+
+class Allocator:
+    def __init__(self, context, queue):
+        self.context, self.queue = context, queue
+
+    def alloc(self, nbytes: int):
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 4))
+
+    def copyin(self, buffer, array: np.ndarray) -> None:
+        if array.size:
+            cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array, np.float32), is_blocking=True)
+
+    def copyout(self, buffer, shape) -> np.ndarray:
+        out = np.empty(shape, np.float32)
+        if out.size:
+            cl.enqueue_copy(self.queue, out, buffer, is_blocking=True)
+        return out
+
+
+# ---- device: context + queue, chosen by the `device` spec -------------------------------------
+
+
+def _all_devices() -> list[tuple[int, int, object]]:
+    found = []
+    for p, platform in enumerate(cl.get_platforms()):
+        try:
+            devices = platform.get_devices()
+        except cl.Error:
+            continue
+        found.extend((p, d, dev) for d, dev in enumerate(devices))
+    return found
+
+
+def _select(spec: str | None):
+    devices = _all_devices()
+    if not devices:
+        raise OffloadError("opencl backend: no OpenCL platform with a device")
+    if spec is None or spec == "":
+        return devices[0][2]
+    if ":" in spec and all(s.strip().isdigit() for s in spec.split(":", 1)):
+        p, d = (int(s) for s in spec.split(":", 1))
+        match = [dev for pi, di, dev in devices if (pi, di) == (p, d)]
+    elif spec.strip().isdigit():
+        match = [devices[int(spec)][2]] if int(spec) < len(devices) else []
+    else:
+        match = [dev for _, _, dev in devices if spec.lower() in dev.name.lower()]
+    if not match:
+        names = ", ".join(f"{p}:{d} {dev.name}" for p, d, dev in devices)
+        raise OffloadError(f"opencl backend: no device matches '{spec}' (devices: {names})")
+    return match[0]
+
+
+class Device:
+    def __init__(self, device):
+        self.device = device
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(self.context, device)
+        self.allocator = Allocator(self.context, self.queue)
+
+
+_DEVICES: dict[str, Device] = {}
+
+
+def device_for(spec: str | None) -> Device:
+    dev = _select(spec)
+    key = f"{dev.platform.name}/{dev.name}/{dev.int_ptr}"
+    if key not in _DEVICES:
+        _DEVICES[key] = Device(dev)
+    return _DEVICES[key]
+
+
+# ---- elementwise kernels, generated ---------------------------------------------------------
+
+
+def _f(x: float) -> str:
+    """A float32 literal of OpenCL C."""
+    x = float(np.float32(x))
+    if not math.isfinite(x):
+        return "(INFINITY)" if x > 0 else "(-INFINITY)" if x < 0 else "(NAN)"
+    return f"({x!r}f)"
+
+
+def _expr(op_type: str, attrs: dict, arity: int) -> str:
+    """The OpenCL C expression of an elementwise op over x0, x1, …"""
+    simple = {
+        "Relu": "(x0 < 0.0f ? 0.0f : x0)",
+        "Sigmoid": "(x0 >= 0.0f ? 1.0f / (1.0f + exp(-x0)) : exp(x0) / (1.0f + exp(x0)))",
+        "Tanh": "tanh(x0)",
+        "Exp": "exp(x0)",
+        "Log": "log(x0)",
+        "Sqrt": "sqrt(x0)",
+        "Neg": "(-x0)",
+        "Abs": "fabs(x0)",
+        "Add": "(x0 + x1)",
+        "Sub": "(x0 - x1)",
+        "Mul": "(x0 * x1)",
+        "Div": "(x0 / x1)",
+        "Max": "((isnan(x0) || x0 > x1) ? x0 : x1)",
+        "Min": "((isnan(x0) || x0 < x1) ? x0 : x1)",
+    }
+    if op_type in simple:
+        return simple[op_type]
+    if op_type == "LeakyRelu":
+        return f"(x0 < 0.0f ? {_f(attrs.get('alpha', 0.01))} * x0 : x0)"
+    if op_type == "Clip":
+        lo = "x1" if arity > 1 else "(-INFINITY)"
+        hi = "x2" if arity > 2 else "(INFINITY)"
+        return f"(isnan(x0) ? x0 : fmin(fmax(x0, {lo}), {hi}))"
+    raise UnsupportedOpError(f"opencl backend: no kernel for {op_type}")
+
+
+def elementwise_source(op_type: str, attrs: dict, arity: int) -> str:
+    params = "".join(f", __global const float* a{i}" for i in range(arity))
+    offs = " ".join(f"int o{i} = 0;" for i in range(arity))
+    steps = " ".join(f"o{i} += j * meta[{MAX_RANK * (i + 1)} + d];" for i in range(arity))
+    loads = " ".join(f"const float x{i} = a{i}[o{i}];" for i in range(arity))
+    return f"""// generated: {op_type}
+__kernel void ew(__global float* out{params}, __global const int* meta, const int n) {{
+    const int gid = get_global_id(0);
+    if (gid >= n) return;
+    int rem = gid; {offs}
+    for (int d = {MAX_RANK - 1}; d >= 0; --d) {{
+        const int s = meta[d]; const int j = rem % s; rem /= s; {steps}
+    }}
+    {loads}
+    out[gid] = {_expr(op_type, attrs, arity)};
+}}
+"""
+
+
+def _broadcast_strides(shape, out_shape) -> list[int]:
+    """Element strides of a row-major ``shape`` read as ``out_shape`` (0 along broadcast axes)."""
+    shape = [1] * (len(out_shape) - len(shape)) + list(shape)
+    strides, acc = [0] * len(shape), 1
+    for d in reversed(range(len(shape))):
+        strides[d] = acc if shape[d] != 1 else 0
+        acc *= shape[d]
+    return strides
+
+
+def _pad(xs, fill) -> list[int]:
+    return [fill] * (MAX_RANK - len(xs)) + list(xs)
+
+
+# ---- the handle and the runtime -------------------------------------------------------------
+
+
+@dataclass
+class Handle:
+    device: Device
+    inputs: list[int]
+    outputs: list[int]
+    shapes: dict[int, tuple[int, ...]]
+    buffers: dict[int, object]
+    launches: list[Launch]
+    keep: list = field(default_factory=list)  # meta buffers referenced by launches
+
+
+def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
+    return next((s for s in specs if s.key == key), None)
+
+
+class OpenCLRuntime(BackendRuntime):
+    name = "opencl"
+
+    def is_available(self) -> Availability:
+        if cl is None:
+            return Availability(False, _IMPORT_ERROR)
+        try:
+            devices = _all_devices()
+        except cl.Error as e:
+            return Availability(False, f"no OpenCL platform: {e}")
+        if not devices:
+            return Availability(False, "no OpenCL platform with a device")
+        return Availability(True)
+
+    def devices(self) -> list[str]:
+        if cl is None:
+            return []
+        try:
+            return [f"{p}:{d} {dev.name} ({dev.platform.name})" for p, d, dev in _all_devices()]
+        except cl.Error:
+            return []
+
+    def init(self, processed: bytes, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]):
+        if cl is None:
+            raise OffloadError(f"opencl backend: {_IMPORT_ERROR}")
+        try:
+            plan = json.loads(processed)
+        except ValueError as e:
+            raise ModelFormatError(f"opencl backend: the delegate blob is not a JSON plan: {e}") from None
+        if plan.get("format") != FORMAT:
+            raise ModelFormatError(f"opencl backend: plan format {plan.get('format')!r}, expected {FORMAT!r}")
+        missing = sorted(set(plan["weights"].values()) - set(weights))
+        if missing:
+            raise ModelFormatError(f"opencl backend: weights not given: {', '.join(missing)}")
+        spec = _spec(compile_specs, "device")
+        device = device_for(spec.text() if spec is not None else None)
+        shapes = {int(i): tuple(s) for i, s in plan["shapes"].items()}
+        alloc = device.allocator
+        buffers = {i: alloc.alloc(4 * math.prod(s)) for i, s in shapes.items()}
+        for i, name in plan["weights"].items():
+            w = np.asarray(weights[name])
+            if w.shape != shapes[int(i)]:
+                raise ModelFormatError(
+                    f"opencl backend: weight '{name}' has shape {w.shape}, expected {shapes[int(i)]}"
+                )
+            alloc.copyin(buffers[int(i)], w)
+        handle = Handle(device, plan["inputs"], plan["outputs"], shapes, buffers, [])
+        for op in plan["ops"]:
+            if op["type"] in ("MatMul", "Gemm"):
+                self._matmul(handle, op)
+            else:
+                self._elementwise(handle, op)
+        device.queue.finish()
+        return handle
+
+    def _elementwise(self, h: Handle, op: dict) -> None:
+        ins = op["inputs"]
+        while ins and ins[-1] is None:
+            ins = ins[:-1]
+        (out,) = op["outputs"]
+        out_shape = h.shapes[out]
+        arity = len(ins)
+        meta = _pad(out_shape, 1)
+        args: list = [_Ref(out)]
+        for k, i in enumerate(ins):
+            if i is None:  # an absent Clip bound: a one-element buffer holding ∓inf
+                fill = np.array([-np.inf if k == 1 else np.inf], np.float32)
+                buf = h.device.allocator.alloc(4)
+                h.device.allocator.copyin(buf, fill)
+                h.keep.append(buf)
+                args.append(buf)
+                meta += [0] * MAX_RANK
+            else:
+                args.append(_Ref(i))
+                meta += _pad(_broadcast_strides(h.shapes[i], out_shape), 0)
+        meta_buf = h.device.allocator.alloc(4 * len(meta))
+        cl.enqueue_copy(h.device.queue, meta_buf, np.asarray(meta, np.int32))
+        h.keep.append(meta_buf)
+        n = math.prod(out_shape)
+        if n == 0:
+            return
+        program = build(h.device, elementwise_source(op["type"], op["attributes"], arity))
+        kernel = cl.Kernel(program, "ew")
+        args += [meta_buf, np.int32(n)]
+        h.launches.append(Launch(kernel, (n,), None, args))
+
+    def _matmul(self, h: Handle, op: dict) -> None:
+        attrs = op["attributes"]
+        a, b, *rest = op["inputs"]
+        c = rest[0] if rest else None
+        (out,) = op["outputs"]
+        sa, sb, so = h.shapes[a], h.shapes[b], h.shapes[out]
+        program = build(
+            h.device, resources.files("offload.kernels_cl").joinpath("matmul.cl").read_text(), f"-DTS={TILE}"
+        )
+        alpha, beta = np.float32(1.0), np.float32(0.0)
+        bias, has_bias, scm, scn = _Ref(out), 0, 0, 0
+        if op["type"] == "Gemm":
+            ta, tb = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+            M, K = (sa[1], sa[0]) if ta else sa
+            N = sb[0] if tb else sb[1]
+            sam, sak = (1, sa[1]) if ta else (sa[1], 1)
+            sbk, sbn = (1, sb[1]) if tb else (sb[1], 1)
+            alpha, beta = np.float32(attrs.get("alpha", 1.0)), np.float32(attrs.get("beta", 1.0))
+            if c is not None:
+                bias, has_bias = _Ref(c), 1
+                scm, scn = _pad(_broadcast_strides(h.shapes[c], (M, N)), 0)[-2:]
+            batches = [(0, 0, 0)]
+        else:
+            M, K, N = sa[-2], sa[-1], sb[-1]
+            sam, sak, sbk, sbn = K, 1, N, 1
+            batch = so[:-2]
+            a_str = _broadcast_strides(sa[:-2], batch)
+            b_str = _broadcast_strides(sb[:-2], batch)
+            batches = []
+            for k, idx in enumerate(itertools.product(*(range(d) for d in batch))):
+                a_off = M * K * sum(i * s for i, s in zip(idx, a_str))
+                b_off = K * N * sum(i * s for i, s in zip(idx, b_str))
+                batches.append((a_off, b_off, k * M * N))
+        if M * N == 0:
+            return
+        gs = (-(-N // TILE) * TILE, -(-M // TILE) * TILE)
+        for a_off, b_off, c_off in batches:
+            kernel = cl.Kernel(program, "gemm")
+            args = [
+                np.int32(M),
+                np.int32(N),
+                np.int32(K),
+                _Ref(a),
+                np.int32(a_off),
+                np.int32(sam),
+                np.int32(sak),
+                _Ref(b),
+                np.int32(b_off),
+                np.int32(sbk),
+                np.int32(sbn),
+                _Ref(out),
+                np.int32(c_off),
+                bias,
+                np.int32(has_bias),
+                np.int32(scm),
+                np.int32(scn),
+                alpha,
+                beta,
+            ]
+            h.launches.append(Launch(kernel, gs, (TILE, TILE), args))
+
+    def execute(self, handle: Handle, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(handle.inputs):
+            raise OffloadError(f"opencl backend: expected {len(handle.inputs)} inputs, got {len(inputs)}")
+        alloc = handle.device.allocator
+        for i, x in zip(handle.inputs, inputs):
+            x = np.asarray(x)
+            if x.dtype != np.float32 or x.shape != handle.shapes[i]:
+                raise OffloadError(
+                    f"opencl backend: input {i} is {x.dtype}{list(x.shape)}, "
+                    f"expected float32{list(handle.shapes[i])}"
+                )
+            alloc.copyin(handle.buffers[i], x)
+        queue = handle.device.queue
+        try:
+            for launch in handle.launches:
+                launch(queue, handle.buffers)
+            return [alloc.copyout(handle.buffers[i], handle.shapes[i]) for i in handle.outputs]
+        except cl.Error as e:
+            raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e
+
+    def destroy(self, handle: Handle) -> None:
+        for buf in handle.buffers.values():
+            buf.release()
+        handle.buffers.clear()
+        handle.launches.clear()
+        handle.keep.clear()
