@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from offload.errors import UnsupportedOpError
 from offload.ir import DataType, Operation, Program, TensorType, Value, lookup
 
@@ -19,7 +21,36 @@ CAPABILITIES: dict[str, OpCapability] = {
     **{op: OpCapability(_F32, max_rank=6) for op in (*UNARY, *BINARY, "Clip")},
     "MatMul": OpCapability(_F32, max_rank=6),
     "Gemm": OpCapability(_F32, max_rank=2),
+    "Conv": OpCapability(_F32, max_rank=4, attributes={"auto_pad": ("NOTSET",)}),
+    "MaxPool": OpCapability(
+        _F32, max_rank=4, attributes={"auto_pad": ("NOTSET",), "ceil_mode": (0,), "storage_order": (0,)}
+    ),
+    "AveragePool": OpCapability(_F32, max_rank=4, attributes={"auto_pad": ("NOTSET",), "ceil_mode": (0,)}),
+    "GlobalAveragePool": OpCapability(_F32, max_rank=4),
+    "GlobalMaxPool": OpCapability(_F32, max_rank=4),
+    "BatchNormalization": OpCapability(_F32, max_rank=6, attributes={"training_mode": (0,)}),
+    "Softmax": OpCapability(_F32, max_rank=6),
+    # Copy-free: the output shares its input's device buffer (the shape / axes input must be a constant).
+    **{op: OpCapability(_F32 | {DataType.INT64}) for op in ("Reshape", "Squeeze", "Unsqueeze")},
+    **{op: OpCapability(_F32) for op in ("Flatten", "Identity")},
 }
+
+ALIASES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+_SPATIAL = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+
+
+def _attr(v):
+    """An attribute as plan JSON (numbers, text, lists of numbers), or None when it is not one."""
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int | float | str):
+        return v
+    if isinstance(v, list | tuple | np.ndarray) and all(
+        isinstance(x, int | float | np.integer | np.floating) for x in v
+    ):
+        return [x.item() if hasattr(x, "item") else x for x in v]
+    return None
+
 
 SPEC_KEYS = {"device": "OpenCL device: 'P:D' (platform, device index), 'D' (index), or a name substring"}
 
@@ -57,8 +88,21 @@ class OpenCLCompiler(BackendCompiler):
                 return Support(False, f"shape of '{v.name}' is not static")
         if op.op_type in BINARY and len(op.inputs) != 2:
             return Support(False, f"{op.op_type} with {len(op.inputs)} inputs (takes 2)")
-        if len(op.outputs) != 1:
+        if len([v for v in op.outputs if v is not None]) != 1 or op.outputs[0] is None:
             return Support(False, "ops with more than one output are not supported")
+        if op.op_type in ALIASES:
+            if op.inputs[0] is None or op.inputs[0].type.dtype != DataType.FLOAT:
+                return Support(False, f"{op.op_type} of a non-float32 tensor")
+            if any(v is not None and not v.is_constant for v in op.inputs[1:]):
+                return Support(False, f"{op.op_type} with a shape / axes input that is not a constant")
+        if op.op_type in _SPATIAL and op.inputs[0].type.rank != 4:
+            return Support(
+                False, f"{op.op_type} of rank {op.inputs[0].type.rank} (only 2-D, NCHW, is supported)"
+            )
+        if op.op_type in ("Conv", "MaxPool", "AveragePool"):
+            dil = op.attributes.get("dilations")
+            if op.op_type != "Conv" and dil is not None and any(int(d) != 1 for d in dil):
+                return Support(False, "pooling with dilations other than 1 is not supported")
         if op.op_type == "MatMul" and any(v.type.rank < 2 for v in op.inputs):
             return Support(False, "MatMul of a 1-D operand is not supported")
         return Support(True)
@@ -77,13 +121,15 @@ class OpenCLCompiler(BackendCompiler):
 
         plan = {"format": FORMAT, "inputs": [vid(v) for v in body.inputs], "weights": {}, "ops": []}
         for v in body.constants.values():
-            plan["weights"][str(vid(v))] = v.name
+            if isinstance(v.type, TensorType) and v.type.dtype == DataType.FLOAT:
+                plan["weights"][str(vid(v))] = v.name
         debug_map: dict[int, tuple[int, ...]] = {}
         for step, op in enumerate(body.operations):
             support = self.supports(op)
             if not support:
                 raise UnsupportedOpError(f"opencl backend: op '{op.name or op.op_type}': {support.reason}")
-            for v in op.inputs:
+            inputs = op.inputs[:1] if op.op_type in ALIASES else op.inputs
+            for v in inputs:
                 if v is not None and v.is_constant and not ids.known(v):
                     plan["weights"][str(vid(v))] = v.name
             schema = lookup(op.domain, op.op_type)
@@ -92,8 +138,8 @@ class OpenCLCompiler(BackendCompiler):
                 {
                     "type": op.op_type,
                     "name": op.name,
-                    "attributes": {k: a for k, a in attrs.items() if isinstance(a, int | float | str)},
-                    "inputs": [vid(v) for v in op.inputs],
+                    "attributes": {k: _attr(a) for k, a in attrs.items() if _attr(a) is not None},
+                    "inputs": [vid(v) for v in inputs],
                     "outputs": [vid(v) for v in op.outputs],
                 }
             )

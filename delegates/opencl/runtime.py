@@ -223,6 +223,13 @@ def _pad(xs, fill) -> list[int]:
     return [fill] * (MAX_RANK - len(xs)) + list(xs)
 
 
+_ALIASES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+
+
+def _source(file: str) -> str:
+    return resources.files("offload.kernels_cl").joinpath(file).read_text()
+
+
 # ---- the handle and the runtime -------------------------------------------------------------
 
 
@@ -289,12 +296,97 @@ class OpenCLRuntime(BackendRuntime):
             alloc.copyin(buffers[int(i)], w)
         handle = Handle(device, plan["inputs"], plan["outputs"], shapes, buffers, [])
         for op in plan["ops"]:
-            if op["type"] in ("MatMul", "Gemm"):
+            kind = op["type"]
+            if kind in ("MatMul", "Gemm"):
                 self._matmul(handle, op)
+            elif kind in _ALIASES:
+                self._alias(handle, op)
+            elif kind == "Conv":
+                self._conv(handle, op)
+            elif kind in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
+                self._pool(handle, op)
+            elif kind == "BatchNormalization":
+                self._batchnorm(handle, op)
+            elif kind == "Softmax":
+                self._softmax(handle, op)
             else:
                 self._elementwise(handle, op)
         device.queue.finish()
         return handle
+
+    def _alias(self, h: Handle, op: dict) -> None:
+        """Reshape / Flatten / Squeeze / Unsqueeze / Identity: the output shares the input's buffer."""
+        (src,), (out,) = op["inputs"], op["outputs"]
+        if math.prod(h.shapes[src]) != math.prod(h.shapes[out]):
+            raise ModelFormatError(f"opencl backend: {op['type']} from {h.shapes[src]} to {h.shapes[out]}")
+        if out in h.inputs:  # never rebind a buffer the caller fills; copy instead
+            raise ModelFormatError(f"opencl backend: {op['type']} writes a partition input")
+        h.buffers[out].release()
+        h.buffers[out] = h.buffers[src]
+
+    def _launch1d(self, h: Handle, file: str, name: str, n: int, args: list, options: str = "") -> None:
+        if n == 0:
+            return
+        program = build(h.device, _source(file), options)
+        h.launches.append(Launch(cl.Kernel(program, name), (n,), None, args))
+
+    def _conv(self, h: Handle, op: dict) -> None:
+        a = op["attributes"]
+        x, w, *rest = op["inputs"]
+        b = rest[0] if rest else None
+        (out,) = op["outputs"]
+        N, C, H, W = h.shapes[x]
+        M, _, KH, KW = h.shapes[w]
+        _, _, OH, OW = h.shapes[out]
+        SH, SW = a.get("strides") or (1, 1)
+        DH, DW = a.get("dilations") or (1, 1)
+        PT, PL, _, _ = a.get("pads") or (0, 0, 0, 0)
+        G = int(a.get("group", 1))
+        i32 = np.int32
+        args = [_Ref(x), _Ref(w), _Ref(b) if b is not None else _Ref(out), _Ref(out), i32(b is not None)]
+        args += [i32(v) for v in (N, C, H, W, M, G, KH, KW, OH, OW, SH, SW, PT, PL, DH, DW)]
+        self._launch1d(h, "conv.cl", "conv2d", N * M * OH * OW, args)
+
+    def _pool(self, h: Handle, op: dict) -> None:
+        a, kind = op["attributes"], op["type"]
+        (x,), (out,) = op["inputs"], op["outputs"]
+        N, C, H, W = h.shapes[x]
+        _, _, OH, OW = h.shapes[out]
+        if kind.startswith("Global"):
+            (KH, KW), (SH, SW), pads, cip = (H, W), (1, 1), (0, 0, 0, 0), 0
+        else:
+            KH, KW = a["kernel_shape"]
+            SH, SW = a.get("strides") or (1, 1)
+            pads = a.get("pads") or (0, 0, 0, 0)
+            cip = int(a.get("count_include_pad", 0))
+        is_max = int(kind in ("MaxPool", "GlobalMaxPool"))
+        PT, PL, PB, PR = pads
+        args = [_Ref(x), _Ref(out)] + [
+            np.int32(v) for v in (is_max, N * C, H, W, OH, OW, KH, KW, SH, SW, PT, PL, PB, PR, cip)
+        ]
+        self._launch1d(h, "pool.cl", "pool2d", N * C * OH * OW, args)
+
+    def _batchnorm(self, h: Handle, op: dict) -> None:
+        x, scale, bias, mean, var = op["inputs"]
+        (out,) = op["outputs"]
+        shape = h.shapes[x]
+        C = shape[1] if len(shape) > 1 else 1
+        inner = math.prod(shape[2:])
+        n = math.prod(shape)
+        eps = np.float32(op["attributes"].get("epsilon", 1e-5))
+        args = [_Ref(x), _Ref(scale), _Ref(bias), _Ref(mean), _Ref(var), _Ref(out)]
+        args += [np.int32(n), np.int32(C), np.int32(inner), eps]
+        self._launch1d(h, "norm.cl", "batchnorm", n, args)
+
+    def _softmax(self, h: Handle, op: dict) -> None:
+        (x,), (out,) = op["inputs"], op["outputs"]
+        shape = h.shapes[x]
+        if not shape:  # a scalar: softmax of one element
+            shape = (1,)
+        axis = int(op["attributes"].get("axis", -1)) % len(shape)
+        outer, L, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+        args = [_Ref(x), _Ref(out), np.int32(outer), np.int32(L), np.int32(inner)]
+        self._launch1d(h, "norm.cl", "softmax", outer * inner, args)
 
     def _elementwise(self, h: Handle, op: dict) -> None:
         ins = op["inputs"]
@@ -409,7 +501,7 @@ class OpenCLRuntime(BackendRuntime):
             raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e
 
     def destroy(self, handle: Handle) -> None:
-        for buf in handle.buffers.values():
+        for buf in {id(b): b for b in handle.buffers.values()}.values():  # aliases share buffers
             buf.release()
         handle.buffers.clear()
         handle.launches.clear()
