@@ -30,6 +30,8 @@ CAPABILITIES: dict[str, OpCapability] = {
     "GlobalMaxPool": OpCapability(_F32, max_rank=4),
     "BatchNormalization": OpCapability(_F32, max_rank=6, attributes={"training_mode": (0,)}),
     "Softmax": OpCapability(_F32, max_rank=6),
+    "Transpose": OpCapability(_F32, max_rank=6),
+    "Concat": OpCapability(_F32, max_rank=6),
     # Copy-free: the output shares its input's device buffer (the shape / axes input must be a constant).
     **{op: OpCapability(_F32 | {DataType.INT64}) for op in ("Reshape", "Squeeze", "Unsqueeze")},
     **{op: OpCapability(_F32) for op in ("Flatten", "Identity")},
@@ -74,6 +76,80 @@ def _static(v: Value) -> bool:
     return isinstance(v.type, TensorType) and v.type.is_static
 
 
+def _attrs(op: Operation) -> dict:
+    schema = lookup(op.domain, op.op_type)
+    attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+    return {k: _attr(a) for k, a in attrs.items() if _attr(a) is not None}
+
+
+ELEMENTWISE = frozenset((*UNARY, *BINARY, "Clip"))
+
+
+def _fusion_groups(body) -> list[list[int]]:
+    """The partition's ops as groups of step indices, in plan order.
+
+    An elementwise op joins the group of the elementwise op producing one of its inputs when that
+    value is used by this op alone and is not a partition output: each group is then a tree whose
+    intermediates are read only inside it, and it is emitted at its root (its last op).
+    """
+    ops = body.operations
+    users: dict[int, set[int]] = {}
+    for s, op in enumerate(ops):
+        for v in op.inputs:
+            if v is not None:
+                users.setdefault(id(v), set()).add(s)
+    outputs = {id(v) for v in body.outputs}
+    producer = {id(v): s for s, op in enumerate(ops) for v in op.outputs if v is not None}
+    group_of: dict[int, list[int]] = {}  # step → its group (shared list)
+    for s, op in enumerate(ops):
+        group = [s]
+        if op.op_type in ELEMENTWISE:
+            for v in op.inputs:
+                if v is None or id(v) in outputs or users.get(id(v)) != {s}:
+                    continue
+                p = producer.get(id(v))
+                if p is None or ops[p].op_type not in ELEMENTWISE or group_of[p] is group:
+                    continue
+                group = sorted({*group_of[p], *group})
+        for t in group:
+            group_of[t] = group
+    seen, result = set(), []
+    for s in range(len(ops)):
+        g = group_of[s]
+        if g[-1] == s and id(g) not in seen:
+            seen.add(id(g))
+            result.append(g)
+    return result
+
+
+def _fused(ops: list[Operation], vid) -> dict:
+    """One plan step for a fused elementwise tree: leaf inputs, and nodes in order (root last)."""
+    leaves: list[int] = []
+    node_of = {id(op.outputs[0]): j for j, op in enumerate(ops)}
+    nodes = []
+    for op in ops:
+        args = []
+        for v in op.inputs:
+            if v is None:
+                args.append(None)
+            elif id(v) in node_of:
+                args.append(["node", node_of[id(v)]])
+            else:
+                i = vid(v)
+                if i not in leaves:
+                    leaves.append(i)
+                args.append(["in", leaves.index(i)])
+        nodes.append({"type": op.op_type, "name": op.name, "attributes": _attrs(op), "args": args})
+    return {
+        "type": "Fused",
+        "name": "+".join(op.name or op.op_type for op in ops),
+        "attributes": {},
+        "inputs": leaves,
+        "outputs": [vid(ops[-1].outputs[0])],
+        "nodes": nodes,
+    }
+
+
 class OpenCLCompiler(BackendCompiler):
     name = "opencl"
     spec_keys = SPEC_KEYS
@@ -103,6 +179,8 @@ class OpenCLCompiler(BackendCompiler):
             dil = op.attributes.get("dilations")
             if op.op_type != "Conv" and dil is not None and any(int(d) != 1 for d in dil):
                 return Support(False, "pooling with dilations other than 1 is not supported")
+        if op.op_type == "Concat" and (not op.inputs or any(v is None for v in op.inputs)):
+            return Support(False, "Concat with an absent input")
         if op.op_type == "MatMul" and any(v.type.rank < 2 for v in op.inputs):
             return Support(False, "MatMul of a 1-D operand is not supported")
         return Support(True)
@@ -124,26 +202,33 @@ class OpenCLCompiler(BackendCompiler):
             if isinstance(v.type, TensorType) and v.type.dtype == DataType.FLOAT:
                 plan["weights"][str(vid(v))] = v.name
         debug_map: dict[int, tuple[int, ...]] = {}
-        for step, op in enumerate(body.operations):
+        for op in body.operations:
             support = self.supports(op)
             if not support:
                 raise UnsupportedOpError(f"opencl backend: op '{op.name or op.op_type}': {support.reason}")
-            inputs = op.inputs[:1] if op.op_type in ALIASES else op.inputs
-            for v in inputs:
-                if v is not None and v.is_constant and not ids.known(v):
-                    plan["weights"][str(vid(v))] = v.name
-            schema = lookup(op.domain, op.op_type)
-            attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
-            plan["ops"].append(
-                {
-                    "type": op.op_type,
-                    "name": op.name,
-                    "attributes": {k: _attr(a) for k, a in attrs.items() if _attr(a) is not None},
-                    "inputs": [vid(v) for v in inputs],
-                    "outputs": [vid(v) for v in op.outputs],
-                }
-            )
-            debug_map[step] = (step,)
+        groups = _fusion_groups(body)
+        for steps in groups:
+            ops = [body.operations[s] for s in steps]
+            for op in ops:
+                inputs = op.inputs[:1] if op.op_type in ALIASES else op.inputs
+                for v in inputs:
+                    if v is not None and v.is_constant and not ids.known(v):
+                        plan["weights"][str(vid(v))] = v.name
+            if len(ops) == 1:
+                (op,) = ops
+                inputs = op.inputs[:1] if op.op_type in ALIASES else op.inputs
+                plan["ops"].append(
+                    {
+                        "type": op.op_type,
+                        "name": op.name,
+                        "attributes": _attrs(op),
+                        "inputs": [vid(v) for v in inputs],
+                        "outputs": [vid(v) for v in op.outputs],
+                    }
+                )
+            else:
+                plan["ops"].append(_fused(ops, vid))
+            debug_map[len(plan["ops"]) - 1] = tuple(steps)
         plan["outputs"] = [vid(v) for v in body.outputs]
         plan["shapes"] = shapes
         return PreprocessResult(json.dumps(plan).encode(), debug_map)

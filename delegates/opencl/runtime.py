@@ -20,7 +20,7 @@ import numpy as np
 from offload.errors import KernelError, ModelFormatError, OffloadError, UnsupportedOpError
 
 from ..backend import Availability, BackendRuntime, CompileSpec
-from .plan import FORMAT
+from .plan import FORMAT, FORMATS
 
 try:
     import pyopencl as cl
@@ -209,6 +209,53 @@ __kernel void ew(__global float* out{params}, __global const int* meta, const in
 """
 
 
+def fused_source(nodes: list[dict], n_leaves: int) -> str:
+    """One kernel for a tree of elementwise nodes (plan "Fused" step): leaves are loaded once,
+    each through its own stride table, and the intermediates live in registers."""
+    funcs, body = [], []
+    for j, node in enumerate(nodes):
+        args = list(node["args"])
+        while args and args[-1] is None:
+            args.pop()
+        arity = len(args)
+        params = ", ".join(f"const float x{k}" for k in range(arity))
+        funcs.append(
+            f"// {node['type']}\ninline float f{j}({params}) {{ return {_expr(node['type'], node['attributes'], arity)}; }}"
+        )
+        vals = []
+        for k, a in enumerate(args):
+            if a is None:  # an absent Clip bound
+                vals.append("(-INFINITY)" if k == 1 else "(INFINITY)")
+            elif a[0] == "in":
+                if not 0 <= int(a[1]) < n_leaves:
+                    raise ModelFormatError(f"opencl backend: fused node {j} reads leaf {a[1]}")
+                vals.append(f"x{int(a[1])}")
+            elif a[0] == "node" and 0 <= int(a[1]) < j:
+                vals.append(f"t{int(a[1])}")
+            else:
+                raise ModelFormatError(f"opencl backend: fused node {j} has argument {a!r}")
+        body.append(f"const float t{j} = f{j}({', '.join(vals)});")
+    params = "".join(f", __global const float* a{i}" for i in range(n_leaves))
+    offs = " ".join(f"int o{i} = 0;" for i in range(n_leaves))
+    steps = " ".join(f"o{i} += j * meta[{MAX_RANK * (i + 1)} + d];" for i in range(n_leaves))
+    loads = " ".join(f"const float x{i} = a{i}[o{i}];" for i in range(n_leaves))
+    nl = "\n    "
+    return f"""// generated: fused {"+".join(n["type"] for n in nodes)}
+{chr(10).join(funcs)}
+__kernel void ew(__global float* out{params}, __global const int* meta, const int n) {{
+    const int gid = get_global_id(0);
+    if (gid >= n) return;
+    int rem = gid; {offs}
+    for (int d = {MAX_RANK - 1}; d >= 0; --d) {{
+        const int s = meta[d]; const int j = rem % s; rem /= s; {steps}
+    }}
+    {loads}
+    {nl.join(body)}
+    out[gid] = t{len(nodes) - 1};
+}}
+"""
+
+
 def _broadcast_strides(shape, out_shape) -> list[int]:
     """Element strides of a row-major ``shape`` read as ``out_shape`` (0 along broadcast axes)."""
     shape = [1] * (len(out_shape) - len(shape)) + list(shape)
@@ -277,7 +324,7 @@ class OpenCLRuntime(BackendRuntime):
             plan = json.loads(processed)
         except ValueError as e:
             raise ModelFormatError(f"opencl backend: the delegate blob is not a JSON plan: {e}") from None
-        if plan.get("format") != FORMAT:
+        if plan.get("format") not in FORMATS:
             raise ModelFormatError(f"opencl backend: plan format {plan.get('format')!r}, expected {FORMAT!r}")
         missing = sorted(set(plan["weights"].values()) - set(weights))
         if missing:
@@ -309,6 +356,12 @@ class OpenCLRuntime(BackendRuntime):
                 self._batchnorm(handle, op)
             elif kind == "Softmax":
                 self._softmax(handle, op)
+            elif kind == "Transpose":
+                self._transpose(handle, op)
+            elif kind == "Concat":
+                self._concat(handle, op)
+            elif kind == "Fused":
+                self._fused(handle, op)
             else:
                 self._elementwise(handle, op)
         device.queue.finish()
@@ -418,6 +471,54 @@ class OpenCLRuntime(BackendRuntime):
         kernel = cl.Kernel(program, "ew")
         args += [meta_buf, np.int32(n)]
         h.launches.append(Launch(kernel, (n,), None, args))
+
+    def _transpose(self, h: Handle, op: dict) -> None:
+        (x,), (out,) = op["inputs"], op["outputs"]
+        shape = h.shapes[x]
+        rank = len(shape)
+        perm = op["attributes"].get("perm") or list(reversed(range(rank)))
+        perm = [int(p) % rank for p in perm] if rank else []
+        if sorted(perm) != list(range(rank)) or rank > MAX_RANK:
+            raise ModelFormatError(f"opencl backend: Transpose perm {perm} of a rank-{rank} tensor")
+        in_strides = [math.prod(shape[d + 1 :]) for d in range(rank)]
+        meta = _pad([shape[p] for p in perm], 1) + _pad([in_strides[p] for p in perm], 0)
+        meta_buf = h.device.allocator.alloc(4 * len(meta))
+        cl.enqueue_copy(h.device.queue, meta_buf, np.asarray(meta, np.int32))
+        h.keep.append(meta_buf)
+        n = math.prod(shape)
+        self._launch1d(h, "layout.cl", "transpose", n, [_Ref(x), _Ref(out), meta_buf, np.int32(n)])
+
+    def _concat(self, h: Handle, op: dict) -> None:
+        (out,) = op["outputs"]
+        oshape = h.shapes[out]
+        axis = int(op["attributes"].get("axis", 0)) % len(oshape)
+        inner = math.prod(oshape[axis + 1 :])
+        offset = 0
+        for x in op["inputs"]:
+            xs = h.shapes[x]
+            chunk = xs[axis] * inner
+            n = math.prod(xs)
+            args = [_Ref(x), _Ref(out), np.int32(chunk), np.int32(oshape[axis] * inner), np.int32(offset)]
+            self._launch1d(h, "layout.cl", "concat_copy", n, args + [np.int32(n)])
+            offset += chunk
+        if offset != oshape[axis] * inner:
+            raise ModelFormatError(f"opencl backend: Concat inputs do not add up to {oshape}")
+
+    def _fused(self, h: Handle, op: dict) -> None:
+        ins, (out,) = op["inputs"], op["outputs"]
+        out_shape = h.shapes[out]
+        meta = _pad(out_shape, 1)
+        for i in ins:
+            meta += _pad(_broadcast_strides(h.shapes[i], out_shape), 0)
+        meta_buf = h.device.allocator.alloc(4 * len(meta))
+        cl.enqueue_copy(h.device.queue, meta_buf, np.asarray(meta, np.int32))
+        h.keep.append(meta_buf)
+        n = math.prod(out_shape)
+        if n == 0:
+            return
+        program = build(h.device, fused_source(op["nodes"], len(ins)))
+        args = [_Ref(out), *(_Ref(i) for i in ins), meta_buf, np.int32(n)]
+        h.launches.append(Launch(cl.Kernel(program, "ew"), (n,), None, args))
 
     def _matmul(self, h: Handle, op: dict) -> None:
         attrs = op["attributes"]
