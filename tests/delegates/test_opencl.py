@@ -4,47 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import offload
-from offload import runtime
-from offload.delegates import registry
 
-RT = registry.get("opencl").runtime()
-pytestmark = pytest.mark.skipif(not RT.is_available(), reason="no OpenCL platform")
+from .opencl_support import check, model, needs_opencl, run_on_opencl
 
+pytestmark = needs_opencl
 RNG = np.random.default_rng(0)
-
-
-def _model(nodes, inputs, outputs, initializers=()):
-    """An ONNX model (opset 21) → offload program; inputs/outputs are (name, shape) pairs."""
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
-        [numpy_helper.from_array(np.asarray(a, np.float32), n) for n, a in initializers],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return offload.load(model.SerializeToString())
-
-
-def _run_on_opencl(program, feeds, tmp_path):
-    lowered = offload.to_backend(program, "opencl")
-    path = tmp_path / "m.pte"
-    offload.save(lowered, path)
-    module = runtime.load(str(path))
-    (name,) = module.method_names
-    delegates = module.method(name).delegates
-    assert delegates and all(d[:2] == ("opencl", "backend") for d in delegates), delegates
-    return module.run(feeds)
-
-
-def _check(program, feeds, tmp_path):
-    want = offload.evaluate(program, feeds)
-    got = _run_on_opencl(program, feeds, tmp_path)
-    for k, v in want.items():
-        np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6)
 
 
 UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs"]
@@ -55,8 +22,8 @@ def test_unary(op, tmp_path):
     x = RNG.standard_normal((3, 4, 5)).astype(np.float32) * 3
     if op in ("Log", "Sqrt"):
         x = np.abs(x) + 0.1
-    p = _model([helper.make_node(op, ["x"], ["y"])], [("x", [3, 4, 5])], ["y"])
-    _check(p, {"x": x}, tmp_path)
+    p = model([helper.make_node(op, ["x"], ["y"])], [("x", [3, 4, 5])], ["y"])
+    check(p, {"x": x}, tmp_path)
 
 
 def test_leaky_relu_and_clip(tmp_path):
@@ -67,7 +34,7 @@ def test_leaky_relu_and_clip(tmp_path):
         helper.make_node("Clip", ["b", "", "hi2"], ["y"]),
     ]
     init = [("lo", np.float32(-0.5)), ("hi", np.float32(2.0)), ("hi2", np.float32(1.5))]
-    _check(_model(nodes, [("x", [2, 7])], ["y"], init), {"x": x}, tmp_path)
+    check(model(nodes, [("x", [2, 7])], ["y"], init), {"x": x}, tmp_path)
 
 
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min"])
@@ -86,8 +53,8 @@ def test_binary_broadcasting(op, sa, sb, tmp_path):
     b = RNG.standard_normal(sb).astype(np.float32)
     if op == "Div":
         b = np.where(np.abs(b) < 0.1, 0.5, b).astype(np.float32)
-    p = _model([helper.make_node(op, ["a", "b"], ["y"])], [("a", list(sa)), ("b", list(sb))], ["y"])
-    _check(p, {"a": a, "b": b}, tmp_path)
+    p = model([helper.make_node(op, ["a", "b"], ["y"])], [("a", list(sa)), ("b", list(sb))], ["y"])
+    check(p, {"a": a, "b": b}, tmp_path)
 
 
 def _ints(shape):
@@ -106,8 +73,8 @@ def _ints(shape):
     ],
 )
 def test_matmul(sa, sb, tmp_path):
-    p = _model([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", list(sa)), ("b", list(sb))], ["y"])
-    _check(p, {"a": _ints(sa), "b": _ints(sb)}, tmp_path)
+    p = model([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", list(sa)), ("b", list(sb))], ["y"])
+    check(p, {"a": _ints(sa), "b": _ints(sb)}, tmp_path)
 
 
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1), (1, 1)])
@@ -119,8 +86,8 @@ def test_gemm(ta, tb, cshape, tmp_path):
     inputs = ["a", "b"] + (["c"] if cshape is not None else [])
     init = [("c", _ints(cshape))] if cshape is not None else []
     node = helper.make_node("Gemm", inputs, ["y"], transA=ta, transB=tb, alpha=0.5, beta=2.0)
-    p = _model([node], [("a", list(a.shape)), ("b", list(b.shape))], ["y"], init)
-    _check(p, {"a": a, "b": b}, tmp_path)
+    p = model([node], [("a", list(a.shape)), ("b", list(b.shape))], ["y"], init)
+    check(p, {"a": a, "b": b}, tmp_path)
 
 
 def test_small_model_runs_on_the_backend(tmp_path):
@@ -132,15 +99,15 @@ def test_small_model_runs_on_the_backend(tmp_path):
         helper.make_node("Gemm", ["r", "w2"], ["z"], alpha=0.25),
         helper.make_node("Sigmoid", ["z"], ["y"]),
     ]
-    p = _model(nodes, [("x", [3, 8])], ["y"], [("w1", w1), ("b1", b1), ("w2", w2)])
+    p = model(nodes, [("x", [3, 8])], ["y"], [("w1", w1), ("b1", b1), ("w2", w2)])
     x = _ints((3, 8))
-    _check(p, {"x": x}, tmp_path)
-    got = _run_on_opencl(p, {"x": x}, tmp_path)
+    check(p, {"x": x}, tmp_path)
+    got = run_on_opencl(p, {"x": x}, tmp_path)[1]
     np.testing.assert_allclose(got["y"], offload.evaluate(p, {"x": x})["y"], rtol=1e-5, atol=1e-6)
 
 
 def test_dynamic_shapes_stay_on_the_cpu():
-    p = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["n", 3])], ["y"])
+    p = model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["n", 3])], ["y"])
     lowered = offload.to_backend(p, "opencl")
     assert all(op.op_type != "Delegate" for op in lowered.main.body.operations)
 

@@ -6,44 +6,15 @@ import json
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import offload
-from offload import runtime
-from offload.delegates import registry
 from offload.delegates.opencl.runtime import OpenCLRuntime
 
-RT = registry.get("opencl").runtime()
-pytestmark = pytest.mark.skipif(not RT.is_available(), reason="no OpenCL platform")
+from .opencl_support import check, model, needs_opencl
 
+pytestmark = needs_opencl
 RNG = np.random.default_rng(2)
-
-
-def _model(nodes, inputs, outputs, initializers=()):
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
-        [numpy_helper.from_array(np.asarray(a, np.float32), n) for n, a in initializers],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return offload.load(model.SerializeToString())
-
-
-def _check(program, feeds, tmp_path, rtol=1e-5, atol=1e-6):
-    want = offload.evaluate(program, feeds)
-    lowered = offload.to_backend(program, "opencl")
-    assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
-    path = tmp_path / "m.pte"
-    offload.save(lowered, path)
-    module = runtime.load(str(path))
-    (name,) = module.method_names
-    delegates = module.method(name).delegates
-    assert delegates and all(d[:2] == ("opencl", "backend") for d in delegates), delegates
-    got = module.run(feeds)
-    for k, v in want.items():
-        np.testing.assert_allclose(got[k], v, rtol=rtol, atol=atol)
 
 
 def _plan_and_handle(program, weights=()):
@@ -64,12 +35,12 @@ def _chain():
         helper.make_node("Mul", ["s", "c"], ["m"]),
         helper.make_node("Sigmoid", ["m"], ["y"]),
     ]
-    return _model(nodes, [("x", [2, 3, 4]), ("b", [3, 1]), ("c", [4])], ["y"])
+    return model(nodes, [("x", [2, 3, 4]), ("b", [3, 1]), ("c", [4])], ["y"])
 
 
 def test_chain_is_one_launch(tmp_path):
     p = _chain()
-    _check(p, {"x": _x((2, 3, 4)), "b": _x((3, 1)), "c": _x((4,))}, tmp_path)
+    check(p, {"x": _x((2, 3, 4)), "b": _x((3, 1)), "c": _x((4,))}, tmp_path, whole=True)
     plan, h = _plan_and_handle(p)
     assert [op["type"] for op in plan["ops"]] == ["Fused"]
     assert len(h.launches) == 1
@@ -89,13 +60,13 @@ def test_tree_with_broadcast_constants_and_clip(tmp_path):
         helper.make_node("Clip", ["mx", "", "hi"], ["y"]),  # absent min
     ]
     init = [("k", np.array([1.5, -2.0, 4.0], np.float32)), ("hi", np.array(1.25, np.float32))]
-    p = _model(nodes, [("x", [2, 1, 3]), ("z", [4, 1])], ["y"], init)
+    p = model(nodes, [("x", [2, 1, 3]), ("z", [4, 1])], ["y"], init)
     plan, h = _plan_and_handle(p, init)
     (step,) = plan["ops"]
     assert step["type"] == "Fused" and len(step["nodes"]) == 7 and len(step["inputs"]) == 4
     assert len(h.launches) == 1
     OpenCLRuntime().destroy(h)
-    _check(p, {"x": _x((2, 1, 3)), "z": _x((4, 1))}, tmp_path)
+    check(p, {"x": _x((2, 1, 3)), "z": _x((4, 1))}, tmp_path, whole=True)
 
 
 def test_value_used_outside_the_group_is_materialized(tmp_path):
@@ -107,8 +78,8 @@ def test_value_used_outside_the_group_is_materialized(tmp_path):
         helper.make_node("Exp", ["x"], ["e"]),
         helper.make_node("Add", ["e", "x"], ["z"]),
     ]
-    p = _model(nodes, [("x", [3, 5])], ["y", "z", "e"])  # e: a partition output
-    _check(p, {"x": _x((3, 5))}, tmp_path)
+    p = model(nodes, [("x", [3, 5])], ["y", "z", "e"])  # e: a partition output
+    check(p, {"x": _x((3, 5))}, tmp_path, whole=True)
     plan, h = _plan_and_handle(p)
     kinds = [(op["type"], len(op.get("nodes", [op]))) for op in plan["ops"]]
     # Relu+Neg fuse (n materialized), Abs+Mul fuse, Exp alone (e is an output), Add alone
@@ -130,8 +101,8 @@ def test_fusion_never_crosses_matmul_or_conv(tmp_path):
         helper.make_node("Tanh", ["mm"], ["t"]),
         helper.make_node("Add", ["t", "mm"], ["y"]),
     ]
-    p = _model(nodes, [("x", [1, 2, 4, 4])], ["y"], [("w", w), ("m", m)])
-    _check(p, {"x": _x((1, 2, 4, 4))}, tmp_path, rtol=1e-4, atol=1e-5)
+    p = model(nodes, [("x", [1, 2, 4, 4])], ["y"], [("w", w), ("m", m)])
+    check(p, {"x": _x((1, 2, 4, 4))}, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
     plan, h = _plan_and_handle(p, {"w": w, "m": m})
     kinds = [(op["type"], len(op.get("nodes", [op]))) for op in plan["ops"]]
     # mm is read twice (Tanh, Add): materialized by MatMul, a leaf of the Tanh+Add kernel
@@ -165,8 +136,8 @@ def test_fused_source_is_deterministic():
 )
 def test_transpose(shape, perm, tmp_path):
     attrs = {} if perm is None else {"perm": perm}
-    p = _model([helper.make_node("Transpose", ["x"], ["y"], **attrs)], [("x", list(shape))], ["y"])
-    _check(p, {"x": _x(shape)}, tmp_path, rtol=0, atol=0)
+    p = model([helper.make_node("Transpose", ["x"], ["y"], **attrs)], [("x", list(shape))], ["y"])
+    check(p, {"x": _x(shape)}, tmp_path, rtol=0, atol=0, whole=True)
 
 
 @pytest.mark.parametrize(
@@ -182,8 +153,8 @@ def test_transpose(shape, perm, tmp_path):
 def test_concat(shapes, axis, tmp_path):
     names = [f"x{i}" for i in range(len(shapes))]
     node = helper.make_node("Concat", names, ["y"], axis=axis)
-    p = _model([node], [(n, list(s)) for n, s in zip(names, shapes)], ["y"])
-    _check(p, {n: _x(s) for n, s in zip(names, shapes)}, tmp_path, rtol=0, atol=0)
+    p = model([node], [(n, list(s)) for n, s in zip(names, shapes)], ["y"])
+    check(p, {n: _x(s) for n, s in zip(names, shapes)}, tmp_path, rtol=0, atol=0, whole=True)
 
 
 def test_concat_with_constant_and_transpose_then_fused(tmp_path):
@@ -194,5 +165,5 @@ def test_concat_with_constant_and_transpose_then_fused(tmp_path):
         helper.make_node("Relu", ["t"], ["r"]),
         helper.make_node("Mul", ["r", "t"], ["y"]),
     ]
-    p = _model(nodes, [("x", [4, 3])], ["y"], [("c", c)])
-    _check(p, {"x": _x((4, 3))}, tmp_path)
+    p = model(nodes, [("x", [4, 3])], ["y"], [("c", c)])
+    check(p, {"x": _x((4, 3))}, tmp_path, whole=True)
