@@ -191,22 +191,9 @@ def _expr(op_type: str, attrs: dict, arity: int) -> str:
 
 
 def elementwise_source(op_type: str, attrs: dict, arity: int) -> str:
-    params = "".join(f", __global const float* a{i}" for i in range(arity))
-    offs = " ".join(f"int o{i} = 0;" for i in range(arity))
-    steps = " ".join(f"o{i} += j * meta[{MAX_RANK * (i + 1)} + d];" for i in range(arity))
-    loads = " ".join(f"const float x{i} = a{i}[o{i}];" for i in range(arity))
-    return f"""// generated: {op_type}
-__kernel void ew(__global float* out{params}, __global const int* meta, const int n) {{
-    const int gid = get_global_id(0);
-    if (gid >= n) return;
-    int rem = gid; {offs}
-    for (int d = {MAX_RANK - 1}; d >= 0; --d) {{
-        const int s = meta[d]; const int j = rem % s; rem /= s; {steps}
-    }}
-    {loads}
-    out[gid] = {_expr(op_type, attrs, arity)};
-}}
-"""
+    """One op's kernel: the fused kernel of a one-node tree whose inputs are all leaves."""
+    node = {"type": op_type, "attributes": attrs, "args": [["in", k] for k in range(arity)]}
+    return fused_source([node], arity)
 
 
 def fused_source(nodes: list[dict], n_leaves: int) -> str:
