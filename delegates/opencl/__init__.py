@@ -1,4 +1,4 @@
-"""The `opencl` backend: float32 elementwise ops, MatMul and Gemm as OpenCL C kernels (pyopencl).
+"""The `opencl` backend: the shared GPU kernels (``kernels_cl``, generated elementwise) run by pyopencl.
 
 Each half is imported only when asked for: the runtime half needs pyopencl, the compile half
 does not, and importing this package needs neither.
@@ -23,5 +23,5 @@ backend = Backend(
     name="opencl",
     compiler=_compiler,
     runtime=_runtime,
-    description="OpenCL 1.2 through pyopencl: float32 elementwise ops (broadcasting), MatMul, Gemm",
+    description="OpenCL 1.2 through pyopencl (PoCL on CPUs): fused elementwise, GEMM, conv, pooling, norms, layout",
 )

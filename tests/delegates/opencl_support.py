@@ -55,3 +55,16 @@ def check(program, feeds, tmp_path, rtol=1e-5, atol=1e-6, whole=False):
         assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
     for k, v in want.items():
         np.testing.assert_allclose(got[k], v, rtol=rtol, atol=atol)
+
+
+def plan_and_handle(program):
+    """The plan of a program lowered whole to opencl, and its OpenCL handle (destroy it after)."""
+    import json
+
+    from offload.delegates.opencl.runtime import OpenCLRuntime
+
+    lowered = offload.to_backend(program, "opencl")
+    (delegate,) = [op for op in lowered.main.body.operations if op.op_type == "Delegate"]
+    blob = delegate.attributes["processed"]
+    weights = {n: v.const_value for n, v in delegate.attributes["fallback"].constants.items()}
+    return json.loads(blob), OpenCLRuntime().init(blob, [], weights)

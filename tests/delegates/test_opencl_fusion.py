@@ -8,20 +8,12 @@ import numpy as np
 import pytest
 from onnx import helper
 
-import offload
 from offload.delegates.opencl.runtime import OpenCLRuntime
 
-from .opencl_support import check, model, needs_opencl
+from .opencl_support import check, model, needs_opencl, plan_and_handle
 
 pytestmark = needs_opencl
 RNG = np.random.default_rng(2)
-
-
-def _plan_and_handle(program, weights=()):
-    lowered = offload.to_backend(program, "opencl")
-    (delegate,) = [op for op in lowered.main.body.operations if op.op_type == "Delegate"]
-    blob = delegate.attributes["processed"]
-    return json.loads(blob), OpenCLRuntime().init(blob, [], dict(weights))
 
 
 def _x(shape):
@@ -41,7 +33,7 @@ def _chain():
 def test_chain_is_one_launch(tmp_path):
     p = _chain()
     check(p, {"x": _x((2, 3, 4)), "b": _x((3, 1)), "c": _x((4,))}, tmp_path, whole=True)
-    plan, h = _plan_and_handle(p)
+    plan, h = plan_and_handle(p)
     assert [op["type"] for op in plan["ops"]] == ["Fused"]
     assert len(h.launches) == 1
     # the intermediates have no value id, hence no device buffer
@@ -61,7 +53,7 @@ def test_tree_with_broadcast_constants_and_clip(tmp_path):
     ]
     init = [("k", np.array([1.5, -2.0, 4.0], np.float32)), ("hi", np.array(1.25, np.float32))]
     p = model(nodes, [("x", [2, 1, 3]), ("z", [4, 1])], ["y"], init)
-    plan, h = _plan_and_handle(p, init)
+    plan, h = plan_and_handle(p)
     (step,) = plan["ops"]
     assert step["type"] == "Fused" and len(step["nodes"]) == 7 and len(step["inputs"]) == 4
     assert len(h.launches) == 1
@@ -80,7 +72,7 @@ def test_value_used_outside_the_group_is_materialized(tmp_path):
     ]
     p = model(nodes, [("x", [3, 5])], ["y", "z", "e"])  # e: a partition output
     check(p, {"x": _x((3, 5))}, tmp_path, whole=True)
-    plan, h = _plan_and_handle(p)
+    plan, h = plan_and_handle(p)
     kinds = [(op["type"], len(op.get("nodes", [op]))) for op in plan["ops"]]
     # Relu+Neg fuse (n materialized), Abs+Mul fuse, Exp alone (e is an output), Add alone
     assert kinds == [("Fused", 2), ("Fused", 2), ("Exp", 1), ("Add", 1)]
@@ -103,7 +95,7 @@ def test_fusion_never_crosses_matmul_or_conv(tmp_path):
     ]
     p = model(nodes, [("x", [1, 2, 4, 4])], ["y"], [("w", w), ("m", m)])
     check(p, {"x": _x((1, 2, 4, 4))}, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
-    plan, h = _plan_and_handle(p, {"w": w, "m": m})
+    plan, h = plan_and_handle(p)
     kinds = [(op["type"], len(op.get("nodes", [op]))) for op in plan["ops"]]
     # mm is read twice (Tanh, Add): materialized by MatMul, a leaf of the Tanh+Add kernel
     assert kinds == [("Fused", 2), ("Conv", 1), ("Fused", 2), ("MatMul", 1), ("Fused", 2)]
@@ -113,9 +105,9 @@ def test_fusion_never_crosses_matmul_or_conv(tmp_path):
 
 
 def test_fused_source_is_deterministic():
-    from offload.delegates.opencl.runtime import fused_source
+    from offload.delegates.gpu.ops.elementwise import fused_source
 
-    plan, h = _plan_and_handle(_chain())
+    plan, h = plan_and_handle(_chain())
     OpenCLRuntime().destroy(h)
     (step,) = plan["ops"]
     assert fused_source(step["nodes"], 3) == fused_source(json.loads(json.dumps(step))["nodes"], 3)

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 
 import offload
 
-from .opencl_support import check, model, needs_opencl, run_on_opencl
+from .opencl_support import check, model, needs_opencl, plan_and_handle, run_on_opencl
 
 pytestmark = needs_opencl
 # Every case here runs as one whole delegate, compared at rtol = atol = 1e-5.
@@ -137,13 +137,7 @@ def test_reshapes_are_copy_free(tmp_path):
     check(p, {"x": x}, tmp_path, **NN)
 
     # the plan's alias outputs share the Relu's buffer: only Relu and Softmax launch kernels
-    import json
-
-    lowered = offload.to_backend(p, "opencl")
-    (delegate,) = [op for op in lowered.main.body.operations if op.op_type == "Delegate"]
-    blob = delegate.attributes["processed"]
-    plan = json.loads(blob)
-    h = OpenCLRuntime().init(blob, [], {})
+    plan, h = plan_and_handle(p)
     assert len(h.launches) == 2
     relu_out = plan["ops"][0]["outputs"][0]
     for op in plan["ops"][1:6]:

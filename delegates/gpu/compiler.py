@@ -1,0 +1,188 @@
+"""The compile half shared by the GPU backends: which ops they take, and preprocess → JSON plan.
+
+The plan (``plan.py``) holds no kernel source: each runtime generates or loads its kernels at init
+from the plan, so one blob format serves every device.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from offload.errors import UnsupportedOpError
+from offload.ir import Operation, Program, TensorType, Value, lookup
+
+from ..backend import BackendCompiler, CompileSpec, PreprocessResult, Support
+from .ops import CAPABILITIES, CHECKS, ELEMENTWISE, MULTI_OUTPUT
+from .plan import FORMAT
+
+
+def _attr(v):
+    """An attribute as plan JSON (numbers, text, lists of numbers), or None when it is not one."""
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int | float | str):
+        return v
+    if isinstance(v, list | tuple | np.ndarray) and all(
+        isinstance(x, int | float | np.integer | np.floating) for x in v
+    ):
+        return [x.item() if hasattr(x, "item") else x for x in v]
+    return None
+
+
+class _Ids:
+    """Numbers the values of a partition in the order the plan first meets them."""
+
+    def __init__(self):
+        self._ids: dict[int, int] = {}
+
+    def __call__(self, v: Value | None) -> int | None:
+        if v is None:
+            return None
+        return self._ids.setdefault(id(v), len(self._ids))
+
+    def known(self, v: Value) -> bool:
+        return id(v) in self._ids
+
+
+def _static(v: Value) -> bool:
+    return isinstance(v.type, TensorType) and v.type.is_static
+
+
+def _attrs(op: Operation) -> dict:
+    schema = lookup(op.domain, op.op_type)
+    attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+    return {k: _attr(a) for k, a in attrs.items() if _attr(a) is not None}
+
+
+def _fusion_groups(body) -> list[list[int]]:
+    """The partition's ops as groups of step indices, in plan order.
+
+    An elementwise op joins the group of the elementwise op producing one of its inputs when that
+    value is used by this op alone and is not a partition output: each group is then a tree whose
+    intermediates are read only inside it, and it is emitted at its root (its last op).
+    """
+    ops = body.operations
+    users: dict[int, set[int]] = {}
+    for s, op in enumerate(ops):
+        for v in op.inputs:
+            if v is not None:
+                users.setdefault(id(v), set()).add(s)
+    outputs = {id(v) for v in body.outputs}
+    producer = {id(v): s for s, op in enumerate(ops) for v in op.outputs if v is not None}
+    group_of: dict[int, list[int]] = {}  # step → its group (shared list)
+    for s, op in enumerate(ops):
+        group = [s]
+        if op.op_type in ELEMENTWISE:
+            for v in op.inputs:
+                if v is None or id(v) in outputs or users.get(id(v)) != {s}:
+                    continue
+                p = producer.get(id(v))
+                if p is None or ops[p].op_type not in ELEMENTWISE or group_of[p] is group:
+                    continue
+                group = sorted({*group_of[p], *group})
+        for t in group:
+            group_of[t] = group
+    seen, result = set(), []
+    for s in range(len(ops)):
+        g = group_of[s]
+        if g[-1] == s and id(g) not in seen:
+            seen.add(id(g))
+            result.append(g)
+    return result
+
+
+def _fused(ops: list[Operation], vid) -> dict:
+    """One plan step for a fused elementwise tree: leaf inputs, and nodes in order (root last)."""
+    leaves: list[int] = []
+    node_of = {id(op.outputs[0]): j for j, op in enumerate(ops)}
+    nodes = []
+    for op in ops:
+        args = []
+        for v in op.inputs:
+            if v is None:
+                args.append(None)
+            elif id(v) in node_of:
+                args.append(["node", node_of[id(v)]])
+            else:
+                i = vid(v)
+                if i not in leaves:
+                    leaves.append(i)
+                args.append(["in", leaves.index(i)])
+        nodes.append({"type": op.op_type, "name": op.name, "attributes": _attrs(op), "args": args})
+    return {
+        "type": "Fused",
+        "name": "+".join(op.name or op.op_type for op in ops),
+        "attributes": {},
+        "inputs": leaves,
+        "outputs": [vid(ops[-1].outputs[0])],
+        "nodes": nodes,
+    }
+
+
+class GPUCompiler(BackendCompiler):
+    """Subclasses set ``name`` and ``spec_keys``; the op table is the shared one."""
+
+    capabilities = CAPABILITIES
+
+    def supports(self, op: Operation, ctx=None) -> Support:
+        found = super().supports(op, ctx)
+        if not found:
+            return found
+        for v in [*op.inputs, *op.outputs]:
+            if v is not None and not _static(v):
+                return Support(False, f"shape of '{v.name}' is not static")
+        outputs = [v for v in op.outputs if v is not None]
+        if not outputs or (len(outputs) > 1 and op.op_type not in MULTI_OUTPUT):
+            return Support(False, "ops with more than one output are not supported")
+        check = CHECKS.get(op.op_type)
+        found = check(op) if check is not None else None
+        return found if found is not None else Support(True)
+
+    def preprocess(self, subprogram: Program, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        self.check_specs(compile_specs)
+        body = subprogram.main.body
+        ids = _Ids()
+        shapes: dict[str, list[int]] = {}
+        dtypes: dict[str, str] = {}
+
+        def vid(v: Value | None) -> int | None:
+            i = ids(v)
+            if v is not None:
+                shapes[str(i)] = [int(d) for d in v.type.shape]
+                dtypes[str(i)] = np.dtype(v.type.dtype.numpy).name
+            return i
+
+        plan = {"format": FORMAT, "inputs": [vid(v) for v in body.inputs], "weights": {}, "ops": []}
+        for op in body.operations:
+            support = self.supports(op)
+            if not support:
+                raise UnsupportedOpError(
+                    f"{self.name} backend: op '{op.name or op.op_type}': {support.reason}"
+                )
+        debug_map: dict[int, tuple[int, ...]] = {}
+        for steps in _fusion_groups(body):
+            ops = [body.operations[s] for s in steps]
+            for op in ops:
+                for v in op.inputs:
+                    if v is not None and v.is_constant and not ids.known(v):
+                        plan["weights"][str(vid(v))] = v.name
+            if len(ops) == 1:
+                (op,) = ops
+                plan["ops"].append(
+                    {
+                        "type": op.op_type,
+                        "name": op.name,
+                        "attributes": _attrs(op),
+                        "inputs": [vid(v) for v in op.inputs],
+                        "outputs": [vid(v) for v in op.outputs],
+                    }
+                )
+            else:
+                plan["ops"].append(_fused(ops, vid))
+            debug_map[len(plan["ops"]) - 1] = tuple(steps)
+        plan["outputs"] = [vid(v) for v in body.outputs]
+        plan["shapes"] = shapes
+        plan["dtypes"] = dtypes
+        return PreprocessResult(json.dumps(plan).encode(), debug_map)

@@ -1,0 +1,21 @@
+"""The op table of the GPU backends, gathered from one module per op family.
+
+Each family module declares, as data, what it takes and how it runs it:
+``CAPS`` (op type → ``OpCapability``), ``CHECKS`` (op type → ``check(op) -> Support | None``,
+the limits a capability row cannot express; None means no objection), ``LAUNCH`` (plan step type
+→ ``launch(builder, step)``) and optionally ``MULTI_OUTPUT`` (op types with several outputs).
+Family modules import neither pyopencl nor CuPy: the compile half reads CAPS/CHECKS, the runtime
+halves read LAUNCH.
+"""
+
+from __future__ import annotations
+
+from . import conv, elementwise, layout, linalg, norm, pool
+
+FAMILIES = (elementwise, linalg, conv, pool, norm, layout)
+
+CAPABILITIES = {op: cap for f in FAMILIES for op, cap in f.CAPS.items()}
+CHECKS = {op: check for f in FAMILIES for op, check in f.CHECKS.items()}
+LAUNCH = {step: fn for f in FAMILIES for step, fn in f.LAUNCH.items()}
+MULTI_OUTPUT = frozenset(op for f in FAMILIES for op in getattr(f, "MULTI_OUTPUT", ()))
+ELEMENTWISE = elementwise.ELEMENTWISE

@@ -1,0 +1,174 @@
+"""The OpenCL device: compiler (source → program, cached in memory and on disk), allocator, device.
+
+The on-disk cache keeps program binaries under ``$OFFLOAD_CACHE_DIR/opencl`` (default
+``~/.cache/offload/opencl``), keyed by the source hash, the build options, the device name and the
+driver and platform versions, so a warm process builds nothing. ``OFFLOAD_CACHE_DIR=""`` turns it
+off. ``BUILD_STATS`` counts builds and the seconds they took.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from offload.errors import KernelError, OffloadError
+
+try:
+    import pyopencl as cl
+except Exception as e:  # ImportError, or a broken ICD loader
+    cl = None
+    IMPORT_ERROR = f"pyopencl is not importable: {type(e).__name__}: {e}"
+else:
+    IMPORT_ERROR = ""
+
+
+class OpenCLBuildError(KernelError):
+    """An OpenCL C source that failed to build; the message carries the build log."""
+
+
+# ---- compiler: source → cl.Program, cached in memory and on disk --------------------------------
+
+BUILD_STATS = {"built": 0, "build_seconds": 0.0, "disk_hits": 0, "disk_seconds": 0.0, "memory_hits": 0}
+_PROGRAMS: dict[tuple[str, int], object] = {}
+
+
+def cache_dir() -> Path | None:
+    root = os.environ.get("OFFLOAD_CACHE_DIR")
+    if root == "":
+        return None
+    base = Path(root) if root else Path.home() / ".cache" / "offload"
+    return base / "opencl"
+
+
+def cache_key(device: Device, source: str, options: str) -> str:
+    d = device.device
+    parts = [source, options, d.name, d.driver_version, d.platform.version]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _from_disk(device: Device, path: Path, options: str):
+    try:
+        binary = path.read_bytes()
+        return cl.Program(device.context, [device.device], [binary]).build(options=options)
+    except (OSError, cl.Error):
+        return None  # unreadable or stale: build from source and overwrite it
+
+
+def _to_disk(program, path: Path) -> None:
+    try:
+        (binary,) = program.get_info(cl.program_info.BINARIES)
+        if not binary:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(bytes(binary))
+        os.replace(tmp, path)
+    except (OSError, cl.Error, ValueError):
+        pass  # a cache that cannot be written only costs a rebuild next time
+
+
+def build(device: Device, source: str, options: str = ""):
+    """Build ``source`` for ``device`` (OpenCL C 1.2); cached in this process and on disk."""
+    key = cache_key(device, source, options)
+    program = _PROGRAMS.get((key, id(device.context)))
+    if program is not None:
+        BUILD_STATS["memory_hits"] += 1
+        return program
+    folder = cache_dir()
+    path = folder / f"{key}.bin" if folder is not None else None
+    start = time.perf_counter()
+    if path is not None and path.is_file():
+        program = _from_disk(device, path, options)
+        if program is not None:
+            BUILD_STATS["disk_hits"] += 1
+            BUILD_STATS["disk_seconds"] += time.perf_counter() - start
+    if program is None:
+        try:
+            program = cl.Program(device.context, source).build(options=options, devices=[device.device])
+        except cl.Error as e:
+            raise OpenCLBuildError(
+                f"opencl backend: kernel build failed on {device.device.name}:\n{e}"
+            ) from None
+        BUILD_STATS["built"] += 1
+        BUILD_STATS["build_seconds"] += time.perf_counter() - start
+        if path is not None:
+            _to_disk(program, path)
+    _PROGRAMS[(key, id(device.context))] = program
+    return program
+
+
+# ---- allocator: device buffers, copy in / out ---------------------------------------------------
+
+
+class Allocator:
+    def __init__(self, context, queue):
+        self.context, self.queue = context, queue
+
+    def alloc(self, nbytes: int):
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 4))
+
+    def copyin(self, buffer, array: np.ndarray) -> None:
+        if array.size:
+            cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=True)
+
+    def copyout(self, buffer, shape, dtype) -> np.ndarray:
+        out = np.empty(shape, dtype)
+        if out.size:
+            cl.enqueue_copy(self.queue, out, buffer, is_blocking=True)
+        return out
+
+
+# ---- device: context + queue, chosen by the `device` spec ---------------------------------------
+
+
+def all_devices() -> list[tuple[int, int, object]]:
+    found = []
+    for p, platform in enumerate(cl.get_platforms()):
+        try:
+            devices = platform.get_devices()
+        except cl.Error:
+            continue
+        found.extend((p, d, dev) for d, dev in enumerate(devices))
+    return found
+
+
+def _select(spec: str | None):
+    devices = all_devices()
+    if not devices:
+        raise OffloadError("opencl backend: no OpenCL platform with a device")
+    if spec is None or spec == "":
+        return devices[0][2]
+    if ":" in spec and all(s.strip().isdigit() for s in spec.split(":", 1)):
+        p, d = (int(s) for s in spec.split(":", 1))
+        match = [dev for pi, di, dev in devices if (pi, di) == (p, d)]
+    elif spec.strip().isdigit():
+        match = [devices[int(spec)][2]] if int(spec) < len(devices) else []
+    else:
+        match = [dev for _, _, dev in devices if spec.lower() in dev.name.lower()]
+    if not match:
+        names = ", ".join(f"{p}:{d} {dev.name}" for p, d, dev in devices)
+        raise OffloadError(f"opencl backend: no device matches '{spec}' (devices: {names})")
+    return match[0]
+
+
+class Device:
+    def __init__(self, device):
+        self.device = device
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(self.context, device)
+        self.allocator = Allocator(self.context, self.queue)
+
+
+_DEVICES: dict[str, Device] = {}
+
+
+def device_for(spec: str | None) -> Device:
+    dev = _select(spec)
+    key = f"{dev.platform.name}/{dev.name}/{dev.int_ptr}"
+    if key not in _DEVICES:
+        _DEVICES[key] = Device(dev)
+    return _DEVICES[key]
