@@ -26,4 +26,18 @@ def pytest_terminal_summary(terminalreporter):
         return
     terminalreporter.section("ONNX conformance")
     for (path, kind), (passed, total) in sorted(TALLY.items()):
-        terminalreporter.write_line(f"{path:>8} {kind:>18}: {passed}/{total} cases pass")
+        terminalreporter.write_line(f"{path:>9} {kind:>18}: {passed}/{total} cases pass")
+    from tests.conformance.runner import FULLY_DELEGATED
+
+    if ("opencl", "node") in TALLY:
+        terminalreporter.write_line(
+            f"   opencl: {len(FULLY_DELEGATED)} cases ran fully delegated (every op on the device)"
+        )
+    try:
+        from offload.delegates.opencl.device import BUILD_STATS as s
+    except ImportError:
+        return
+    terminalreporter.write_line(
+        f"opencl kernel builds: {s['built']} from source in {s['build_seconds']:.1f} s, "
+        f"{s['disk_hits']} from the disk cache in {s['disk_seconds']:.1f} s, {s['memory_hits']} in-process hits"
+    )

@@ -65,9 +65,31 @@ def _delegated(program):
     return _through_pte(offload.to_backend(program, "example"), reference=program)
 
 
-# How a case's program is run: by the evaluator, saved as .pte and run by the runtime, or
-# partitioned onto the example plugin backend first (which must not change a bit either).
-PATHS = {"evaluate": _evaluate, "pte": _through_pte, "delegated": _delegated}
+# Cases whose program the opencl path lowered whole (every op in delegates), by case id.
+FULLY_DELEGATED: set[str] = set()
+
+
+def _opencl(program, case_key: str = ""):
+    """Lower every op the `opencl` backend claims, then run as .pte on the OpenCL device.
+
+    Its results are held to the case's expected data and tolerances only (float kernels are not
+    bit-equal to numpy); every delegate must really run on the device.
+    """
+    lowered = offload.to_backend(program, "opencl")
+    ops = lowered.main.body.operations
+    if ops and all(op.op_type == "Delegate" for op in ops):
+        FULLY_DELEGATED.add(case_key)
+    module = offload.runtime.load(offload.save(lowered))
+    for name in module.method_names:
+        for d in module.method(name).delegates:
+            assert d.runs_on == "backend", f"delegate for '{d.backend}' fell back to the CPU: {d.reason}"
+    return module.run
+
+
+# How a case's program is run: by the evaluator, saved as .pte and run by the runtime,
+# partitioned onto the example plugin backend first (which must not change a bit either), or
+# lowered to the real `opencl` backend (PoCL here).
+PATHS = {"evaluate": _evaluate, "pte": _through_pte, "delegated": _delegated, "opencl": _opencl}
 
 
 def run_case(case: Case, path: str = "evaluate", prepare=None) -> str | None:
@@ -78,7 +100,7 @@ def run_case(case: Case, path: str = "evaluate", prepare=None) -> str | None:
             program = prepare(program)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            run = PATHS[path](program)
+            run = _opencl(program, case_id(case)) if path == "opencl" else PATHS[path](program)
             for k, (inputs, expected) in enumerate(case.data_sets):
                 outs = list(run(inputs).values())
                 if len(outs) != len(expected):

@@ -10,9 +10,9 @@ halves read LAUNCH.
 
 from __future__ import annotations
 
-from . import conv, elementwise, layout, linalg, norm, pool
+from . import conv, elementwise, indexing, layout, linalg, norm, pool, reduce
 
-FAMILIES = (elementwise, linalg, conv, pool, norm, layout)
+FAMILIES = (elementwise, linalg, conv, pool, norm, reduce, layout, indexing)
 
 CAPABILITIES = {op: cap for f in FAMILIES for op, cap in f.CAPS.items()}
 CHECKS = {op: check for f in FAMILIES for op, check in f.CHECKS.items()}
