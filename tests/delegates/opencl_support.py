@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -28,9 +30,28 @@ def model(nodes, inputs, outputs, initializers=()):
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
         [numpy_helper.from_array(a, n) for (n, _), a in zip(initializers, arrays)],
     )
-    return offload.load(
-        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
-    )
+    data = helper.make_model(
+        graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21)]
+    ).SerializeToString()
+    program = offload.load(data)
+    _ONNX[program] = data
+    return program
+
+
+_ONNX: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # program → the ONNX model it came from
+
+
+def reference(program, feeds) -> dict:
+    """The independent reference: onnxruntime on the ONNX model ``model()`` built (offload.evaluate
+    only for programs that did not come from ``model()``)."""
+    data = _ONNX.get(program)
+    if data is None:
+        return offload.evaluate(program, feeds)
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))
 
 
 def run_on_opencl(program, feeds, tmp_path, partitions=None):
@@ -48,12 +69,19 @@ def run_on_opencl(program, feeds, tmp_path, partitions=None):
 
 
 def check(program, feeds, tmp_path, rtol=1e-5, atol=1e-6, whole=False):
-    """OpenCL results against offload.evaluate; ``whole``: the program is one Delegate op."""
-    want = offload.evaluate(program, feeds)
+    """OpenCL results against onnxruntime; ``whole``: the program is one Delegate op."""
+    want = reference(program, feeds)
     lowered, got = run_on_opencl(program, feeds, tmp_path, partitions=1 if whole else None)
     if whole:
         assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
     for k, v in want.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape, (
+            k,
+            got[k].dtype,
+            got[k].shape,
+            v.dtype,
+            v.shape,
+        )
         np.testing.assert_allclose(got[k], v, rtol=rtol, atol=atol)
 
 
