@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import offload
 from offload import runtime
@@ -17,17 +17,23 @@ needs_opencl = pytest.mark.skipif(not RT.is_available(), reason="no OpenCL platf
 
 
 def model(nodes, inputs, outputs, initializers=()):
-    """An ONNX model (opset 21) → offload program; inputs are (name, shape), outputs names.
+    """An ONNX model (opset 21) → offload program.
 
-    Initializers keep their dtype, except that float64 ones (Python floats) become float32.
+    Inputs are (name, shape) for float32 or (name, shape, numpy dtype); outputs are names (float32)
+    or (name, numpy dtype). Initializers keep their dtype, except that float64 ones (Python floats)
+    become float32.
     """
     arrays = [np.asarray(a) for _, a in initializers]
     arrays = [a.astype(np.float32) if a.dtype == np.float64 else a for a in arrays]
+
+    def info(name, shape, dtype=np.float32):
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape)
+
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        [info(*i) for i in inputs],
+        [info(o, None) if isinstance(o, str) else info(o[0], None, o[1]) for o in outputs],
         [numpy_helper.from_array(a, n) for (n, _), a in zip(initializers, arrays)],
     )
     data = helper.make_model(
