@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from ..backend import CompileSpec, CompileSpecError
 from ..gpu.compiler import GPUCompiler
 
-SPEC_KEYS = {"device": "OpenCL device: 'P:D' (platform, device index), 'D' (index), or a name substring"}
+SPEC_KEYS = {
+    "device": "OpenCL device: 'P:D' (platform, device index), 'D' (index), or a name substring",
+    "tuning": "none (default) | quick: time the GEMM tile sizes at init, keep the fastest (cached)",
+}
+TUNING = ("none", "quick")
 
 
 class OpenCLCompiler(GPUCompiler):
     name = "opencl"
     spec_keys = SPEC_KEYS
+
+    def check_specs(self, specs: list[CompileSpec]) -> None:
+        super().check_specs(specs)
+        for spec in specs:
+            if spec.key == "tuning" and spec.text() not in TUNING:
+                raise CompileSpecError(f"opencl backend: tuning={spec.text()!r}, takes one of {list(TUNING)}")

@@ -8,7 +8,9 @@ off. ``BUILD_STATS`` counts builds and the seconds they took.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -71,6 +73,12 @@ def _to_disk(program, path: Path) -> None:
         pass  # a cache that cannot be written only costs a rebuild next time
 
 
+def clear_memory_cache() -> None:
+    """Forget the programs built in this process (the disk cache stays): as a new process sees it."""
+    _PROGRAMS.clear()
+    _TUNED.clear()
+
+
 def build(device: Device, source: str, options: str = ""):
     """Build ``source`` for ``device`` (OpenCL C 1.2); cached in this process and on disk."""
     key = cache_key(device, source, options)
@@ -99,6 +107,39 @@ def build(device: Device, source: str, options: str = ""):
             _to_disk(program, path)
     _PROGRAMS[(key, id(device.context))] = program
     return program
+
+
+# ---- tuning: choices timed once per device, remembered in memory and on disk ------------------
+
+_TUNED: dict[str, object] = {}
+
+
+def tuning_choice(device: Device, key: str, candidates: list, trial):
+    """The candidate with the smallest ``trial(candidate)`` seconds for ``key`` on ``device``.
+
+    Kept per process and in ``<cache>/tuning.json`` (device name + driver version + key), so a
+    warm process times nothing. A remembered choice that is no longer a candidate is timed again.
+    """
+    d = device.device
+    full = f"{d.name}|{d.driver_version}|{key}"
+    folder = cache_dir()
+    path = folder / "tuning.json" if folder is not None else None
+    if full not in _TUNED and path is not None and path.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            _TUNED.update({k: v for k, v in json.loads(path.read_text()).items() if k not in _TUNED})
+    if _TUNED.get(full) in candidates:
+        return _TUNED[full]
+    times = {c: trial(c) for c in candidates}
+    _TUNED[full] = best = min(candidates, key=times.__getitem__)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(_TUNED, sort_keys=True))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return best
 
 
 # ---- allocator: device buffers, copy in / out ---------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -22,7 +23,7 @@ from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch
 from ..gpu.ops import LAUNCH
 from ..gpu.plan import FORMAT, FORMATS
-from .device import IMPORT_ERROR, Device, OpenCLBuildError, all_devices, build, cl, device_for
+from .device import IMPORT_ERROR, Device, OpenCLBuildError, all_devices, build, cl, device_for, tuning_choice
 
 __all__ = ["OpenCLBuildError", "OpenCLRuntime", "build", "device_for"]
 
@@ -52,8 +53,10 @@ class Handle:
 class PlanBuilder:
     """The ``gpu.api.Builder`` of the OpenCL runtime (one per init)."""
 
-    def __init__(self, device: Device, plan: dict, host: dict[int, np.ndarray]):
+    def __init__(self, device: Device, plan: dict, host: dict[int, np.ndarray], tuning: str = "none"):
         self.device = device
+        self.tuning = tuning
+        self.max_local_size = int(device.device.max_work_group_size)
         self.shapes = {int(i): tuple(s) for i, s in plan["shapes"].items()}
         dtypes = plan.get("dtypes") or {}
         self.dtypes = {i: np.dtype(dtypes.get(str(i), "float32")) for i in self.shapes}
@@ -90,6 +93,40 @@ class PlanBuilder:
                 a = Buf(sid)
             recorded.append(a)
         self.launches.append(Launch(cl.Kernel(program, kernel), tuple(global_size), local_size, recorded))
+
+    def tuned(self, key: str, candidates: list, trial) -> object:
+        """The candidate whose ``trial`` (seconds) is smallest, remembered per device and key."""
+        return tuning_choice(self.device, key, candidates, trial)
+
+    def time(self, program, kernel: str, global_size, local_size, args: list) -> float:
+        """Seconds one launch takes (best of 3), run on scratch buffers of the plan values' sizes."""
+        alloc, temps = self.device.allocator, []
+
+        def arg(a):
+            if isinstance(a, Buf | Scratch):
+                temps.append(
+                    alloc.alloc(a.nbytes if isinstance(a, Scratch) else self.nbytes(self.root(a.id)))
+                )
+                return temps[-1]
+            if isinstance(a, Ints):
+                temps.append(alloc.alloc(4 * max(len(a.values), 1)))
+                alloc.copyin(temps[-1], np.asarray(a.values, np.int32))
+                return temps[-1]
+            return a
+
+        k = cl.Kernel(program, kernel)
+        k.set_args(*[arg(a) for a in args])
+        queue, best = self.device.queue, math.inf
+        try:
+            for _ in range(4):  # the first run warms caches and is not counted
+                start = time.perf_counter()
+                cl.enqueue_nd_range_kernel(queue, k, tuple(global_size), local_size)
+                queue.finish()
+                best = min(best, time.perf_counter() - start) if _ else best
+        finally:
+            for t in temps:
+                t.release()
+        return best
 
     def alias(self, out: int, src: int) -> None:
         if self.shapes.get(out) is None or out in self.alias_of:
@@ -192,7 +229,8 @@ class OpenCLRuntime(BackendRuntime):
         spec = _spec(compile_specs, "device")
         device = device_for(spec.text() if spec is not None else None)
         host = {int(i): np.asarray(weights[name]) for i, name in plan["weights"].items()}
-        b = PlanBuilder(device, plan, host)
+        tuning = _spec(compile_specs, "tuning")
+        b = PlanBuilder(device, plan, host, tuning.text() if tuning is not None else "none")
         for i, w in host.items():
             if w.shape != b.shapes[i]:
                 raise ModelFormatError(

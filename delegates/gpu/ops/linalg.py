@@ -18,6 +18,20 @@ from ..api import Buf, Builder, broadcast_strides, pad, source
 
 _F32 = frozenset({DataType.FLOAT})
 TILE = 16
+TILES = (8, 16, 32)  # square tile edges matmul.cl is built with; the local size is TILE x TILE
+
+
+def tile_for(b: Builder, g: GemmCall) -> int:
+    """The tile edge for ``g``: the largest of TILES up to TILE that the device's work-groups hold,
+    or, with the compile spec tuning=quick, the fastest of those they hold, timed once per device
+    and problem (the builder caches the choice). The kernel sums k in the same order whatever the
+    tile, so the choice never changes a result."""
+    limit = getattr(b, "max_local_size", TILE * TILE)
+    fits = [t for t in TILES if t * t <= limit] or [1]
+    if getattr(b, "tuning", "none") != "quick" or len(fits) == 1:
+        return max([t for t in fits if t <= TILE] or fits[:1])
+    key = f"gemm:{g.M}x{g.N}x{g.K}:{g.sam},{g.sak},{g.sbk},{g.sbn}"
+    return b.tuned(key, fits, lambda t: b.time(*_gemm_launch(b, g, t)))
 
 CAPS = {"MatMul": OpCapability(_F32, max_rank=6), "Gemm": OpCapability(_F32, max_rank=2)}
 
@@ -86,18 +100,23 @@ def calls(b: Builder, step: dict) -> list[GemmCall]:
     return result
 
 
-def gemm_kernel(b: Builder, g: GemmCall) -> None:
-    """One GEMM call as a launch of the tiled kernel (local TILE x TILE)."""
-    program = b.program(source("matmul.cl"), f"-DTS={TILE}")
+def _gemm_launch(b: Builder, g: GemmCall, ts: int) -> tuple:
+    """(program, kernel, global size, local size, args) of ``g`` with tiles of edge ``ts``."""
+    program = b.program(source("matmul.cl"), f"-DTS={ts}")
     i32 = np.int32
     bias = Buf(g.bias) if g.bias is not None else Buf(g.c)
     args = [i32(g.M), i32(g.N), i32(g.K), Buf(g.a), i32(g.a_off), i32(g.sam), i32(g.sak)]
     args += [Buf(g.b), i32(g.b_off), i32(g.sbk), i32(g.sbn), Buf(g.c), i32(g.c_off)]
     args += [bias, i32(g.bias is not None), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
+    gs = (-(-g.N // ts) * ts, -(-g.M // ts) * ts)
+    return program, "gemm", gs, (ts, ts), args
+
+
+def gemm_kernel(b: Builder, g: GemmCall) -> None:
+    """One GEMM call as a launch of the tiled kernel (local tile x tile, see ``tile_for``)."""
     if g.M * g.N == 0:
         return
-    gs = (-(-g.N // TILE) * TILE, -(-g.M // TILE) * TILE)
-    b.launch(program, "gemm", gs, (TILE, TILE), args)
+    b.launch(*_gemm_launch(b, g, tile_for(b, g)))
 
 
 def launch(b: Builder, step: dict) -> None:
