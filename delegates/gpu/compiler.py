@@ -7,6 +7,7 @@ from the plan, so one blob format serves every device.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from offload.ir import Operation, Program, TensorType, Value, lookup
 
 from ..backend import BackendCompiler, CompileSpec, PreprocessResult, Support
 from .ops import CAPABILITIES, CHECKS, ELEMENTWISE, MULTI_OUTPUT
-from .plan import FORMAT
+from .plan import FORMAT, MAX_ELEMENTS
 
 
 def _attr(v):
@@ -133,6 +134,10 @@ class GPUCompiler(BackendCompiler):
         for v in [*op.inputs, *op.outputs]:
             if v is not None and not _static(v):
                 return Support(False, f"shape of '{v.name}' is not static")
+            if v is not None and math.prod(v.type.shape) > MAX_ELEMENTS:
+                return Support(
+                    False, f"'{v.name}' has more than {MAX_ELEMENTS} elements (kernels index with int32)"
+                )
         outputs = [v for v in op.outputs if v is not None]
         if not outputs or (len(outputs) > 1 and op.op_type not in MULTI_OUTPUT):
             return Support(False, "ops with more than one output are not supported")

@@ -17,5 +17,129 @@ deterministically (the same plan gives the same source, so the build cache hits)
 Formats 1 and 2 (float32 only, no "dtypes") still load.
 """
 
+import json
+
+import numpy as np
+
+from offload.errors import ModelFormatError
+
 FORMAT = "offload-gpu-plan/3"
 FORMATS = ("offload-opencl-plan/1", "offload-opencl-plan/2", FORMAT)
+
+
+# Kernels index elements with 32-bit ints: a tensor must stay below this many elements.
+MAX_ELEMENTS = 2**31 - 1
+DTYPES = (
+    "float32",
+    "float64",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "bool",
+)
+
+
+def parse(processed: bytes, backend: str) -> dict:
+    """The plan in a delegate blob, checked for shape before a launcher reads it.
+
+    Every value id a step names has a shape and a dtype, shapes are non-negative and bounded,
+    and ids are ints: a damaged or hostile blob gives a ModelFormatError, never a crash.
+    """
+
+    def bad(what: str):
+        return ModelFormatError(f"{backend} backend: malformed plan: {what}")
+
+    try:
+        plan = json.loads(processed)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ModelFormatError(f"{backend} backend: the delegate blob is not a JSON plan: {e}") from None
+    if not isinstance(plan, dict) or plan.get("format") not in FORMATS:
+        got = plan.get("format") if isinstance(plan, dict) else type(plan).__name__
+        raise ModelFormatError(f"{backend} backend: plan format {got!r}, expected {FORMAT!r}")
+    shapes, dtypes = plan.get("shapes"), plan.get("dtypes", {})
+    if not isinstance(shapes, dict) or not isinstance(dtypes, dict):
+        raise bad("'shapes' / 'dtypes' are not tables")
+    for i, s in shapes.items():
+        if not (str(i).isdigit() and isinstance(s, list) and all(type(d) is int and d >= 0 for d in s)):
+            raise bad(f"value {i!r} has shape {s!r}")
+        n = 1
+        for d in s:
+            n *= d
+        if len(s) > 16 or n > MAX_ELEMENTS:
+            raise bad(f"value {i} of shape {s} is too large (at most {MAX_ELEMENTS} elements, rank 16)")
+    for i, t in dtypes.items():
+        if i not in shapes or t not in DTYPES:
+            raise bad(f"value {i!r} has dtype {t!r}")
+
+    def known(v, optional=False) -> bool:
+        return (optional and v is None) or (type(v) is int and str(v) in shapes)
+
+    for key in ("inputs", "outputs"):
+        if not isinstance(plan.get(key), list) or not all(known(v) for v in plan[key]):
+            raise bad(f"'{key}' names unknown values")
+    weights = plan.get("weights")
+    if not isinstance(weights, dict) or not all(
+        i in shapes and isinstance(n, str) for i, n in weights.items()
+    ):
+        raise bad("'weights' is not a table of known values to tensor names")
+    ops = plan.get("ops")
+    if not isinstance(ops, list):
+        raise bad("'ops' is not a list")
+    for k, step in enumerate(ops):
+        if not (
+            isinstance(step, dict)
+            and isinstance(step.get("type"), str)
+            and isinstance(step.get("attributes", {}), dict)
+            and isinstance(step.get("inputs"), list)
+            and isinstance(step.get("outputs"), list)
+            and all(known(v, optional=True) for v in step["inputs"] + step["outputs"])
+        ):
+            raise bad(f"step {k} is not a step of known values")
+        if step["type"] == "Fused" and not isinstance(step.get("nodes"), list):
+            raise bad(f"fused step {k} has no nodes")
+    return plan
+
+
+def check_step(step: dict, shapes: dict, dtypes: dict, host: dict, backend: str) -> None:
+    """Refuse a step whose output shapes are not what its op makes of its input shapes.
+
+    Launchers size their index ranges from these shapes; a blob whose shapes disagree with each
+    other would make a kernel read or write out of bounds. Ops are checked with offload's own
+    shape inference (constants given by value); a fused tree's leaves must broadcast to its output.
+    """
+    from offload.ir import DataType, Operation, TensorType, Value
+    from offload.ir.inference import infer_op
+
+    def bad(what: str):
+        return ModelFormatError(f"{backend} backend: plan step {step.get('name') or step['type']}: {what}")
+
+    outs = [v for v in step["outputs"] if v is not None]
+    if step["type"] == "Fused":
+        if len(outs) != 1:
+            raise bad(f"a fused step has {len(outs)} outputs")
+        (out,) = outs
+        for i in step["inputs"]:
+            s, o = shapes[i], shapes[out]
+            if len(s) > len(o) or any(d not in (1, e) for d, e in zip(s[::-1], o[::-1])):
+                raise bad(f"leaf of shape {s} does not broadcast to {o}")
+        return
+    values = []
+    for i in step["inputs"]:
+        if i is None:
+            values.append(None)
+            continue
+        t = TensorType(DataType.from_numpy(dtypes[i]), tuple(shapes[i]))
+        values.append(Value(f"v{i}", t, host.get(i)))
+    op = Operation(step["type"], values, dict(step.get("attributes", {})), num_outputs=len(step["outputs"]))
+    for got, want in zip(infer_op(op), step["outputs"]):
+        if want is None or not isinstance(got, TensorType) or got.shape is None:
+            continue
+        if any(not isinstance(d, int) for d in got.shape):
+            continue
+        if tuple(got.shape) != tuple(shapes[want]) or np.dtype(got.dtype.numpy) != dtypes[want]:
+            raise bad(f"output {want} is {dtypes[want]}{list(shapes[want])}, the op makes {got}")

@@ -9,7 +9,6 @@ outputs out. Intermediates never leave the device.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Mapping
@@ -22,7 +21,7 @@ from offload.errors import KernelError, ModelFormatError, OffloadError, Unsuppor
 from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch
 from ..gpu.ops import LAUNCH
-from ..gpu.plan import FORMAT, FORMATS
+from ..gpu.plan import check_step, parse
 from .device import IMPORT_ERROR, Device, OpenCLBuildError, all_devices, build, cl, device_for, tuning_choice
 
 __all__ = ["OpenCLBuildError", "OpenCLRuntime", "build", "device_for"]
@@ -216,13 +215,7 @@ class OpenCLRuntime(BackendRuntime):
     def init(self, processed: bytes, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]):
         if cl is None:
             raise OffloadError(f"opencl backend: {IMPORT_ERROR}")
-        try:
-            plan = json.loads(processed)
-        except ValueError as e:
-            raise ModelFormatError(f"opencl backend: the delegate blob is not a JSON plan: {e}") from None
-        if not isinstance(plan, dict) or plan.get("format") not in FORMATS:
-            got = plan.get("format") if isinstance(plan, dict) else type(plan).__name__
-            raise ModelFormatError(f"opencl backend: plan format {got!r}, expected {FORMAT!r}")
+        plan = parse(processed, "opencl")
         missing = sorted(set(plan["weights"].values()) - set(weights))
         if missing:
             raise ModelFormatError(f"opencl backend: weights not given: {', '.join(missing)}")
@@ -241,7 +234,16 @@ class OpenCLRuntime(BackendRuntime):
             if launcher is None:
                 raise UnsupportedOpError(f"opencl backend: no kernel for plan step {step['type']!r}")
             b.step = k
-            launcher(b, step)
+            try:
+                check_step(step, b.shapes, b.dtypes, host, "opencl")
+                launcher(b, step)
+            except OffloadError:
+                raise
+            except Exception as e:  # whatever a damaged step makes a launcher trip on
+                name = step.get("name") or step["type"]
+                raise ModelFormatError(
+                    f"opencl backend: plan step {k} ({name}) is malformed: {e!r}"
+                ) from None
         inputs, outputs = [int(i) for i in plan["inputs"]], [int(i) for i in plan["outputs"]]
         if any(i in b.alias_of for i in inputs):  # never rebind a buffer the caller fills
             raise ModelFormatError("opencl backend: a view op writes a partition input")

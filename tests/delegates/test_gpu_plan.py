@@ -1,0 +1,137 @@
+"""Damaged or hostile GPU plans: init refuses them with ModelFormatError, never crashes or runs wild."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import offload
+from offload.errors import ModelFormatError, OffloadError
+
+from .opencl_support import model, needs_opencl
+
+pytestmark = needs_opencl
+RNG = np.random.default_rng(3)
+
+
+def _lowered():
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    m = RNG.standard_normal((8, 5)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Add", ["r", "b"], ["a"]),
+        helper.make_node("Reshape", ["a", "shape"], ["f"]),
+        helper.make_node("MatMul", ["f", "m"], ["y"]),
+    ]
+    init = [("w", w), ("b", RNG.standard_normal((4, 1, 1)).astype(np.float32))]
+    init += [("shape", np.array([-1, 8], np.int64)), ("m", m)]
+    program = model(nodes, [("x", [1, 3, 4, 4])], ["y"], init)
+    lowered = offload.to_backend(program, "opencl")
+    (delegate,) = [op for op in lowered.main.body.operations if op.op_type == "Delegate"]
+    weights = {n: v.const_value for n, v in delegate.attributes["fallback"].constants.items()}
+    return json.loads(delegate.attributes["processed"]), weights
+
+
+def _init(plan, weights):
+    from offload.delegates.opencl.runtime import OpenCLRuntime
+
+    blob = plan if isinstance(plan, bytes) else json.dumps(plan).encode()
+    rt = OpenCLRuntime()
+    h = rt.init(blob, [], weights)
+    return rt, h
+
+
+def test_the_unmodified_plan_runs():
+    plan, weights = _lowered()
+    rt, h = _init(plan, weights)
+    (i,) = h.inputs
+    (y,) = rt.execute(h, [RNG.standard_normal(h.shapes[i]).astype(np.float32)])
+    assert y.shape == (8, 5)
+    rt.destroy(h)
+
+
+def _mutations():
+    def set_(path, value):
+        def apply(plan):
+            node = plan
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = value
+
+        return apply
+
+    return {
+        "not json": lambda p: b"\xff{",
+        "a list": lambda p: b"[1, 2]",
+        "unknown format": set_(["format"], "offload-gpu-plan/99"),
+        "negative dim": set_(["shapes", "0"], [1, -3, 4, 4]),
+        "huge tensor": set_(["shapes", "0"], [65536, 65536, 4]),
+        "dim not an int": set_(["shapes", "0"], [1, 3, 4.5, 4]),
+        "unknown dtype": set_(["dtypes", "0"], "complex128"),
+        "input names no value": set_(["inputs"], [999]),
+        "step reads no value": set_(["ops", 0, "inputs", 0], 12345),
+        "step is not a table": set_(["ops", 0], "Conv"),
+        "weights not a table": set_(["weights"], ["w"]),
+        "conv output too big": lambda p: p["shapes"].__setitem__(
+            str(p["ops"][0]["outputs"][0]), [1, 4, 9, 9]
+        ),
+        "conv weight too small": lambda p: p["shapes"].__setitem__(
+            str(p["ops"][0]["inputs"][1]), [4, 1, 3, 3]
+        ),
+        "leaf does not broadcast": lambda p: p["shapes"].__setitem__(
+            str(p["ops"][1]["inputs"][1]), [4, 3, 3]
+        ),
+        "matmul inner mismatch": lambda p: p["shapes"].__setitem__(str(p["ops"][-1]["inputs"][1]), [9, 5]),
+    }
+
+
+@pytest.mark.parametrize("name", list(_mutations()))
+def test_damaged_plans_are_refused(name):
+    plan, weights = _lowered()
+    mutate = _mutations()[name]
+    result = mutate(plan)
+    blob = result if isinstance(result, bytes) else plan
+    with pytest.raises(ModelFormatError):
+        _init(blob, weights)
+
+
+def _walk(node, path=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _walk(v, (*path, k))
+    elif isinstance(node, list):
+        for k, v in enumerate(node):
+            yield from _walk(v, (*path, k))
+    yield path
+
+
+def test_random_damage_never_crashes():
+    """Replace one random entry of the plan with a random value, 300 times: every outcome is a
+    refusal (OffloadError) or a handle that runs; nothing else may escape."""
+    base, weights = _lowered()
+    paths = [p for p in _walk(base) if p]
+    rnd = random.Random(7)
+    choices = [0, 1, -1, 2, 3, 7, 100, 2**31, None, "x", [], {}, [1, 1], 0.5]
+    for _ in range(300):
+        plan = json.loads(json.dumps(base))
+        path = rnd.choice(paths)
+        node = plan
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = rnd.choice(choices)
+        try:
+            rt, h = _init(plan, weights)
+        except OffloadError:
+            continue
+        try:
+            feeds = [np.zeros(h.shapes[i], h.dtypes[i]) for i in h.inputs]
+            rt.execute(h, feeds)
+        except OffloadError:
+            pass
+        finally:
+            rt.destroy(h)
