@@ -102,7 +102,7 @@ def test_quick_tuning_times_tiles_once_and_never_changes_a_result(fresh, tmp_pat
 
     import numpy as np
 
-    from offload.delegates.gpu.ops.linalg import TILES
+    from offload.delegates.gpu.ops.linalg import VARIANTS
 
     from .opencl_support import reference
 
@@ -110,17 +110,17 @@ def test_quick_tuning_times_tiles_once_and_never_changes_a_result(fresh, tmp_pat
     feeds = {"x": np.random.default_rng(6).standard_normal((29, 37)).astype(np.float32)}
     plain = _run_lowered(program, None, feeds)
     tuned = _run_lowered(program, {"opencl": {"tuning": "quick"}}, feeds)
-    # every tile size sums k in the same order: the tuned kernel gives the very same bits
+    # every variant sums k in the same order: the tuned kernel gives the very same bits
     assert tuned.tobytes() == plain.tobytes()
     np.testing.assert_allclose(tuned, reference(program, feeds)["y"], rtol=1e-5, atol=1e-5)
     choices = json.loads((tmp_path / "opencl" / "tuning.json").read_text())
-    ((key, tile),) = choices.items()
-    assert "gemm:29x53x37" in key and tile in TILES
+    ((key, variant),) = choices.items()
+    assert "gemm:29x53x37" in key and variant in VARIANTS
 
     # a new process finds the choice on disk and times nothing
     fresh.clear_memory_cache()
     calls = []
-    fresh.tuning_choice(fresh.device_for(None), key.split("|", 2)[2], list(TILES), calls.append)
+    fresh.tuning_choice(fresh.device_for(None), key.split("|", 2)[2], list(VARIANTS), calls.append)
     assert calls == []
 
 

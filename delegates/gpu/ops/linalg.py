@@ -17,21 +17,33 @@ from ...backend import OpCapability, Support
 from ..api import Buf, Builder, broadcast_strides, pad, source
 
 _F32 = frozenset({DataType.FLOAT})
-TILE = 16
-TILES = (8, 16, 32)  # square tile edges matmul.cl is built with; the local size is TILE x TILE
+# The kernels of matmul.cl: name → (kernel, tile edge, work-items per group).
+VARIANTS = {
+    "naive": ("gemm_naive", 0, 1),
+    "tile8": ("gemm", 8, 64),
+    "tile16": ("gemm", 16, 256),
+    "tile32": ("gemm", 32, 1024),
+    "blocked": ("gemm_blocked", 64, 256),
+}
 
 
-def tile_for(b: Builder, g: GemmCall) -> int:
-    """The tile edge for ``g``: the largest of TILES up to TILE that the device's work-groups hold,
-    or, with the compile spec tuning=quick, the fastest of those they hold, timed once per device
-    and problem (the builder caches the choice). The kernel sums k in the same order whatever the
-    tile, so the choice never changes a result."""
-    limit = getattr(b, "max_local_size", TILE * TILE)
-    fits = [t for t in TILES if t * t <= limit] or [1]
-    if getattr(b, "tuning", "none") != "quick" or len(fits) == 1:
-        return max([t for t in fits if t <= TILE] or fits[:1])
-    key = f"gemm:{g.M}x{g.N}x{g.K}:{g.sam},{g.sak},{g.sbk},{g.sbn}"
-    return b.tuned(key, fits, lambda t: b.time(*_gemm_launch(b, g, t)))
+def variant_for(b: Builder, g: GemmCall) -> str:
+    """The matmul.cl kernel for ``g``: by shape (one output per work-item for a few rows, register
+    blocking for large blocks, 16 x 16 tiles between), or, with the compile spec tuning=quick, the
+    fastest of those the device's work-groups hold, timed once per device and problem (the builder
+    caches the choice). Every variant sums k in the same order, so the choice never changes a
+    result."""
+    limit = getattr(b, "max_local_size", 256)
+    fits = [v for v, (_, _, size) in VARIANTS.items() if size <= limit]
+    if getattr(b, "tuning", "none") == "quick" and len(fits) > 1:
+        key = f"gemm:{g.M}x{g.N}x{g.K}:{g.sam},{g.sak},{g.sbk},{g.sbn}"
+        return b.tuned(key, fits, lambda v: b.time(*_gemm_launch(b, g, v)))
+    if g.M <= 4:
+        return "naive"
+    if g.M >= 64 and g.N >= 64 and "blocked" in fits:
+        return "blocked"
+    return next((v for v in ("tile16", "tile8") if v in fits), "naive")
+
 
 CAPS = {"MatMul": OpCapability(_F32, max_rank=6), "Gemm": OpCapability(_F32, max_rank=2)}
 
@@ -100,23 +112,28 @@ def calls(b: Builder, step: dict) -> list[GemmCall]:
     return result
 
 
-def _gemm_launch(b: Builder, g: GemmCall, ts: int) -> tuple:
-    """(program, kernel, global size, local size, args) of ``g`` with tiles of edge ``ts``."""
-    program = b.program(source("matmul.cl"), f"-DTS={ts}")
+def _gemm_launch(b: Builder, g: GemmCall, variant: str) -> tuple:
+    """(program, kernel, global size, local size, args) of ``g`` run by ``variant``."""
+    kernel, ts, _ = VARIANTS[variant]
+    program = b.program(source("matmul.cl"), f"-DTS={ts}" if kernel == "gemm" else "")
     i32 = np.int32
     bias = Buf(g.bias) if g.bias is not None else Buf(g.c)
     args = [i32(g.M), i32(g.N), i32(g.K), Buf(g.a), i32(g.a_off), i32(g.sam), i32(g.sak)]
     args += [Buf(g.b), i32(g.b_off), i32(g.sbk), i32(g.sbn), Buf(g.c), i32(g.c_off)]
     args += [bias, i32(g.bias is not None), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
-    gs = (-(-g.N // ts) * ts, -(-g.M // ts) * ts)
-    return program, "gemm", gs, (ts, ts), args
+    if kernel == "gemm_naive":
+        return program, kernel, (g.N, g.M), None, args
+    up = lambda n: -(-n // ts) * ts  # noqa: E731
+    if kernel == "gemm_blocked":  # 4 x 4 outputs per work-item
+        return program, kernel, (up(g.N) // 4, up(g.M) // 4), (16, 16), args
+    return program, kernel, (up(g.N), up(g.M)), (ts, ts), args
 
 
 def gemm_kernel(b: Builder, g: GemmCall) -> None:
-    """One GEMM call as a launch of the tiled kernel (local tile x tile, see ``tile_for``)."""
+    """One GEMM call as one launch of a matmul.cl kernel (see ``variant_for``)."""
     if g.M * g.N == 0:
         return
-    b.launch(*_gemm_launch(b, g, tile_for(b, g)))
+    b.launch(*_gemm_launch(b, g, variant_for(b, g)))
 
 
 def launch(b: Builder, step: dict) -> None:
