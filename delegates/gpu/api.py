@@ -83,6 +83,9 @@ class Builder(Protocol):
     def alias(self, out: int, src: int) -> None:
         """Let ``out`` share ``src``'s buffer (same bytes, another shape): no kernel, no copy."""
 
+    def constant(self, out: int, value: np.ndarray) -> None:
+        """``out`` is known at init: uploaded once with the weights, readable by ``const``."""
+
 
 def source(file: str) -> str:
     """A kernel source of ``kernels_cl``."""

@@ -25,9 +25,9 @@ def _attr(v):
         return int(v)
     if isinstance(v, int | float | str):
         return v
-    if isinstance(v, list | tuple | np.ndarray) and all(
-        isinstance(x, int | float | np.integer | np.floating) for x in v
-    ):
+    if isinstance(v, np.ndarray) and v.dtype.kind in "biuf":  # a tensor attribute keeps its dtype
+        return {"array": v.ravel().tolist(), "dtype": v.dtype.name, "shape": list(v.shape)}
+    if isinstance(v, list | tuple) and all(isinstance(x, int | float | np.integer | np.floating) for x in v):
         return [x.item() if hasattr(x, "item") else x for x in v]
     return None
 

@@ -105,6 +105,17 @@ def parse(processed: bytes, backend: str) -> dict:
     return plan
 
 
+def attribute(value):
+    """A plan attribute as a launcher or shape inference wants it: tensor attributes (stored as
+    {"array", "dtype", "shape"}) become numpy arrays; numbers, text and lists stay as they are."""
+    if isinstance(value, dict) and "array" in value:
+        try:
+            return np.asarray(value["array"], np.dtype(value["dtype"])).reshape(value["shape"])
+        except (TypeError, ValueError) as e:
+            raise ModelFormatError(f"malformed tensor attribute in a GPU plan: {e}") from None
+    return value
+
+
 def check_step(step: dict, shapes: dict, dtypes: dict, host: dict, backend: str) -> None:
     """Refuse a step whose output shapes are not what its op makes of its input shapes.
 
@@ -135,7 +146,8 @@ def check_step(step: dict, shapes: dict, dtypes: dict, host: dict, backend: str)
             continue
         t = TensorType(DataType.from_numpy(dtypes[i]), tuple(shapes[i]))
         values.append(Value(f"v{i}", t, host.get(i)))
-    op = Operation(step["type"], values, dict(step.get("attributes", {})), num_outputs=len(step["outputs"]))
+    attrs = {k: attribute(a) for k, a in step.get("attributes", {}).items()}
+    op = Operation(step["type"], values, attrs, num_outputs=len(step["outputs"]))
     for got, want in zip(infer_op(op), step["outputs"]):
         if want is None or not isinstance(got, TensorType) or got.shape is None:
             continue

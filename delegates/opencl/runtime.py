@@ -76,6 +76,12 @@ class PlanBuilder:
     def const(self, v: int) -> np.ndarray | None:
         return self.host.get(self.root(v))
 
+    def constant(self, out: int, value: np.ndarray) -> None:
+        value = np.asarray(value, self.dtypes[out])
+        if value.shape != self.shapes[out] or out in self.host or out in self.alias_of:
+            raise ModelFormatError(f"opencl backend: value {out} cannot be the constant {value.shape}")
+        self.host[out] = value
+
     def program(self, source: str, options: str = ""):
         return build(self.device, source, options)
 

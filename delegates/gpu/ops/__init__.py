@@ -10,9 +10,9 @@ halves read LAUNCH.
 
 from __future__ import annotations
 
-from . import conv, elementwise, indexing, layout, linalg, norm, pool, reduce
+from . import constant, conv, elementwise, indexing, layout, linalg, norm, pool, reduce
 
-FAMILIES = (elementwise, linalg, conv, pool, norm, reduce, layout, indexing)
+FAMILIES = (elementwise, linalg, conv, pool, norm, reduce, layout, indexing, constant)
 
 CAPABILITIES = {op: cap for f in FAMILIES for op, cap in f.CAPS.items()}
 CHECKS = {op: check for f in FAMILIES for op, check in f.CHECKS.items()}
