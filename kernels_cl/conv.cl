@@ -1,37 +1,107 @@
-// Direct 2-D convolution, NCHW, float32: one work-item per output element.
-// X: N x C x H x W; Wt: M x (C/G) x KH x KW; B: M (has_bias = 0: none); Y: N x M x OH x OW.
-// Explicit pads (top, left), strides, dilations; G groups (M and C divisible by G).
-__kernel void conv2d(__global const float* X, __global const float* Wt, __global const float* B,
-                     __global float* Y, const int has_bias,
-                     const int N, const int C, const int H, const int W,
-                     const int M, const int G, const int KH, const int KW,
-                     const int OH, const int OW,
-                     const int SH, const int SW, const int PT, const int PL,
-                     const int DH, const int DW)
+// Convolution kernels, NC + up to 3 spatial dims, float32. 1-D and 2-D convs arrive as 3-D ones
+// with leading spatial dims of size 1 (kernel 1, stride 1, pad 0, dilation 1).
+// X: N x C x ID x IH x IW; pads are the begin pads (the end pads follow from the output shape).
+
+// Direct Conv: one work-item per output element. Wt: M x (C/G) x KD x KH x KW; B: M
+// (has_bias = 0: none); Y: N x M x OD x OH x OW. Used for depthwise (C/G == 1) and tiny convs.
+__kernel void conv_direct(__global const float* X, __global const float* Wt, __global const float* B,
+                          __global float* Y, const int has_bias,
+                          const int N, const int C, const int M, const int G,
+                          const int ID, const int IH, const int IW,
+                          const int KD, const int KH, const int KW,
+                          const int OD, const int OH, const int OW,
+                          const int SD, const int SH, const int SW,
+                          const int PD, const int PH, const int PW,
+                          const int DD, const int DH, const int DW)
 {
-    const int gid = get_global_id(0);
-    const int total = N * M * OH * OW;
-    if (gid >= total) return;
-    const int ox = gid % OW;
-    const int oy = (gid / OW) % OH;
-    const int m = (gid / (OW * OH)) % M;
-    const int n = gid / (OW * OH * M);
+    const size_t gid = get_global_id(0);
+    const size_t P = (size_t)OD * OH * OW;
+    if (gid >= (size_t)N * M * P) return;
+    const int ow = (int)(gid % OW);
+    const int oh = (int)((gid / OW) % OH);
+    const int od = (int)((gid / ((size_t)OW * OH)) % OD);
+    const size_t nm = gid / P;
+    const int m = (int)(nm % M);
+    const int n = (int)(nm / M);
     const int cg = C / G;
     const int g = m / (M / G);
-    float acc = has_bias ? B[m] : 0.0f;
+    const size_t plane = (size_t)ID * IH * IW;
+    const int ksize = KD * KH * KW;
+    float acc = 0.0f;
     for (int c = 0; c < cg; ++c) {
-        const int ci = g * cg + c;
-        __global const float* xp = X + ((size_t)n * C + ci) * H * W;
-        __global const float* wp = Wt + ((size_t)m * cg + c) * KH * KW;
-        for (int ky = 0; ky < KH; ++ky) {
-            const int iy = oy * SH - PT + ky * DH;
-            if (iy < 0 || iy >= H) continue;
-            for (int kx = 0; kx < KW; ++kx) {
-                const int ix = ox * SW - PL + kx * DW;
-                if (ix < 0 || ix >= W) continue;
-                acc += xp[iy * W + ix] * wp[ky * KW + kx];
+        __global const float* xp = X + ((size_t)n * C + (size_t)g * cg + c) * plane;
+        __global const float* wp = Wt + ((size_t)m * cg + c) * ksize;
+        for (int kd = 0; kd < KD; ++kd) {
+            const int id = od * SD - PD + kd * DD;
+            if (id < 0 || id >= ID) continue;
+            for (int kh = 0; kh < KH; ++kh) {
+                const int ih = oh * SH - PH + kh * DH;
+                if (ih < 0 || ih >= IH) continue;
+                __global const float* xr = xp + ((size_t)id * IH + ih) * IW;
+                __global const float* wr = wp + (kd * KH + kh) * KW;
+                for (int kw = 0; kw < KW; ++kw) {
+                    const int iw = ow * SW - PW + kw * DW;
+                    if (iw < 0 || iw >= IW) continue;
+                    acc += xr[iw] * wr[kw];
+                }
             }
         }
     }
-    Y[gid] = acc;
+    Y[gid] = has_bias ? acc + B[m] : acc;
+}
+
+// Y[n, m, p] += B[m] over Y: N x M x P (the bias of a grouped conv run as per-group GEMMs).
+__kernel void add_bias(__global float* Y, __global const float* B, const int NM, const int M, const int P)
+{
+    const size_t gid = get_global_id(0);
+    if (gid >= (size_t)NM * P) return;
+    Y[gid] += B[(int)((gid / (size_t)P) % M)];
+}
+
+// ConvTranspose as a gather: each output element sums the inputs that scatter onto it.
+// Wt: C x (M/G) x KD x KH x KW; Y: N x M x OD x OH x OW; input position i feeds output
+// o = i * S - P + k * Dil, so o contributes from i = (o + P - k * Dil) / S when that divides.
+__kernel void conv_transpose(__global const float* X, __global const float* Wt, __global const float* B,
+                             __global float* Y, const int has_bias,
+                             const int N, const int C, const int M, const int G,
+                             const int ID, const int IH, const int IW,
+                             const int KD, const int KH, const int KW,
+                             const int OD, const int OH, const int OW,
+                             const int SD, const int SH, const int SW,
+                             const int PD, const int PH, const int PW,
+                             const int DD, const int DH, const int DW)
+{
+    const size_t gid = get_global_id(0);
+    const size_t P = (size_t)OD * OH * OW;
+    if (gid >= (size_t)N * M * P) return;
+    const int ow = (int)(gid % OW);
+    const int oh = (int)((gid / OW) % OH);
+    const int od = (int)((gid / ((size_t)OW * OH)) % OD);
+    const size_t nm = gid / P;
+    const int m = (int)(nm % M);
+    const int n = (int)(nm / M);
+    const int cg = C / G, mg = M / G;
+    const int g = m / mg, mo = m % mg;
+    const size_t plane = (size_t)ID * IH * IW;
+    const int ksize = KD * KH * KW;
+    float acc = 0.0f;
+    for (int kd = 0; kd < KD; ++kd) {
+        const int td = od + PD - kd * DD;
+        if (td < 0 || td % SD != 0 || td / SD >= ID) continue;
+        for (int kh = 0; kh < KH; ++kh) {
+            const int th = oh + PH - kh * DH;
+            if (th < 0 || th % SH != 0 || th / SH >= IH) continue;
+            for (int kw = 0; kw < KW; ++kw) {
+                const int tw = ow + PW - kw * DW;
+                if (tw < 0 || tw % SW != 0 || tw / SW >= IW) continue;
+                const size_t xo = ((size_t)(td / SD) * IH + th / SH) * IW + tw / SW;
+                const int ko = (kd * KH + kh) * KW + kw;
+                for (int c = 0; c < cg; ++c) {
+                    const size_t ci = (size_t)g * cg + c;
+                    acc += X[((size_t)n * C + ci) * plane + xo] * Wt[(ci * mg + mo) * ksize + ko];
+                }
+            }
+        }
+    }
+    Y[gid] = has_bias ? acc + B[m] : acc;
 }

@@ -1,41 +1,70 @@
-// 2-D max / average pooling, NCHW, float32: one work-item per output element.
-// X: NC planes of H x W; Y: NC planes of OH x OW. Explicit pads (top, left), strides; no dilations.
-// Average: count_include_pad = 1 divides by the window clipped to the padded extent
-// (H + PT + PB, W + PL + PR), as ONNX does; 0 by the number of in-image elements.
-__kernel void pool2d(__global const float* X, __global float* Y, const int is_max,
-                     const int NC, const int H, const int W, const int OH, const int OW,
-                     const int KH, const int KW, const int SH, const int SW,
-                     const int PT, const int PL, const int PB, const int PR,
-                     const int count_include_pad)
+// Pooling, NC + up to 3 spatial dims, float32 (1-D / 2-D as 3-D with size-1 leading dims).
+
+// Max (mode 0), average (mode 1) or Lp (mode 2) pooling: one work-item per output element.
+// X: NC planes of ID x IH x IW; Y: NC planes of OD x OH x OW. P* are the begin pads, E* the end
+// pads, Dil* the dilations. Average: count_include_pad = 1 divides by the taps inside the padded
+// extent [-P, I + E) (ceil_mode windows may reach past it), 0 by the taps inside the input.
+// Max propagates NaN like numpy. Lp: (sum |x|^p)^(1/p), padding counting as 0.
+__kernel void pool(__global const float* X, __global float* Y, const int mode, const float p,
+                   const int NC, const int ID, const int IH, const int IW,
+                   const int KD, const int KH, const int KW,
+                   const int OD, const int OH, const int OW,
+                   const int SD, const int SH, const int SW,
+                   const int PD, const int PH, const int PW,
+                   const int ED, const int EH, const int EW,
+                   const int DD, const int DH, const int DW,
+                   const int count_include_pad)
 {
-    const int gid = get_global_id(0);
-    if (gid >= NC * OH * OW) return;
-    const int ox = gid % OW;
-    const int oy = (gid / OW) % OH;
-    const int nc = gid / (OW * OH);
-    __global const float* xp = X + (size_t)nc * H * W;
-    const int y0 = oy * SH - PT, x0 = ox * SW - PL;
-    float acc = is_max ? -INFINITY : 0.0f;
-    int count = 0;
-    for (int ky = 0; ky < KH; ++ky) {
-        const int iy = y0 + ky;
-        if (iy < 0 || iy >= H) continue;
-        for (int kx = 0; kx < KW; ++kx) {
-            const int ix = x0 + kx;
-            if (ix < 0 || ix >= W) continue;
-            const float v = xp[iy * W + ix];
-            if (is_max) acc = (isnan(v) || v > acc) ? v : acc;
-            else acc += v;
-            ++count;
+    const size_t gid = get_global_id(0);
+    const size_t P = (size_t)OD * OH * OW;
+    if (gid >= (size_t)NC * P) return;
+    const int ow = (int)(gid % OW);
+    const int oh = (int)((gid / OW) % OH);
+    const int od = (int)((gid / ((size_t)OW * OH)) % OD);
+    __global const float* xp = X + (gid / P) * ((size_t)ID * IH * IW);
+    const int d0 = od * SD - PD, h0 = oh * SH - PH, w0 = ow * SW - PW;
+    float acc = mode == 0 ? -INFINITY : 0.0f;
+    int count = 0, padded = 0;
+    for (int kd = 0; kd < KD; ++kd) {
+        const int id = d0 + kd * DD;
+        if (id < -PD || id >= ID + ED) continue;
+        for (int kh = 0; kh < KH; ++kh) {
+            const int ih = h0 + kh * DH;
+            if (ih < -PH || ih >= IH + EH) continue;
+            for (int kw = 0; kw < KW; ++kw) {
+                const int iw = w0 + kw * DW;
+                if (iw < -PW || iw >= IW + EW) continue;
+                ++padded;
+                if (id < 0 || id >= ID || ih < 0 || ih >= IH || iw < 0 || iw >= IW) continue;
+                const float v = xp[((size_t)id * IH + ih) * IW + iw];
+                if (mode == 0) acc = (isnan(v) || v > acc) ? v : acc;
+                else if (mode == 1) acc += v;
+                else acc += pow(fabs(v), p);
+                ++count;
+            }
         }
     }
-    if (!is_max) {
-        if (count_include_pad) {
-            const int ys = max(y0, -PT), ye = min(y0 + KH, H + PB);
-            const int xs = max(x0, -PL), xe = min(x0 + KW, W + PR);
-            count = (ye - ys) * (xe - xs);
-        }
-        acc = count > 0 ? acc / (float)count : 0.0f;
+    if (mode == 1) {
+        const int n = count_include_pad ? padded : count;
+        acc = n > 0 ? acc / (float)n : NAN;
+    } else if (mode == 2) {
+        acc = pow(acc, 1.0f / p);
     }
     Y[gid] = acc;
+}
+
+// GlobalMaxPool (is_max = 1) / GlobalAveragePool: one work-item per (n, c) plane of S elements.
+__kernel void global_pool(__global const float* X, __global float* Y, const int is_max,
+                          const int NC, const int S)
+{
+    const size_t gid = get_global_id(0);
+    if (gid >= (size_t)NC) return;
+    __global const float* xp = X + gid * (size_t)S;
+    float acc = is_max ? -INFINITY : 0.0f;
+    for (int i = 0; i < S; ++i) {
+        const float v = xp[i];
+        if (is_max) acc = (isnan(v) || v > acc) ? v : acc;
+        else acc += v;
+    }
+    Y[gid] = is_max ? acc : acc / (float)S;
 }

@@ -1,10 +1,13 @@
-"""The `opencl` backend's NN kernels (conv, pooling, batch norm, softmax, copy-free reshapes) on PoCL."""
+"""The `opencl` backend's NN kernels (batch norm, softmax, copy-free reshapes) on PoCL.
+
+Conv and pooling are in ``test_opencl_conv.py``.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import offload
 
@@ -14,87 +17,6 @@ pytestmark = needs_opencl
 # Every case here runs as one whole delegate, compared at rtol = atol = 1e-5.
 NN = {"rtol": 1e-5, "atol": 1e-5, "whole": True}
 RNG = np.random.default_rng(1)
-
-
-def _halves(shape):
-    """Multiples of 1/2 (products multiples of 1/4): sums are exact in float32 in any order."""
-    return (RNG.integers(-4, 5, shape) / 2).astype(np.float32)
-
-
-@pytest.mark.parametrize(
-    "xs,ws,attrs,bias",
-    [
-        ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}, True),
-        ((2, 4, 9, 7), (6, 2, 3, 2), {"group": 2, "strides": [2, 1], "pads": [1, 0, 2, 1]}, True),
-        ((1, 4, 8, 8), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}, False),  # depthwise
-        ((1, 2, 10, 9), (3, 2, 3, 3), {"dilations": [2, 3], "strides": [1, 2], "pads": [2, 0, 1, 3]}, True),
-        ((1, 3, 5, 5), (2, 3, 1, 1), {}, False),
-    ],
-)
-def test_conv(xs, ws, attrs, bias, tmp_path):
-    inputs = ["x", "w"] + (["b"] if bias else [])
-    init = [("w", _halves(ws))] + ([("b", _halves((ws[0],)))] if bias else [])
-    p = model([helper.make_node("Conv", inputs, ["y"], **attrs)], [("x", list(xs))], ["y"], init)
-    check(p, {"x": _halves(xs)}, tmp_path, **NN)
-
-
-def test_conv_auto_pad_is_refused():
-    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER")
-    p = model([node], [("x", [1, 1, 4, 4])], ["y"], [("w", _halves((1, 1, 3, 3)))])
-    lowered = offload.to_backend(p, "opencl")
-    assert all(op.op_type != "Delegate" for op in lowered.main.body.operations)
-
-
-@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
-@pytest.mark.parametrize(
-    "attrs",
-    [
-        {"kernel_shape": [2, 2], "strides": [2, 2]},
-        {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1]},
-        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
-        {"kernel_shape": [3, 3], "pads": [2, 1, 0, 2], "strides": [2, 3]},
-    ],
-)
-def test_pool(op, attrs, tmp_path):
-    if op == "MaxPool":
-        attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
-    x = RNG.standard_normal((2, 3, 7, 8)).astype(np.float32)
-    p = model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", [2, 3, 7, 8])], ["y"])
-    check(p, {"x": x}, tmp_path, **NN)
-
-
-@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
-def test_global_pool(op, tmp_path):
-    x = RNG.standard_normal((2, 3, 5, 6)).astype(np.float32)
-    p = model([helper.make_node(op, ["x"], ["y"])], [("x", [2, 3, 5, 6])], ["y"])
-    check(p, {"x": x}, tmp_path, **NN)
-
-
-@pytest.mark.parametrize(
-    "attrs",
-    [{"ceil_mode": 1}, {"dilations": [2, 2]}, {"storage_order": 1}],
-)
-def test_pool_refusals(attrs):
-    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], **attrs)
-    p = model([node], [("x", [1, 1, 6, 6])], ["y"])
-    lowered = offload.to_backend(p, "opencl")
-    assert all(op.op_type != "Delegate" for op in lowered.main.body.operations)
-
-
-def test_maxpool_indices_output_is_refused():
-    node = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
-        [
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-            helper.make_tensor_value_info("i", TensorProto.INT64, None),
-        ],
-    )
-    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    lowered = offload.to_backend(offload.load(onnx_model.SerializeToString()), "opencl")
-    assert all(op.op_type != "Delegate" for op in lowered.main.body.operations)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 4, 5), (4, 6)])

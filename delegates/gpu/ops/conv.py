@@ -1,26 +1,108 @@
-"""Conv (2-D, NCHW): a direct kernel, ``kernels_cl/conv.cl``."""
+"""Conv and ConvTranspose, NCHW with 1 to 3 spatial dims, float32: ``conv.cl`` and ``im2col.cl``.
+
+Every conv runs as a 3-D one (missing leading spatial dims have size 1, kernel 1, stride 1, pad
+0). Which way a Conv runs (``_strategy``, in this order):
+
+- ``direct`` (``conv_direct``, one work-item per output) for depthwise convs (one input channel
+  per group): a GEMM per channel would have one row.
+- ``gemm`` when the kernel is all ones with stride 1 and no padding: one image of one group is
+  already the GEMM's [C/G, spatial] operand, so the conv is one GEMM per (image, group).
+- ``direct`` when each output sums fewer than ``DIRECT_MAX_K`` = C/G * prod(kernel) products:
+  the GEMM's K loop is then one to three tiles, and im2col's extra pass over memory dominates.
+- ``im2col`` otherwise: per (image, group) ``im2col.cl`` writes the column matrix
+  [C/G * prod(kernel), prod(output spatial)] into a step scratch buffer, then one GEMM.
+
+On PoCL (2 CPU cores, median of 5 runs): 3x3 64→64 on 56x56 direct 325 ms, im2col+GEMM 331 ms;
+1x1 256→64 on 56x56 direct 688 ms, GEMM 105 ms; depthwise 3x3 on 32x112x112 direct 28 ms,
+im2col+GEMM 313 ms; 3x3 8→16 on 32x32 (K=72) direct 3.0 ms, im2col+GEMM 4.0 ms. On a GPU the
+GEMM side (cuBLAS) only gains, hence the low threshold.
+
+The GEMMs are ``linalg.GemmCall``s run by the builder's ``gemm`` when it has one (cuBLAS on CUDA),
+else by the tiled OpenCL C kernel; the bias rides on the GEMM (strides scm=1, scn=0) when the conv
+has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no offset).
+ConvTranspose is a gather kernel: each output element sums the inputs that scatter onto it.
+"""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import Buf, Builder, source
+from ..api import Buf, Builder, Scratch, source
+from . import linalg
 
 _F32 = frozenset({DataType.FLOAT})
+_AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+# Below this many products per output (C/G * prod(kernel)) a conv runs direct (module docstring).
+DIRECT_MAX_K = 64
 
-CAPS = {"Conv": OpCapability(_F32, max_rank=4, attributes={"auto_pad": ("NOTSET",)})}
+CAPS = {
+    "Conv": OpCapability(_F32, max_rank=5, attributes={"auto_pad": _AUTO_PAD}),
+    "ConvTranspose": OpCapability(_F32, max_rank=5, attributes={"auto_pad": _AUTO_PAD}),
+}
 
 
 def _check(op) -> Support | None:
-    if op.inputs[0].type.rank != 4:
-        return Support(False, f"Conv of rank {op.inputs[0].type.rank} (only 2-D, NCHW, is supported)")
+    x, w = op.inputs[0], op.inputs[1] if len(op.inputs) > 1 else None
+    rank = x.type.rank
+    if rank is None or not 3 <= rank <= 5:
+        return Support(False, f"{op.op_type} of rank {rank} (takes 1 to 3 spatial dims)")
+    if w is None or w.type.rank != rank:
+        return Support(False, f"{op.op_type} whose weight rank differs from its input's")
+    C, (W0, W1) = x.type.shape[1], w.type.shape[:2]
+    G = int(op.attributes.get("group", 1))
+    # Conv: W is [M, C/G, k...]; ConvTranspose: W is [C, M/G, k...].
+    fits = W0 % G == 0 and W1 * G == C if op.op_type == "Conv" else W0 == C and C % G == 0
+    if G < 1 or not fits:
+        return Support(False, f"{op.op_type} with group={G} does not fit X {x.type.shape}, W {w.type.shape}")
+    ks = op.attributes.get("kernel_shape")
+    if ks is not None and [int(k) for k in ks] != list(w.type.shape[2:]):
+        return Support(False, f"{op.op_type} kernel_shape {list(ks)} differs from the weight's")
     return None
 
 
-CHECKS = {"Conv": _check}
+CHECKS = dict.fromkeys(CAPS, _check)
+
+
+def _ints(a: dict, name: str, n: int, fill: int) -> list[int]:
+    v = a.get(name)
+    return [int(x) for x in v] if v is not None else [fill] * n
+
+
+def geometry(a: dict, ins, ks, outs) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(strides, dilations, begin pads, end pads) of a Conv or pooling step over spatial dims
+    ``ins`` with kernel ``ks`` giving ``outs``; auto_pad pads follow from the static shapes."""
+    r = len(ins)
+    strides, dils = _ints(a, "strides", r, 1), _ints(a, "dilations", r, 1)
+    auto = a.get("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        total = [
+            max(0, (o - 1) * s + (k - 1) * d + 1 - i) for i, k, o, s, d in zip(ins, ks, outs, strides, dils)
+        ]
+        begin = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+        return strides, dils, begin, [t - b for t, b in zip(total, begin)]
+    if auto == "VALID":
+        return strides, dils, [0] * r, [0] * r
+    pads = _ints(a, "pads", 2 * r, 0)
+    return strides, dils, pads[:r], pads[r:]
+
+
+def _as3(xs: list[int], fill: int) -> list[int]:
+    return [fill] * (3 - len(xs)) + list(xs)
+
+
+def _strategy(cg: int, ks, strides, begin, end) -> str:
+    """How a Conv runs, "direct", "gemm" or "im2col", by the rule of the module docstring."""
+    if cg == 1:
+        return "direct"
+    if all(k == 1 for k in ks) and all(s == 1 for s in strides) and not any(begin) and not any(end):
+        return "gemm"
+    return "direct" if cg * math.prod(ks) < DIRECT_MAX_K else "im2col"
 
 
 def _conv(b: Builder, step: dict) -> None:
@@ -28,17 +110,84 @@ def _conv(b: Builder, step: dict) -> None:
     x, w, *rest = step["inputs"]
     bias = rest[0] if rest else None
     (out,) = step["outputs"]
-    N, C, H, W = b.shape(x)
-    M, _, KH, KW = b.shape(w)
-    _, _, OH, OW = b.shape(out)
-    SH, SW = a.get("strides") or (1, 1)
-    DH, DW = a.get("dilations") or (1, 1)
-    PT, PL, _, _ = a.get("pads") or (0, 0, 0, 0)
+    (N, C, *ins), (M, cg, *ks), (_, _, *outs) = b.shape(x), b.shape(w), b.shape(out)
     G = int(a.get("group", 1))
+    if cg * G != C or M % G:
+        raise ModelFormatError(
+            f"gpu backend: Conv '{step.get('name')}': group={G}, X {b.shape(x)}, W {b.shape(w)}"
+        )
+    strides, dils, begin, end = geometry(a, ins, ks, outs)
     i32 = np.int32
-    args = [Buf(x), Buf(w), Buf(bias) if bias is not None else Buf(out), Buf(out), i32(bias is not None)]
-    args += [i32(v) for v in (N, C, H, W, M, G, KH, KW, OH, OW, SH, SW, PT, PL, DH, DW)]
-    b.launch(b.program(source("conv.cl")), "conv2d", (N * M * OH * OW,), None, args)
+    geo = [i32(v) for v in (*_as3(ins, 1), *_as3(ks, 1), *_as3(outs, 1))]
+    geo += [i32(v) for v in (*_as3(strides, 1), *_as3(begin, 0), *_as3(dils, 1))]
+    how = _strategy(cg, ks, strides, begin, end)
+    if how == "direct":
+        args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(bias is not None)]
+        args += [i32(N), i32(C), i32(M), i32(G), *geo]
+        b.launch(b.program(source("conv.cl")), "conv_direct", (N * M * math.prod(outs),), None, args)
+        return
+    run = getattr(b, "gemm", None) or (lambda g: linalg.gemm_kernel(b, g))
+    mg, K, P, IP = M // G, cg * math.prod(ks), math.prod(outs), math.prod(ins)
+    gemm_bias = bias if G == 1 else None
+    cols = Scratch(4 * K * P, "im2col")
+    for n in range(N):
+        for g in range(G):
+            x_off = (n * C + g * cg) * IP
+            if how == "gemm":
+                operand, b_off = x, x_off
+            else:
+                col_args = [Buf(x), np.int64(x_off), cols, i32(cg), *geo]
+                b.launch(b.program(source("im2col.cl")), "im2col", (K * P,), None, col_args)
+                operand, b_off = cols, 0
+            c_off = (n * M + g * mg) * P
+            run(
+                linalg.GemmCall(
+                    mg, P, K, w, g * mg * K, K, 1, operand, b_off, P, 1, out, c_off, gemm_bias, 1, 0, 1.0, 1.0
+                )
+            )
+    if bias is not None and G > 1:
+        args = [Buf(out), Buf(bias), i32(N * M), i32(M), i32(P)]
+        b.launch(b.program(source("conv.cl")), "add_bias", (N * M * P,), None, args)
 
 
-LAUNCH = {"Conv": _conv}
+def transpose_begin_pads(a: dict, ins, ks, outs) -> list[int]:
+    """The begin pads of a ConvTranspose: given, or split from the total padding that the static
+    output shape implies (output_shape / auto_pad), as the ONNX spec words it."""
+    r = len(ins)
+    auto = a.get("auto_pad", "NOTSET")
+    if auto == "VALID":
+        return [0] * r
+    if auto == "NOTSET" and a.get("output_shape") is None:
+        return _ints(a, "pads", 2 * r, 0)[:r]
+    strides, dils, opad = (
+        _ints(a, "strides", r, 1),
+        _ints(a, "dilations", r, 1),
+        _ints(a, "output_padding", r, 0),
+    )
+    total = [
+        s * (i - 1) + p + (k - 1) * d + 1 - o for i, k, o, s, d, p in zip(ins, ks, outs, strides, dils, opad)
+    ]
+    return [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+
+
+def _conv_transpose(b: Builder, step: dict) -> None:
+    a = step["attributes"]
+    x, w, *rest = step["inputs"]
+    bias = rest[0] if rest else None
+    (out,) = step["outputs"]
+    (N, C, *ins), (_, mg, *ks), (_, M, *outs) = b.shape(x), b.shape(w), b.shape(out)
+    G = int(a.get("group", 1))
+    if C % G or mg * G != M:
+        raise ModelFormatError(
+            f"gpu backend: ConvTranspose '{step.get('name')}': group={G}, X {b.shape(x)}, W {b.shape(w)}"
+        )
+    strides, dils = _ints(a, "strides", len(ins), 1), _ints(a, "dilations", len(ins), 1)
+    begin = transpose_begin_pads(a, ins, ks, outs)
+    i32 = np.int32
+    args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(bias is not None)]
+    args += [i32(v) for v in (N, C, M, G, *_as3(ins, 1), *_as3(ks, 1), *_as3(outs, 1))]
+    args += [i32(v) for v in (*_as3(strides, 1), *_as3(begin, 0), *_as3(dils, 1))]
+    b.launch(b.program(source("conv.cl")), "conv_transpose", (N * M * math.prod(outs),), None, args)
+
+
+LAUNCH = {"Conv": _conv, "ConvTranspose": _conv_transpose}

@@ -14,7 +14,7 @@ import numpy as np
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import Buf, Builder, broadcast_strides, pad, source
+from ..api import Buf, Builder, Scratch, broadcast_strides, pad, source
 
 _F32 = frozenset({DataType.FLOAT})
 # The kernels of matmul.cl: name → (kernel, tile edge, work-items per group).
@@ -62,22 +62,23 @@ class GemmCall:
     """C[c_off + m*N + n] = alpha * sum_k A(m, k) B(k, n) + beta * bias(m, n), float32.
 
     A(m, k) = A[a_off + m*sam + k*sak], B(k, n) = B[b_off + k*sbk + n*sbn],
-    bias(m, n) = bias[m*scm + n*scn] when ``bias`` is not None."""
+    bias(m, n) = bias[m*scm + n*scn] when ``bias`` is not None. Operands are plan value ids, or a
+    step's ``Scratch`` buffer (Conv's im2col columns)."""
 
     M: int
     N: int
     K: int
-    a: int
+    a: int | Scratch
     a_off: int
     sam: int
     sak: int
-    b: int
+    b: int | Scratch
     b_off: int
     sbk: int
     sbn: int
-    c: int
+    c: int | Scratch
     c_off: int
-    bias: int | None = None
+    bias: int | Scratch | None = None
     scm: int = 0
     scn: int = 0
     alpha: float = 1.0
@@ -112,14 +113,19 @@ def calls(b: Builder, step: dict) -> list[GemmCall]:
     return result
 
 
+def _operand(x: int | Scratch):
+    """A GEMM operand as a launch argument: a plan value's buffer, or a step's own Scratch."""
+    return x if isinstance(x, Scratch) else Buf(x)
+
+
 def _gemm_launch(b: Builder, g: GemmCall, variant: str) -> tuple:
     """(program, kernel, global size, local size, args) of ``g`` run by ``variant``."""
     kernel, ts, _ = VARIANTS[variant]
     program = b.program(source("matmul.cl"), f"-DTS={ts}" if kernel == "gemm" else "")
     i32 = np.int32
-    bias = Buf(g.bias) if g.bias is not None else Buf(g.c)
-    args = [i32(g.M), i32(g.N), i32(g.K), Buf(g.a), i32(g.a_off), i32(g.sam), i32(g.sak)]
-    args += [Buf(g.b), i32(g.b_off), i32(g.sbk), i32(g.sbn), Buf(g.c), i32(g.c_off)]
+    bias = _operand(g.bias) if g.bias is not None else _operand(g.c)
+    args = [i32(g.M), i32(g.N), i32(g.K), _operand(g.a), i32(g.a_off), i32(g.sam), i32(g.sak)]
+    args += [_operand(g.b), i32(g.b_off), i32(g.sbk), i32(g.sbn), _operand(g.c), i32(g.c_off)]
     args += [bias, i32(g.bias is not None), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
     if kernel == "gemm_naive":
         return program, kernel, (g.N, g.M), None, args

@@ -1,0 +1,32 @@
+// im2col of one image and one group, float32, up to 3 spatial dims (1-D / 2-D as 3-D with size-1
+// leading dims). X + x_off: cg channels of ID x IH x IW. Col: [cg*KD*KH*KW, OD*OH*OW] row-major,
+// row (c, kd, kh, kw), column (od, oh, ow); taps falling in the padding are 0. The conv is then
+// the GEMM W_g [M/G, cg*KD*KH*KW] x Col.
+__kernel void im2col(__global const float* X, const long x_off, __global float* Col, const int cg,
+                     const int ID, const int IH, const int IW,
+                     const int KD, const int KH, const int KW,
+                     const int OD, const int OH, const int OW,
+                     const int SD, const int SH, const int SW,
+                     const int PD, const int PH, const int PW,
+                     const int DD, const int DH, const int DW)
+{
+    const size_t gid = get_global_id(0);
+    const size_t P = (size_t)OD * OH * OW;
+    if (gid >= (size_t)cg * KD * KH * KW * P) return;
+    const size_t p = gid % P;
+    const size_t r = gid / P;
+    const int ow = (int)(p % OW);
+    const int oh = (int)((p / OW) % OH);
+    const int od = (int)(p / ((size_t)OW * OH));
+    const int kw = (int)(r % KW);
+    const int kh = (int)((r / KW) % KH);
+    const int kd = (int)((r / ((size_t)KW * KH)) % KD);
+    const int c = (int)(r / ((size_t)KW * KH * KD));
+    const int id = od * SD - PD + kd * DD;
+    const int ih = oh * SH - PH + kh * DH;
+    const int iw = ow * SW - PW + kw * DW;
+    float v = 0.0f;
+    if (id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW)
+        v = X[x_off + (((size_t)c * ID + id) * IH + ih) * IW + iw];
+    Col[gid] = v;
+}
