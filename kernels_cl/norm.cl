@@ -1,4 +1,18 @@
-// Inference BatchNormalization and Softmax, float32.
+// Inference BatchNormalization, Softmax / LogSoftmax and the row normalizations (Layer-, Instance-,
+// GroupNormalization), float32. -DWG=<work-group size, a power of two> for the row kernels.
+#ifndef WG
+#define WG 128
+#endif
+
+// The tree folds WG partial values in buf (declared by the kernel) with OP into buf[0]; every
+// work-item of the group must reach it.
+#define TREE(OP)                                                   \
+    barrier(CLK_LOCAL_MEM_FENCE);                                  \
+    for (int s_ = WG / 2; s_ > 0; s_ >>= 1) {                      \
+        if (lid < s_) buf[lid] = OP(buf[lid], buf[lid + s_]);      \
+        barrier(CLK_LOCAL_MEM_FENCE);                              \
+    }
+#define ADD(a, b) ((a) + (b))
 
 // Y = (X - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c]; X is N x C x (inner), one work-item per element.
 __kernel void batchnorm(__global const float* X, __global const float* scale, __global const float* bias,
@@ -11,20 +25,92 @@ __kernel void batchnorm(__global const float* X, __global const float* scale, __
     Y[gid] = (X[gid] - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c];
 }
 
-// Softmax along an axis of extent L: X viewed as outer x L x inner; one work-item per (outer, inner) row.
-__kernel void softmax(__global const float* X, __global float* Y, const int outer, const int L, const int inner)
+// Softmax (is_log = 0) or LogSoftmax along an axis of extent L: X viewed as outer x L x inner;
+// one work-item per (outer, inner) row, for inner > 1 (neighbouring work-items read neighbours).
+// A NaN anywhere in a row makes its sum, hence the whole row, NaN (as onnxruntime).
+__kernel void softmax(__global const float* X, __global float* Y, const long outer, const long L,
+                      const long inner, const int is_log)
 {
-    const int gid = get_global_id(0);
+    const long gid = get_global_id(0);
     if (gid >= outer * inner) return;
-    const int o = gid / inner, i = gid % inner;
-    const size_t base = (size_t)o * L * inner + i;
+    const long o = gid / inner, i = gid % inner;
+    const long base = o * L * inner + i;
     float mx = -INFINITY;
-    for (int k = 0; k < L; ++k) mx = fmax(mx, X[base + (size_t)k * inner]);
+    for (long k = 0; k < L; ++k) mx = fmax(mx, X[base + k * inner]);
     float s = 0.0f;
-    for (int k = 0; k < L; ++k) {
-        const float e = exp(X[base + (size_t)k * inner] - mx);
-        Y[base + (size_t)k * inner] = e;
-        s += e;
+    for (long k = 0; k < L; ++k) s += exp(X[base + k * inner] - mx);
+    const float ls = log(s);
+    for (long k = 0; k < L; ++k) {
+        const float d = X[base + k * inner] - mx;
+        Y[base + k * inner] = is_log ? d - ls : exp(d) / s;
     }
-    for (int k = 0; k < L; ++k) Y[base + (size_t)k * inner] /= s;
+}
+
+// Softmax / LogSoftmax of contiguous rows of length L: one work-group per row, max and sum
+// folded in local memory.
+__kernel void softmax_rows(__global const float* X, __global float* Y, const long rows, const long L,
+                           const int is_log)
+{
+    __local float buf[WG];
+    const long row = get_group_id(0);
+    // A group past the last row (a rounded-up global size) still reaches every barrier (PoCL
+    // miscompiles a return before one) but reads and writes nothing.
+    const long n = row < rows ? L : 0;
+    const int lid = get_local_id(0);
+    __global const float* x = X + row * L;
+    __global float* y = Y + row * L;
+    float m = -INFINITY;
+    for (long k = lid; k < n; k += WG) m = fmax(m, x[k]);
+    buf[lid] = m;
+    TREE(fmax)
+    m = buf[0];
+    barrier(CLK_LOCAL_MEM_FENCE);  // buf is reused below
+    float s = 0.0f;
+    for (long k = lid; k < n; k += WG) s += exp(x[k] - m);
+    buf[lid] = s;
+    TREE(ADD)
+    s = buf[0];
+    const float ls = log(s);
+    for (long k = lid; k < n; k += WG) {
+        const float d = x[k] - m;
+        y[k] = is_log ? d - ls : exp(d) / s;
+    }
+}
+
+// Normalizes contiguous rows of length L to zero mean and unit variance (two passes: the mean,
+// then the mean squared deviation), then applies scale and bias. One work-group per row.
+// The scale / bias element of row r, position k is [(r % G) * CG + (k / D) % S]:
+//   LayerNormalization: G = 1, CG = 0, D = 1, S = the scale's size (a suffix of the row's shape);
+//   InstanceNormalization: G = C, CG = 1, D = L, S = 1 (one channel per row);
+//   GroupNormalization: G = groups, CG = C / groups, D = spatial size, S = CG.
+__kernel void row_norm(__global const float* X, __global const float* scale, __global const float* bias,
+                       __global float* Y, const long rows, const long L, const float eps, const int has_bias,
+                       const long G, const long CG, const long D, const long S_scale, const long S_bias)
+{
+    __local float buf[WG];
+    const long row = get_group_id(0);
+    const long n = row < rows ? L : 0;  // past the last row: every barrier, no access (see softmax_rows)
+    const int lid = get_local_id(0);
+    __global const float* x = X + row * L;
+    __global float* y = Y + row * L;
+    float s = 0.0f;
+    for (long k = lid; k < n; k += WG) s += x[k];
+    buf[lid] = s;
+    TREE(ADD)
+    const float mean = buf[0] / (float)L;
+    barrier(CLK_LOCAL_MEM_FENCE);  // buf is reused below
+    s = 0.0f;
+    for (long k = lid; k < n; k += WG) {
+        const float d = x[k] - mean;
+        s += d * d;
+    }
+    buf[lid] = s;
+    TREE(ADD)
+    const float inv = 1.0f / sqrt(buf[0] / (float)L + eps);
+    const long base = (row % G) * CG;
+    for (long k = lid; k < n; k += WG) {
+        const long j = k / D;
+        const float b = has_bias ? bias[base + j % S_bias] : 0.0f;
+        y[k] = (x[k] - mean) * inv * scale[base + j % S_scale] + b;
+    }
 }

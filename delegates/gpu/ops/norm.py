@@ -1,4 +1,10 @@
-"""BatchNormalization (inference) and Softmax: ``kernels_cl/norm.cl``."""
+"""BatchNormalization (inference), Softmax / LogSoftmax and the row normalizations (Layer-,
+Instance-, GroupNormalization): ``kernels_cl/norm.cl``.
+
+Softmax over the innermost axis and the row normalizations run one work-group per row (WG
+work-items folding max / sum / variance in local memory); Softmax over an outer axis runs one
+work-item per row, so that neighbouring work-items read neighbouring elements.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,83 @@ import math
 
 import numpy as np
 
+from offload.errors import ModelFormatError
 from offload.ir import DataType
 
-from ...backend import OpCapability
-from ..api import Buf, Builder, source
+from ...backend import OpCapability, Support
+from ..api import MAX_RANK, Buf, Builder, source
 
 _F32 = frozenset({DataType.FLOAT})
+# Work-items of one work-group of the row kernels (a power of two).
+WG = 128
 
 CAPS = {
     "BatchNormalization": OpCapability(_F32, max_rank=6, attributes={"training_mode": (0,)}),
-    "Softmax": OpCapability(_F32, max_rank=6),
+    "Softmax": OpCapability(_F32, max_rank=MAX_RANK),
+    "LogSoftmax": OpCapability(_F32, max_rank=MAX_RANK),
+    "LayerNormalization": OpCapability(_F32, max_rank=MAX_RANK, attributes={"stash_type": (1,)}),
+    "InstanceNormalization": OpCapability(_F32, max_rank=MAX_RANK),
+    "GroupNormalization": OpCapability(_F32, max_rank=MAX_RANK, attributes={"stash_type": (1,)}),
 }
-CHECKS = {}
+# LayerNormalization may list Mean / InvStdDev outputs; check_layernorm takes it only when no one reads them.
+MULTI_OUTPUT = ("LayerNormalization",)
+
+
+def _read(v) -> bool:
+    """Whether an op's output is used: read by an op or an output of its block."""
+    if v.uses:
+        return True
+    block = getattr(v.producer, "block", None)
+    return block is None or any(o is v for o in block.outputs)
+
+
+def _suffix(shape, of) -> bool:
+    """Whether ``shape``, leading 1s dropped, is a suffix of ``of`` (k % size indexes it)."""
+    shape = list(shape)
+    while shape and shape[0] == 1:
+        shape.pop(0)
+    return not shape or list(of[len(of) - len(shape) :]) == shape
+
+
+def check_layernorm(op) -> Support | None:
+    if any(v is not None and _read(v) for v in op.outputs[1:]):
+        return Support(False, "LayerNormalization whose Mean / InvStdDev outputs are read")
+    x = op.inputs[0]
+    rank = x.type.rank
+    axis = int(op.attributes.get("axis", -1))
+    if not rank or not -rank <= axis < rank:
+        return Support(False, f"LayerNormalization axis {axis} of a rank-{rank} input")
+    normalized = tuple(x.type.shape[axis % rank :])
+    for v in op.inputs[1:3]:
+        if v is not None and not _suffix(v.type.shape, normalized):
+            return Support(False, f"LayerNormalization scale / bias of shape {v.type.shape} for {normalized}")
+    return None
+
+
+def check_groupnorm(op) -> Support | None:
+    x, scale = op.inputs[0], op.inputs[1]
+    groups = int(op.attributes.get("num_groups", 0))
+    if x.type.rank < 2 or groups <= 0 or x.type.shape[1] % groups:
+        return Support(False, f"GroupNormalization of {groups} groups over shape {x.type.shape}")
+    bias = op.inputs[2]
+    if tuple(scale.type.shape) not in ((x.type.shape[1],), (groups,)) or bias.type.shape != scale.type.shape:
+        return Support(
+            False, f"GroupNormalization scale / bias of shapes {scale.type.shape}, {bias.type.shape}"
+        )
+    return None
+
+
+def check_instancenorm(op) -> Support | None:
+    if op.inputs[0].type.rank < 2:
+        return Support(False, "InstanceNormalization of a tensor of rank < 2")
+    return None
+
+
+CHECKS = {
+    "LayerNormalization": check_layernorm,
+    "GroupNormalization": check_groupnorm,
+    "InstanceNormalization": check_instancenorm,
+}
 
 
 def _batchnorm(b: Builder, step: dict) -> None:
@@ -38,8 +109,51 @@ def _softmax(b: Builder, step: dict) -> None:
     shape = b.shape(x) or (1,)  # a scalar: softmax of one element
     axis = int(step["attributes"].get("axis", -1)) % len(shape)
     outer, L, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
-    args = [Buf(x), Buf(out), np.int32(outer), np.int32(L), np.int32(inner)]
-    b.launch(b.program(source("norm.cl")), "softmax", (outer * inner,), None, args)
+    program = b.program(source("norm.cl"), f"-DWG={WG}")
+    is_log = np.int32(step["type"] == "LogSoftmax")
+    if inner == 1:
+        args = [Buf(x), Buf(out), np.int64(outer), np.int64(L), is_log]
+        b.launch(program, "softmax_rows", (outer * WG,), (WG,), args)
+    else:
+        args = [Buf(x), Buf(out), np.int64(outer), np.int64(L), np.int64(inner), is_log]
+        b.launch(program, "softmax", (outer * inner,), None, args)
 
 
-LAUNCH = {"BatchNormalization": _batchnorm, "Softmax": _softmax}
+def _row_norm(b: Builder, step: dict) -> None:
+    """LayerNormalization, InstanceNormalization, GroupNormalization: see row_norm in norm.cl."""
+    x, scale, *rest = step["inputs"]
+    bias = rest[0] if rest else None
+    out = step["outputs"][0]
+    shape, attrs, op = b.shape(x), step["attributes"], step["type"]
+    eps = np.float32(attrs.get("epsilon", 1e-5))
+    if op == "LayerNormalization":
+        axis = int(attrs.get("axis", -1)) % len(shape)
+        rows, L = math.prod(shape[:axis]), math.prod(shape[axis:])
+        G, CG, D = 1, 0, 1
+        S_scale = math.prod(b.shape(scale))
+        S_bias = math.prod(b.shape(bias)) if bias is not None else 1
+    else:
+        N, C, spatial = shape[0], shape[1], math.prod(shape[2:])
+        G = int(attrs.get("num_groups", C)) if op == "GroupNormalization" else C
+        if G <= 0 or C % G:
+            raise ModelFormatError(f"gpu backend: {op} '{step.get('name')}' of {G} groups over {shape}")
+        rows, L = N * G, C // G * spatial
+        per_channel = math.prod(b.shape(scale)) == C
+        CG, D, S_scale = (C // G, spatial, C // G) if per_channel else (1, L, 1)
+        S_bias = S_scale
+    has_bias = bias is not None
+    bias = bias if has_bias else scale  # not read without a bias: any buffer fills the argument
+    args = [Buf(x), Buf(scale), Buf(bias), Buf(out), np.int64(rows), np.int64(L), eps]
+    args += [np.int32(has_bias), *(np.int64(v) for v in (G, CG, D, S_scale, S_bias))]
+    program = b.program(source("norm.cl"), f"-DWG={WG}")
+    b.launch(program, "row_norm", (rows * WG,), (WG,), args)
+
+
+LAUNCH = {
+    "BatchNormalization": _batchnorm,
+    "Softmax": _softmax,
+    "LogSoftmax": _softmax,
+    "LayerNormalization": _row_norm,
+    "InstanceNormalization": _row_norm,
+    "GroupNormalization": _row_norm,
+}
