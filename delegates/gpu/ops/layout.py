@@ -1,4 +1,5 @@
-"""Data movement: Transpose and Concat kernels (any element type), and copy-free view ops."""
+"""Data movement: one strided-copy kernel (Transpose, Slice, Split, Expand, Tile, DepthToSpace,
+SpaceToDepth), Concat, and copy-free view ops (any element type)."""
 
 from __future__ import annotations
 
@@ -10,37 +11,110 @@ from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import MAX_RANK, Buf, Builder, Ints, ctype, pad, source
+from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, ctype, pad, source
 
 _ANY = frozenset({DataType.FLOAT, DataType.INT32, DataType.INT64, DataType.BOOL})
+# Kernel tables are int32: tensors stay below 2**31 elements so shapes, strides and offsets fit.
+_INT32_ELEMENTS = 2**31 - 1
 
-ALIASES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+# Views: the output shares the input's buffer. Dropout is one at inference (no mask output).
+ALIASES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
+STRIDED = ("Transpose", "Slice", "Split", "Expand", "Tile", "DepthToSpace", "SpaceToDepth")
+MULTI_OUTPUT = ("Split",)
 
 CAPS = {
-    "Transpose": OpCapability(_ANY, max_rank=MAX_RANK),
-    "Concat": OpCapability(_ANY, max_rank=MAX_RANK),
-    # Copy-free: the output shares its input's device buffer (the shape / axes input must be a constant).
+    **{op: OpCapability(_ANY, max_rank=MAX_RANK) for op in (*STRIDED, "Concat")},
+    "DepthToSpace": OpCapability(_ANY, max_rank=4, attributes={"mode": ("DCR", "CRD")}),
+    "SpaceToDepth": OpCapability(_ANY, max_rank=4, attributes={"mode": ("DCR", "CRD")}),
+    # Copy-free: the output shares its input's device buffer.
     **{op: OpCapability(_ANY) for op in ALIASES},
 }
 
 
+def check_size(op) -> Support | None:
+    """Refuses tensors too large for the kernels' int32 shape tables."""
+    for v in [*op.inputs, *op.outputs]:
+        if v is not None and math.prod(int(d) for d in v.type.shape) > _INT32_ELEMENTS:
+            return Support(False, f"'{v.name}' has 2**31 elements or more")
+    return None
+
+
+def check_constant(op, names: dict[int, str]) -> Support | None:
+    """Refuses an op whose inputs ``names`` (index → ONNX name) are given but not plan weights.
+
+    A value folded to a constant whose producer is another op may be computed by that op inside
+    the partition, and then no launcher sees it at init: only initializers and Constant outputs
+    are sure to become weights.
+    """
+    for i, name in names.items():
+        v = op.inputs[i] if i < len(op.inputs) else None
+        if v is None:
+            continue
+        if not v.is_constant or (v.producer is not None and v.producer.op_type != "Constant"):
+            return Support(False, f"{op.op_type} with a '{name}' input that is not a constant")
+    return None
+
+
 def _check_alias(op) -> Support | None:
-    if any(v is not None and not v.is_constant for v in op.inputs[1:]):
-        return Support(False, f"{op.op_type} with a shape / axes input that is not a constant")
+    """View ops need no value of their shape / axes input: the output's static shape says it all."""
+    if op.op_type == "Dropout":
+        mode = op.inputs[2] if len(op.inputs) > 2 else None
+        if mode is not None and not (mode.is_constant and not bool(mode.const_value)):
+            return Support(False, "Dropout in training mode (or a training_mode that is not a constant)")
     return None
 
 
 def _check_concat(op) -> Support | None:
     if not op.inputs or any(v is None for v in op.inputs):
         return Support(False, "Concat with an absent input")
-    return None
+    return check_size(op)
 
 
-CHECKS = {**dict.fromkeys(ALIASES, _check_alias), "Concat": _check_concat}
+_CONSTANT_INPUTS = {
+    "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"},
+    "Split": {1: "split"},
+    "Expand": {1: "shape"},
+    "Tile": {1: "repeats"},
+}
+
+
+def _check_strided(op) -> Support | None:
+    if op.op_type in ("DepthToSpace", "SpaceToDepth") and op.inputs[0].type.rank != 4:
+        return Support(False, f"{op.op_type} of a rank-{op.inputs[0].type.rank} tensor (takes rank 4)")
+    found = check_constant(op, _CONSTANT_INPUTS.get(op.op_type, {}))
+    return found if found is not None else check_size(op)
+
+
+CHECKS = {
+    **dict.fromkeys(ALIASES, _check_alias),
+    **dict.fromkeys(STRIDED, _check_strided),
+    "Concat": _check_concat,
+}
 
 
 def _options(b: Builder, v: int) -> str:
     return f"-DT={ctype(b.dtype(v))}"
+
+
+def _strides(shape) -> list[int]:
+    """Row-major element strides of ``shape``."""
+    return [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+
+
+def strided_copy(b: Builder, x: int, out: int, shape, strides, wrap=None, offset: int = 0) -> None:
+    """``out`` (viewed as ``shape``, rank ≤ 6) [j] = x[offset + Σ (j_d % wrap_d) · strides_d]."""
+    shape = [int(s) for s in shape]
+    if len(shape) > MAX_RANK or math.prod(shape) != math.prod(b.shape(out)):
+        raise ModelFormatError(f"gpu backend: strided copy of shape {shape} into {b.shape(out)}")
+    # An axis of size 1 reads index 0 only: its stride may be anything, so 0 keeps it in int32.
+    strides = [0 if s == 1 else int(t) for s, t in zip(shape, strides)]
+    wrap = shape if wrap is None else [max(int(w), 1) for w in wrap]
+    meta = pad(shape, 1) + pad(strides, 0) + pad(wrap, 1) + [int(offset)]
+    if any(abs(m) > _INT32_ELEMENTS for m in meta):
+        raise ModelFormatError(f"gpu backend: strided copy table {meta} exceeds int32")
+    n = math.prod(shape)
+    program = b.program(source("layout.cl"), _options(b, x))
+    b.launch(program, "strided_copy", (n,), None, [Buf(x), Buf(out), Ints(tuple(meta)), np.int64(n)])
 
 
 def _alias(b: Builder, step: dict) -> None:
@@ -51,6 +125,12 @@ def _alias(b: Builder, step: dict) -> None:
     b.alias(out, src)
 
 
+def _permuted(b: Builder, x: int, out: int, view, perm) -> None:
+    """``x`` viewed as the row-major ``view`` and transposed by ``perm`` into ``out``."""
+    strides = _strides(view)
+    strided_copy(b, x, out, [view[p] for p in perm], [strides[p] for p in perm])
+
+
 def _transpose(b: Builder, step: dict) -> None:
     (x,), (out,) = step["inputs"], step["outputs"]
     shape = b.shape(x)
@@ -59,11 +139,121 @@ def _transpose(b: Builder, step: dict) -> None:
     perm = [int(p) % rank for p in perm] if rank else []
     if sorted(perm) != list(range(rank)) or rank > MAX_RANK:
         raise ModelFormatError(f"gpu backend: Transpose perm {perm} of a rank-{rank} tensor")
-    in_strides = [math.prod(shape[d + 1 :]) for d in range(rank)]
-    meta = pad([shape[p] for p in perm], 1) + pad([in_strides[p] for p in perm], 0)
-    n = math.prod(shape)
-    program = b.program(source("layout.cl"), _options(b, x))
-    b.launch(program, "transpose", (n,), None, [Buf(x), Buf(out), Ints(tuple(meta)), np.int32(n)])
+    _permuted(b, x, out, shape, perm)
+
+
+def _const_ints(b: Builder, v: int | None, what: str, default=None) -> list[int]:
+    if v is None:
+        if default is None:
+            raise ModelFormatError(f"gpu backend: {what} input is missing")
+        return default
+    value = b.const(v)
+    if value is None:
+        raise ModelFormatError(f"gpu backend: {what} input is not a constant")
+    return [int(i) for i in np.asarray(value).reshape(-1)]
+
+
+def _axes(axes: list[int], rank: int, what: str) -> list[int]:
+    if any(not -rank <= a < rank for a in axes) or len({a % rank for a in axes}) != len(axes):
+        raise ModelFormatError(f"gpu backend: {what} axes {axes} of a rank-{rank} tensor")
+    return [a % rank for a in axes]
+
+
+def slice_bounds(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
+    """ONNX Slice on one axis: (first index, output length), negative and out-of-range values clamped."""
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        return start, max(0, -(-(end - start) // step))
+    start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+    return start, max(0, -(-(start - end) // -step))
+
+
+def _slice(b: Builder, step: dict) -> None:
+    x, (out,) = step["inputs"][0], step["outputs"]
+    ins = list(step["inputs"]) + [None] * (5 - len(step["inputs"]))
+    shape = b.shape(x)
+    rank = len(shape)
+    starts = _const_ints(b, ins[1], "Slice starts")
+    ends = _const_ints(b, ins[2], "Slice ends")
+    axes = _axes(_const_ints(b, ins[3], "Slice axes", list(range(len(starts)))), rank, "Slice")
+    steps = _const_ints(b, ins[4], "Slice steps", [1] * len(starts))
+    if not len(starts) == len(ends) == len(axes) == len(steps) or 0 in steps:
+        raise ModelFormatError(f"gpu backend: Slice starts {starts} ends {ends} axes {axes} steps {steps}")
+    strides = _strides(shape)
+    out_shape, step_strides, offset = list(shape), list(strides), 0
+    for a, s, e, k in zip(axes, starts, ends, steps):
+        first, length = slice_bounds(shape[a], s, e, k)
+        out_shape[a] = length
+        step_strides[a] = strides[a] * k
+        offset += first * strides[a] if length else 0
+    if tuple(out_shape) != b.shape(out):
+        raise ModelFormatError(
+            f"gpu backend: Slice of {shape} gives {out_shape}, the plan says {b.shape(out)}"
+        )
+    strided_copy(b, x, out, out_shape, step_strides, offset=offset)
+
+
+def _split(b: Builder, step: dict) -> None:
+    x, outs = step["inputs"][0], step["outputs"]
+    shape = b.shape(x)
+    axis = _axes([int(step["attributes"].get("axis", 0))], len(shape), "Split")[0]
+    strides = _strides(shape)
+    offset = 0
+    for out in outs:
+        oshape = b.shape(out)
+        if len(oshape) != len(shape) or any(
+            o != s for d, (o, s) in enumerate(zip(oshape, shape)) if d != axis
+        ):
+            raise ModelFormatError(f"gpu backend: Split of {shape} into {oshape}")
+        strided_copy(b, x, out, oshape, strides, offset=offset * strides[axis])
+        offset += oshape[axis]
+    if offset != shape[axis]:
+        raise ModelFormatError(f"gpu backend: Split outputs do not add up to {shape}")
+
+
+def _expand(b: Builder, step: dict) -> None:
+    x, (out,) = step["inputs"][0], step["outputs"]
+    oshape = b.shape(out)
+    shape = b.shape(x)
+    if len(shape) > len(oshape) or any(s not in (1, o) for s, o in zip(reversed(shape), reversed(oshape))):
+        raise ModelFormatError(f"gpu backend: Expand of {shape} to {oshape}")
+    strided_copy(b, x, out, oshape, broadcast_strides(shape, oshape))
+
+
+def _tile(b: Builder, step: dict) -> None:
+    x, (out,) = step["inputs"][0], step["outputs"]
+    shape = b.shape(x)
+    repeats = _const_ints(b, step["inputs"][1], "Tile repeats")
+    if len(repeats) != len(shape) or b.shape(out) != tuple(s * r for s, r in zip(shape, repeats)):
+        raise ModelFormatError(f"gpu backend: Tile of {shape} by {repeats} into {b.shape(out)}")
+    strided_copy(b, x, out, b.shape(out), _strides(shape), wrap=shape)
+
+
+def _depth_to_space(b: Builder, step: dict) -> None:
+    (x,), (out,) = step["inputs"], step["outputs"]
+    n, c, h, w = b.shape(x)
+    k = int(step["attributes"].get("blocksize", 0))
+    if k < 1 or c % (k * k) or b.shape(out) != (n, c // (k * k), h * k, w * k):
+        raise ModelFormatError(f"gpu backend: DepthToSpace blocksize {k} of {b.shape(x)}")
+    if step["attributes"].get("mode", "DCR") == "DCR":  # channels read as [k, k, C/k²]
+        _permuted(b, x, out, (n, k, k, c // (k * k), h, w), (0, 3, 4, 1, 5, 2))
+    else:  # CRD: channels read as [C/k², k, k]
+        _permuted(b, x, out, (n, c // (k * k), k, k, h, w), (0, 1, 4, 2, 5, 3))
+
+
+def _space_to_depth(b: Builder, step: dict) -> None:
+    (x,), (out,) = step["inputs"], step["outputs"]
+    n, c, h, w = b.shape(x)
+    k = int(step["attributes"].get("blocksize", 0))
+    if k < 1 or h % k or w % k or b.shape(out) != (n, c * k * k, h // k, w // k):
+        raise ModelFormatError(f"gpu backend: SpaceToDepth blocksize {k} of {b.shape(x)}")
+    view = (n, c, h // k, k, w // k, k)
+    if step["attributes"].get("mode", "DCR") == "DCR":  # output channels as [k, k, C]
+        _permuted(b, x, out, view, (0, 3, 5, 1, 2, 4))
+    else:  # CRD (opset 28): output channels as [C, k, k]
+        _permuted(b, x, out, view, (0, 1, 3, 5, 2, 4))
 
 
 def _concat(b: Builder, step: dict) -> None:
@@ -77,11 +267,21 @@ def _concat(b: Builder, step: dict) -> None:
         xs = b.shape(x)
         chunk = xs[axis] * inner
         n = math.prod(xs)
-        args = [Buf(x), Buf(out), np.int32(chunk), np.int32(oshape[axis] * inner), np.int32(offset)]
-        b.launch(program, "concat_copy", (n,), None, [*args, np.int32(n)])
+        args = [Buf(x), Buf(out), np.int64(chunk), np.int64(oshape[axis] * inner), np.int64(offset)]
+        b.launch(program, "concat_copy", (n,), None, [*args, np.int64(n)])
         offset += chunk
     if offset != oshape[axis] * inner:
         raise ModelFormatError(f"gpu backend: Concat inputs do not add up to {oshape}")
 
 
-LAUNCH = {**dict.fromkeys(ALIASES, _alias), "Transpose": _transpose, "Concat": _concat}
+LAUNCH = {
+    **dict.fromkeys(ALIASES, _alias),
+    "Transpose": _transpose,
+    "Slice": _slice,
+    "Split": _split,
+    "Expand": _expand,
+    "Tile": _tile,
+    "DepthToSpace": _depth_to_space,
+    "SpaceToDepth": _space_to_depth,
+    "Concat": _concat,
+}
