@@ -114,3 +114,21 @@ __kernel void row_norm(__global const float* X, __global const float* scale, __g
         y[k] = (x[k] - mean) * inv * scale[base + j % S_scale] + b;
     }
 }
+
+// LocalResponseNormalization across channels: X is N x C x inner; for channel c the window is
+// channels [c - lo, c + hi] clipped to [0, C); Y = X / (bias + alpha / size * sum of squares)^beta.
+__kernel void lrn(__global const float* X, __global float* Y, const long total, const int C, const long inner,
+                  const int lo, const int hi, const float alpha_over_size, const float beta, const float bias)
+{
+    const long gid = get_global_id(0);
+    if (gid >= total) return;
+    const long i = gid % inner;
+    const int c = (int)((gid / inner) % C);
+    const long base = (gid / (inner * C)) * C * inner + i;
+    float s = 0.0f;
+    for (int k = max(0, c - lo); k <= min(C - 1, c + hi); ++k) {
+        const float v = X[base + k * inner];
+        s += v * v;
+    }
+    Y[gid] = X[gid] / pow(bias + alpha_over_size * s, beta);
+}

@@ -57,3 +57,26 @@ def test_constant_of_shape_is_computed_at_init(value, dtype, tmp_path):
             OpenCLRuntime().destroy(h)
     else:
         check(p, feeds, tmp_path, rtol=0, atol=0)
+
+
+def test_reshape_to_a_computed_shape_is_a_view(tmp_path):
+    """Shape → Concat → Reshape (a flatten written the ONNX-export way) stays one partition."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Shape", ["r"], ["s"], end=1),
+        helper.make_node("Concat", ["s", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["f"]),
+        helper.make_node("Dropout", ["f"], ["y"]),
+    ]
+    p = model(nodes, [("x", [2, 3, 4])], ["y"], [("minus1", np.array([-1], np.int64))])
+    check(p, {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)}, tmp_path, rtol=0, atol=0, whole=True)
+
+
+def test_dropout_in_training_mode_stays_on_the_cpu():
+    import offload
+
+    nodes = [helper.make_node("Dropout", ["x", "ratio", "train"], ["y"])]
+    init = [("ratio", np.array(0.5, np.float32)), ("train", np.array(True))]
+    p = model(nodes, [("x", [2, 3])], ["y"], init)
+    lowered = offload.to_backend(p, "opencl")
+    assert all(op.op_type != "Delegate" for op in lowered.main.body.operations)

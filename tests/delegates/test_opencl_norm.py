@@ -9,7 +9,7 @@ from onnx import helper
 
 import offload
 
-from .opencl_support import check, model, needs_opencl, plan_and_handle
+from .opencl_support import check, model, needs_opencl, plan_and_handle, run_on_opencl
 
 pytestmark = needs_opencl
 RNG = np.random.default_rng(11)
@@ -135,3 +135,36 @@ def test_norm_chain_in_one_delegate(tmp_path):
     init = [("s", _normal((33,))), ("b", _normal((33,)))]
     p = model(nodes, [("x", [2, 9, 33])], ["y"], init)
     check(p, {"x": _normal((2, 9, 33))}, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
+
+
+def _lrn_numpy(x, size, alpha=1e-4, beta=0.75, bias=1.0):
+    """ONNX's LRN definition, channel window [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
+    C = x.shape[1]
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    sq = np.zeros_like(x, dtype=np.float64)
+    for c in range(C):
+        sq[:, c] = (x[:, max(0, c - lo) : min(C, c + hi + 1)].astype(np.float64) ** 2).sum(axis=1)
+    return (x / (bias + alpha / size * sq) ** beta).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "shape,attrs",
+    [
+        ((1, 5, 4, 4), {"size": 3}),
+        ((2, 8, 3, 5), {"size": 5, "alpha": 0.001, "beta": 0.5, "bias": 2.0}),
+        ((1, 7, 2, 2), {"size": 1}),
+    ],
+)
+def test_lrn(shape, attrs, tmp_path):
+    p = model([helper.make_node("LRN", ["x"], ["y"], **attrs)], [("x", list(shape))], ["y"])
+    x = RNG.standard_normal(shape).astype(np.float32) * 3
+    check(p, {"x": x}, tmp_path, rtol=1e-5, atol=1e-6, whole=True)
+
+
+@pytest.mark.parametrize("shape,size", [((2, 8, 3, 5), 4), ((1, 3, 7), 5), ((2, 6), 2)])
+def test_lrn_even_windows_and_other_ranks(shape, size, tmp_path):
+    """onnxruntime's LRN takes only 4-D inputs and odd sizes: numpy on ONNX's formula is the reference."""
+    p = model([helper.make_node("LRN", ["x"], ["y"], size=size)], [("x", list(shape))], ["y"])
+    x = RNG.standard_normal(shape).astype(np.float32) * 3
+    _, got = run_on_opencl(p, {"x": x}, tmp_path, partitions=1)
+    np.testing.assert_allclose(got["y"], _lrn_numpy(x, size), rtol=1e-5, atol=1e-6)

@@ -1,5 +1,5 @@
-"""BatchNormalization (inference), Softmax / LogSoftmax and the row normalizations (Layer-,
-Instance-, GroupNormalization): ``kernels_cl/norm.cl``.
+"""BatchNormalization (inference), Softmax / LogSoftmax, the row normalizations (Layer-,
+Instance-, GroupNormalization) and LRN: ``kernels_cl/norm.cl``.
 
 Softmax over the innermost axis and the row normalizations run one work-group per row (WG
 work-items folding max / sum / variance in local memory); Softmax over an outer axis runs one
@@ -29,6 +29,7 @@ CAPS = {
     "LayerNormalization": OpCapability(_F32, max_rank=MAX_RANK, attributes={"stash_type": (1,)}),
     "InstanceNormalization": OpCapability(_F32, max_rank=MAX_RANK),
     "GroupNormalization": OpCapability(_F32, max_rank=MAX_RANK, attributes={"stash_type": (1,)}),
+    "LRN": OpCapability(_F32, max_rank=MAX_RANK),
 }
 # LayerNormalization may list Mean / InvStdDev outputs; check_layernorm takes it only when no one reads them.
 MULTI_OUTPUT = ("LayerNormalization",)
@@ -84,7 +85,14 @@ def check_instancenorm(op) -> Support | None:
     return None
 
 
+def check_lrn(op) -> Support | None:
+    if (op.inputs[0].type.rank or 0) < 2:
+        return Support(False, "LRN of an input without a channel axis")
+    return None
+
+
 CHECKS = {
+    "LRN": check_lrn,
     "LayerNormalization": check_layernorm,
     "GroupNormalization": check_groupnorm,
     "InstanceNormalization": check_instancenorm,
@@ -149,6 +157,24 @@ def _row_norm(b: Builder, step: dict) -> None:
     b.launch(program, "row_norm", (rows * WG,), (WG,), args)
 
 
+def _lrn(b: Builder, step: dict) -> None:
+    """LRN: the sum of squares over a window of ``size`` channels, floor((size-1)/2) before and
+    ceil((size-1)/2) after each channel, as ONNX defines it."""
+    (x,), (out,) = step["inputs"], step["outputs"]
+    a = step["attributes"]
+    shape = b.shape(x)
+    size = int(a["size"])
+    C, inner, n = shape[1], math.prod(shape[2:]), math.prod(shape)
+    args = [Buf(x), Buf(out), np.int64(n), np.int32(C), np.int64(inner)]
+    args += [np.int32((size - 1) // 2), np.int32(-(-(size - 1) // 2))]
+    args += [
+        np.float32(float(a.get("alpha", 1e-4)) / size),
+        np.float32(a.get("beta", 0.75)),
+        np.float32(a.get("bias", 1.0)),
+    ]
+    b.launch(b.program(source("norm.cl")), "lrn", (n,), None, args)
+
+
 LAUNCH = {
     "BatchNormalization": _batchnorm,
     "Softmax": _softmax,
@@ -156,4 +182,5 @@ LAUNCH = {
     "LayerNormalization": _row_norm,
     "InstanceNormalization": _row_norm,
     "GroupNormalization": _row_norm,
+    "LRN": _lrn,
 }
