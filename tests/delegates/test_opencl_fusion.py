@@ -110,7 +110,14 @@ def test_fused_source_is_deterministic():
     plan, h = plan_and_handle(_chain())
     OpenCLRuntime().destroy(h)
     (step,) = plan["ops"]
-    assert fused_source(step["nodes"], 3) == fused_source(json.loads(json.dumps(step))["nodes"], 3)
+    leaves = ["float32"] * 3
+    src = fused_source(step["nodes"], leaves, "float32")
+    assert src == fused_source(json.loads(json.dumps(step))["nodes"], leaves, "float32")
+    # the dtypes are part of the source: an int32 leaf changes it
+    int_src = fused_source(
+        [{"type": "Cast", "name": "c", "attributes": {"to": 1}, "args": [["in", 0]]}], ["int32"], "float32"
+    )
+    assert "__global const int* a0" in int_src and "(float)x0" in int_src
 
 
 # ---- Transpose and Concat -------------------------------------------------------------------

@@ -1,34 +1,158 @@
 """Elementwise ops: one generated kernel per fused tree (a single op is a one-node tree).
 
 Each leaf is read through its own stride table (numpy broadcasting, rank ≤ 6); intermediates
-live in registers. The source is generated from the plan step alone, deterministically, so the
-same step always hits the build cache.
+live in registers. Values are typed: a leaf or the output is float32, int32, int64 or bool (one
+byte, 0 or 1), and every node has a result type (``result_type``: comparisons and logic give
+bool, Cast its ``to``, Where its x/y type, the rest their first input's type), so a tree may mix
+types (Greater → Where → Mul → Cast is one kernel). The source is generated from the plan step
+and the leaf / output dtypes alone, deterministically, so the same step always hits the build
+cache.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from offload.errors import ModelFormatError, UnsupportedOpError
-from offload.ir import DataType
+from offload.ir import DataType, lookup
 
 from ...backend import OpCapability, Support
-from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, pad
+from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, ctype, pad
 
-_F32 = frozenset({DataType.FLOAT})
+F32, I32, I64, BOOL = "float32", "int32", "int64", "bool"
+NUM = (F32, I32, I64)
+ANY = (*NUM, BOOL)
+_DATATYPE = {F32: DataType.FLOAT, I32: DataType.INT32, I64: DataType.INT64, BOOL: DataType.BOOL}
+# The stride tables are int32 (``Ints``) and so is the kernel's index math: larger outputs stay
+# on the CPU.
+MAX_ELEMENTS = 2**31 - 1
 
-UNARY = ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "LeakyRelu")
-BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
 
-CAPS = {op: OpCapability(_F32, max_rank=MAX_RANK) for op in (*UNARY, *BINARY, "Clip")}
+@dataclass(frozen=True)
+class Signature:
+    """What an op's inputs may be: every present input shares one dtype of ``dtypes``; ``arity``
+    bounds the input count (absent optional inputs included; None: no upper bound); the result
+    is that dtype, or bool."""
+
+    dtypes: tuple[str, ...]
+    arity: tuple[int, int | None]
+    to_bool: bool = False
+
+
+_FLOAT_UNARY = (
+    "Relu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "Erf", "Elu", "Selu", "Celu",
+    "Softplus", "Softsign", "Mish", "ThresholdedRelu", "LeakyRelu", "Exp", "Log", "Sqrt",
+    "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+    "Cosh", "Asinh", "Acosh", "Atanh",
+)  # fmt: skip
+
+SIGNATURES = {
+    **{op: Signature((F32,), (1, 1)) for op in _FLOAT_UNARY},
+    **{op: Signature(NUM, (1, 1)) for op in ("Abs", "Neg", "Sign")},
+    **{op: Signature(NUM, (2, 2)) for op in ("Add", "Sub", "Mul", "Div", "Mod")},
+    "PRelu": Signature((F32,), (2, 2)),
+    "Max": Signature(NUM, (1, None)),
+    "Min": Signature(NUM, (1, None)),
+    "Sum": Signature((F32,), (1, None)),
+    "Mean": Signature((F32,), (1, None)),
+    "Clip": Signature(NUM, (1, 3)),
+    "Equal": Signature(ANY, (2, 2), to_bool=True),
+    **{
+        op: Signature(NUM, (2, 2), to_bool=True)
+        for op in ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
+    },
+    **{op: Signature((BOOL,), (2, 2)) for op in ("And", "Or", "Xor")},
+    "Not": Signature((BOOL,), (1, 1)),
+    "IsNaN": Signature((F32,), (1, 1), to_bool=True),
+    "IsInf": Signature((F32,), (1, 1), to_bool=True),
+}
+# Ops whose inputs do not share one dtype: the dtypes each input position takes.
+MIXED = {
+    "Pow": ((F32,), NUM),  # a float32 base, an exponent of any (ONNX's T1)
+    # x and y share one dtype; not bool, which onnxruntime has no kernel to check against
+    "Where": ((BOOL,), NUM, NUM),
+    "Cast": (ANY,),  # to float32 / int32 / int64 / bool (attribute ``to``)
+}
+_ATTRIBUTES = {
+    "Gelu": {"approximate": ("none", "tanh")},
+    "Mod": {"fmod": (0, 1)},
+    "IsInf": {"detect_positive": (0, 1), "detect_negative": (0, 1)},
+}
+
+
+def _caps(op: str) -> OpCapability:
+    """The capability row of an op: every dtype its inputs or output may have."""
+    if op in MIXED:
+        dtypes = set(ANY) if op == "Cast" else {t for ts in MIXED[op] for t in ts}
+    else:
+        dtypes = {*SIGNATURES[op].dtypes, *((BOOL,) if SIGNATURES[op].to_bool else ())}
+    dts = frozenset(_DATATYPE[t] for t in dtypes)
+    return OpCapability(dts, max_rank=MAX_RANK, attributes=_ATTRIBUTES.get(op, {}))
+
+
+CAPS = {op: _caps(op) for op in (*SIGNATURES, *MIXED)}
 ELEMENTWISE = frozenset(CAPS)
 
 
+def result_type(op_type: str, attrs: dict, ins: list[str | None]) -> str:
+    """The dtype an elementwise op gives for input dtypes ``ins`` (None: an absent optional
+    input); UnsupportedOpError when no kernel here takes that combination."""
+    while ins and ins[-1] is None:
+        ins = ins[:-1]
+    present = [t for t in ins if t is not None]
+    if op_type in MIXED:
+        allowed = MIXED[op_type]
+        if len(ins) != len(allowed) or any(t not in a for t, a in zip(ins, allowed)):
+            raise UnsupportedOpError(f"{op_type} of {_list(ins)} (takes {_list(allowed)})")
+        if op_type == "Where":
+            if ins[1] != ins[2]:
+                raise UnsupportedOpError(f"Where of {_list(ins)}: x and y differ")
+            return ins[1]
+        if op_type == "Cast":
+            to = next((t for t, d in _DATATYPE.items() if d == attrs.get("to")), None)
+            if to is None:
+                raise UnsupportedOpError(f"Cast to {attrs.get('to')!r} (takes {', '.join(ANY)})")
+            return to
+        return ins[0]
+    sig = SIGNATURES.get(op_type)
+    if sig is None:
+        raise UnsupportedOpError(f"gpu backend: no elementwise kernel for {op_type}")
+    lo, hi = sig.arity
+    if len(ins) < lo or (hi is not None and len(ins) > hi) or ins[0] is None:
+        takes = f"{lo} or more" if hi is None else str(lo) if lo == hi else f"{lo} to {hi}"
+        raise UnsupportedOpError(f"{op_type} with {len(ins)} inputs (takes {takes})")
+    if op_type != "Clip" and len(present) != len(ins):
+        raise UnsupportedOpError(f"{op_type} with an absent input")
+    if len(set(present)) != 1 or present[0] not in sig.dtypes:
+        raise UnsupportedOpError(f"{op_type} of {_list(ins)} (takes one of {', '.join(sig.dtypes)})")
+    if op_type == "Mod" and present[0] == F32 and not attrs.get("fmod"):
+        raise UnsupportedOpError("Mod of float32 with fmod=0 (ONNX requires fmod=1)")
+    return BOOL if sig.to_bool else present[0]
+
+
+def _list(ts) -> str:
+    return "(" + ", ".join("-" if t is None else t if isinstance(t, str) else "|".join(t) for t in ts) + ")"
+
+
+def _dtype_name(v) -> str | None:
+    return None if v is None else np.dtype(v.type.dtype.numpy).name
+
+
 def check(op) -> Support | None:
-    if op.op_type in BINARY and len(op.inputs) != 2:
-        return Support(False, f"{op.op_type} with {len(op.inputs)} inputs (takes 2)")
+    schema = lookup(op.domain, op.op_type)
+    attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+    try:
+        got = result_type(op.op_type, attrs, [_dtype_name(v) for v in op.inputs])
+    except UnsupportedOpError as e:
+        return Support(False, str(e))
+    want = _dtype_name(op.outputs[0])
+    if got != want:
+        return Support(False, f"{op.op_type} gives {got}, its output is {want}")
+    if math.prod(op.outputs[0].type.shape) > MAX_ELEMENTS:
+        return Support(False, f"more than {MAX_ELEMENTS} elements")
     return None
 
 
@@ -43,71 +167,182 @@ def _f(x: float) -> str:
     return f"({x!r}f)"
 
 
-_SIMPLE = {
+_SOFTPLUS = "(log1p(exp(-fabs(x0))) + fmax(x0, 0.0f))"  # no overflow for large |x|
+
+# Float32 ops without attributes: their expression over x0, x1.
+_FLOAT = {
     "Relu": "(x0 < 0.0f ? 0.0f : x0)",
     "Sigmoid": "(x0 >= 0.0f ? 1.0f / (1.0f + exp(-x0)) : exp(x0) / (1.0f + exp(x0)))",
-    "Tanh": "tanh(x0)",
-    "Exp": "exp(x0)",
-    "Log": "log(x0)",
-    "Sqrt": "sqrt(x0)",
-    "Neg": "(-x0)",
+    "HardSwish": "(x0 * fmax(0.0f, fmin(1.0f, x0 * (1.0f / 6.0f) + 0.5f)))",
+    "Softplus": _SOFTPLUS,
+    "Softsign": "(x0 / (1.0f + fabs(x0)))",
+    "Mish": f"(x0 * tanh({_SOFTPLUS}))",
     "Abs": "fabs(x0)",
+    "Reciprocal": "(1.0f / x0)",
+    # ties to even; x0 - floor(x0) is exact, so the tie test is too (NaN and ±inf fall through
+    # to the last branch, which keeps them)
+    "Round": "(x0 - floor(x0) < 0.5f ? floor(x0) : x0 - floor(x0) > 0.5f ? floor(x0) + 1.0f"
+    " : 2.0f * floor((floor(x0) + 1.0f) * 0.5f))",
+    "Sign": "(x0 > 0.0f ? 1.0f : x0 < 0.0f ? -1.0f : x0)",
+    "Div": "(x0 / x1)",
+    "Mod": "fmod(x0, x1)",
+    "Max": "((isnan(x0) || x0 > x1) ? x0 : x1)",  # NaN wins, like numpy
+    "Min": "((isnan(x0) || x0 < x1) ? x0 : x1)",
+    "PRelu": "(x0 < 0.0f ? x1 * x0 : x0)",
+    "Pow": "pow(x0, (float)x1)",
+    **{op: f"{op.lower()}(x0)" for op in ("Tanh", "Erf", "Exp", "Log", "Sqrt", "Floor", "Ceil")},
+    **{
+        op: f"{op.lower()}(x0)"
+        for op in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")
+    },
+}
+# Integer ops (int and long alike). Division by 0 or of the minimum by -1 traps on some CPUs;
+# ONNX leaves both undefined, so they give 0 / the wrapped negation instead of a crash.
+_INT = {
+    "Abs": "(x0 < 0 ? -x0 : x0)",
+    "Sign": "((x0 > 0) - (x0 < 0))",
+    "Div": "(x1 == 0 ? 0 : x1 == -1 ? -x0 : x0 / x1)",
+    "Max": "max(x0, x1)",
+    "Min": "min(x0, x1)",
+}
+# Any numeric type.
+_NUM = {
+    "Neg": "(-x0)",
     "Add": "(x0 + x1)",
     "Sub": "(x0 - x1)",
     "Mul": "(x0 * x1)",
-    "Div": "(x0 / x1)",
-    "Max": "((isnan(x0) || x0 > x1) ? x0 : x1)",
-    "Min": "((isnan(x0) || x0 < x1) ? x0 : x1)",
+    "Sum": "(x0 + x1)",
+    "Equal": "(x0 == x1)",
+    "Less": "(x0 < x1)",
+    "LessOrEqual": "(x0 <= x1)",
+    "Greater": "(x0 > x1)",
+    "GreaterOrEqual": "(x0 >= x1)",
+    "And": "(x0 && x1)",
+    "Or": "(x0 || x1)",
+    "Xor": "((x0 != 0) != (x1 != 0))",
+    "Not": "(x0 == 0)",
+    "Where": "(x0 ? x1 : x2)",
+    "IsNaN": "(isnan(x0) != 0)",
 }
 
 
-def expr(op_type: str, attrs: dict, arity: int) -> str:
-    """The OpenCL C expression of an elementwise op over x0, x1, …"""
-    if op_type in _SIMPLE:
-        return _SIMPLE[op_type]
-    if op_type == "LeakyRelu":
-        return f"(x0 < 0.0f ? {_f(attrs.get('alpha', 0.01))} * x0 : x0)"
+_VARIADIC = ("Max", "Min", "Sum", "Mean")
+
+
+def body(op_type: str, attrs: dict, ins: list[str | None], rtype: str) -> str:
+    """The statements of a node function over parameters x0, x1, … of dtypes ``ins`` (None: an
+    absent input, which has no parameter), returning a value of dtype ``rtype``."""
+    if op_type in _VARIADIC:
+        # a left fold, one statement per input, so that the source grows linearly with them
+        fl = ins[0] == F32
+        pair = _NUM["Add"] if op_type in ("Sum", "Mean") else (_FLOAT if fl else _INT)[op_type]
+        lines = [f"{ctype(rtype)} r = x0;"]
+        lines += [f"r = {pair.replace('x0', 'r').replace('x1', f'x{k}')};" for k in range(1, len(ins))]
+        result = f"r / {_f(len(ins))}" if op_type == "Mean" else "r"
+        return " ".join([*lines, f"return {result};"])
+    return f"return ({ctype(rtype)})({expr(op_type, attrs, ins, rtype)});"
+
+
+def expr(op_type: str, attrs: dict, ins: list[str | None], rtype: str) -> str:
+    """The OpenCL C expression of a (non-variadic) elementwise op over x0, x1, … (see ``body``)."""
+    t = ins[0]
+    fl = t == F32
+    a = {k: _f(v) for k, v in attrs.items() if isinstance(v, float)}
     if op_type == "Clip":
-        lo = "x1" if arity > 1 else "(-INFINITY)"
-        hi = "x2" if arity > 2 else "(INFINITY)"
+        # an absent bound is the type's lowest / highest value (ONNX): ±FLT_MAX clips ±inf
+        lo = "x1" if len(ins) > 1 and ins[1] is not None else "(-3.4028234663852886e38f)" if fl else None
+        hi = "x2" if len(ins) > 2 and ins[2] is not None else "(3.4028234663852886e38f)" if fl else None
+        if not fl:
+            code = "x0" if lo is None else f"max(x0, {lo})"
+            return code if hi is None else f"min({code}, {hi})"
         return f"(isnan(x0) ? x0 : fmin(fmax(x0, {lo}), {hi}))"
-    raise UnsupportedOpError(f"gpu backend: no elementwise kernel for {op_type}")
-
-
-def fused_source(nodes: list[dict], n_leaves: int) -> str:
-    """One kernel for a tree of elementwise nodes (plan "Fused" step): leaves are loaded once,
-    each through its own stride table, and the intermediates live in registers."""
-    funcs, body = [], []
-    for j, node in enumerate(nodes):
-        args = list(node["args"])
-        while args and args[-1] is None:
-            args.pop()
-        arity = len(args)
-        params = ", ".join(f"const float x{k}" for k in range(arity))
-        funcs.append(
-            f"// {node['type']}\ninline float f{j}({params}) {{ return {expr(node['type'], node['attributes'], arity)}; }}"
+    if op_type == "Cast":
+        return "(x0 != 0)" if rtype == BOOL else f"(({ctype(rtype)})x0)"
+    if op_type == "Mod" and not fl:
+        if attrs.get("fmod"):  # the sign of the dividend, like C
+            return "(x1 == 0 || x1 == -1 ? 0 : x0 % x1)"
+        # the sign of the divisor, like Python
+        return (
+            "(x1 == 0 || x1 == -1 ? 0 : (x0 % x1 != 0 && (x0 % x1 < 0) != (x1 < 0)) ? x0 % x1 + x1 : x0 % x1)"
         )
-        vals = []
-        for k, a in enumerate(args):
-            if a is None:  # an absent Clip bound
-                vals.append("(-INFINITY)" if k == 1 else "(INFINITY)")
-            elif a[0] == "in":
-                if not 0 <= int(a[1]) < n_leaves:
-                    raise ModelFormatError(f"gpu backend: fused node {j} reads leaf {a[1]}")
-                vals.append(f"x{int(a[1])}")
-            elif a[0] == "node" and 0 <= int(a[1]) < j:
-                vals.append(f"t{int(a[1])}")
-            else:
-                raise ModelFormatError(f"gpu backend: fused node {j} has argument {a!r}")
-        body.append(f"const float t{j} = f{j}({', '.join(vals)});")
-    params = "".join(f", __global const float* a{i}" for i in range(n_leaves))
-    offs = " ".join(f"int o{i} = 0;" for i in range(n_leaves))
-    steps = " ".join(f"o{i} += j * meta[{MAX_RANK * (i + 1)} + d];" for i in range(n_leaves))
-    loads = " ".join(f"const float x{i} = a{i}[o{i}];" for i in range(n_leaves))
+    if op_type == "LeakyRelu":
+        return f"(x0 < 0.0f ? {a['alpha']} * x0 : x0)"
+    if op_type == "ThresholdedRelu":
+        return f"(x0 > {a['alpha']} ? x0 : 0.0f)"
+    if op_type == "HardSigmoid":
+        v = f"({a['alpha']} * x0 + {a['beta']})"  # compares, not fmin/fmax: NaN stays NaN
+        return f"({v} < 0.0f ? 0.0f : {v} > 1.0f ? 1.0f : {v})"
+    if op_type == "Elu":
+        return f"(x0 < 0.0f ? {a['alpha']} * expm1(x0) : x0)"
+    if op_type == "Selu":
+        return f"(x0 > 0.0f ? {a['gamma']} * x0 : {a['gamma']} * ({a['alpha']} * expm1(x0)))"
+    if op_type == "Celu":
+        return f"(isnan(x0) ? x0 : fmax(0.0f, x0) + fmin(0.0f, {a['alpha']} * expm1(x0 / {a['alpha']})))"
+    if op_type == "Gelu":
+        if attrs.get("approximate") == "tanh":
+            # 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)): no cancellation where tanh(u) nears -1
+            u2 = "1.5957691216057308f * (x0 + 0.044715f * x0 * x0 * x0)"
+            return f"(x0 / (1.0f + exp(-{u2})))"
+        return "(0.5f * x0 * (1.0f + erf(x0 * 0.7071067811865476f)))"
+    if op_type == "IsInf":
+        signs = (("x0 == INFINITY", "detect_positive"), ("x0 == -INFINITY", "detect_negative"))
+        tests = [c for c, on in signs if attrs.get(on)]
+        return f"({' || '.join(tests)})" if tests else "0"
+    for table in (_FLOAT, _NUM) if fl else (_INT, _NUM):
+        if op_type in table:
+            return table[op_type]
+    raise UnsupportedOpError(f"gpu backend: no {t} elementwise kernel for {op_type}")
+
+
+def _args(node: dict, j: int, leaf_dtypes: list[str], types: list[str]) -> list[tuple[str, str] | None]:
+    """A node's arguments as (variable, dtype): a leaf x<i>, an earlier node's t<k>, or None
+    (an absent input); absent trailing inputs dropped."""
+    args = list(node["args"])
+    while args and args[-1] is None:
+        args.pop()
+    out = []
+    for a in args:
+        if a is None:
+            out.append(None)
+        elif isinstance(a, list | tuple) and len(a) == 2 and a[0] == "in" and 0 <= a[1] < len(leaf_dtypes):
+            out.append((f"x{a[1]}", leaf_dtypes[a[1]]))
+        elif isinstance(a, list | tuple) and len(a) == 2 and a[0] == "node" and 0 <= a[1] < j:
+            out.append((f"t{a[1]}", types[a[1]]))
+        else:
+            raise ModelFormatError(f"gpu backend: fused node {j} has argument {a!r}")
+    return out
+
+
+def fused_source(nodes: list[dict], leaf_dtypes: list[str], out_dtype: str) -> str:
+    """One kernel for a tree of elementwise nodes (plan "Fused" step) over leaves of
+    ``leaf_dtypes``: leaves are loaded once, each through its own stride table, and the
+    intermediates live in registers."""
+    if not nodes:
+        raise ModelFormatError("gpu backend: a fused step without nodes")
+    funcs, lines, types = [], [], []
+    for j, node in enumerate(nodes):
+        args = _args(node, j, leaf_dtypes, types)
+        ins = [None if a is None else a[1] for a in args]
+        try:
+            types.append(result_type(node["type"], node["attributes"], ins))
+        except UnsupportedOpError as e:
+            raise ModelFormatError(f"gpu backend: fused node {j} ({node.get('name')}): {e}") from None
+        rt = ctype(types[j])
+        params = ", ".join(f"const {ctype(t)} x{k}" for k, t in enumerate(ins) if t is not None)
+        code = body(node["type"], node["attributes"], ins, types[j])
+        funcs.append(f"// {node['type']}\ninline {rt} f{j}({params}) {{ {code} }}")
+        lines.append(f"const {rt} t{j} = f{j}({', '.join(a[0] for a in args if a is not None)});")
+    if types[-1] != out_dtype:
+        raise ModelFormatError(f"gpu backend: fused tree gives {types[-1]}, its output is {out_dtype}")
+    n = len(leaf_dtypes)
+    params = "".join(f", __global const {ctype(t)}* a{i}" for i, t in enumerate(leaf_dtypes))
+    offs = " ".join(f"int o{i} = 0;" for i in range(n))
+    steps = " ".join(f"o{i} += j * meta[{MAX_RANK * (i + 1)} + d];" for i in range(n))
+    loads = " ".join(f"const {ctype(t)} x{i} = a{i}[o{i}];" for i, t in enumerate(leaf_dtypes))
     nl = "\n    "
-    return f"""// generated: fused {"+".join(n["type"] for n in nodes)}
+    return f"""// generated: fused {"+".join(nd["type"] for nd in nodes)}
 {chr(10).join(funcs)}
-__kernel void ew(__global float* out{params}, __global const int* meta, const int n) {{
+__kernel void ew(__global {ctype(out_dtype)}* out{params}, __global const int* meta, const int n) {{
     const int gid = get_global_id(0);
     if (gid >= n) return;
     int rem = gid; {offs}
@@ -115,7 +350,7 @@ __kernel void ew(__global float* out{params}, __global const int* meta, const in
         const int s = meta[d]; const int j = rem % s; rem /= s; {steps}
     }}
     {loads}
-    {nl.join(body)}
+    {nl.join(lines)}
     out[gid] = t{len(nodes) - 1};
 }}
 """
@@ -141,11 +376,14 @@ def as_tree(step: dict) -> dict:
 def launch_fused(b: Builder, step: dict) -> None:
     ins, (out,) = step["inputs"], step["outputs"]
     out_shape = b.shape(out)
+    n = math.prod(out_shape)
+    if n > MAX_ELEMENTS:
+        raise ModelFormatError(f"gpu backend: elementwise output of {n} elements (at most {MAX_ELEMENTS})")
     meta = pad(out_shape, 1)
     for i in ins:
         meta += pad(broadcast_strides(b.shape(i), out_shape), 0)
-    n = math.prod(out_shape)
-    program = b.program(fused_source(step["nodes"], len(ins)))
+    source = fused_source(step["nodes"], [b.dtype(i).name for i in ins], b.dtype(out).name)
+    program = b.program(source)
     b.launch(program, "ew", (n,), None, [Buf(out), *(Buf(i) for i in ins), Ints(tuple(meta)), np.int32(n)])
 
 
