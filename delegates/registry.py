@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 from offload.errors import BackendUnavailableError
 
-from . import opencl
+from . import cuda, opencl
 from .backend import Backend
 
 GROUP = "offload.backends"
 
 # Backends that ship with offload, by name (the CUDA and OpenCL backends register here).
-BUILTIN: dict[str, Backend] = {"opencl": opencl.backend}
+BUILTIN: dict[str, Backend] = {"opencl": opencl.backend, "cuda": cuda.backend}
 
 
 @dataclass(frozen=True)

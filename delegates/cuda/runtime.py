@@ -1,0 +1,331 @@
+"""The runtime half of the `cuda` backend: a blob → kernels loaded, buffers placed, launches bound.
+
+It imports nothing from ``compiler.py``. At init every plan step's launcher (``gpu.ops``) records
+its launches through ``CUDABuilder`` (GEMMs as cuBLAS calls through ``cupy.matmul``); buffers are
+placed by lifetime as the OpenCL runtime places them, weights and int tables uploaded once. Each
+handle has its own stream and pinned host buffers for its inputs and outputs, so ``execute``
+copies in, launches and copies out on that stream only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from offload.errors import KernelError, ModelFormatError, OffloadError, UnsupportedOpError
+
+from ..backend import Availability, BackendRuntime, CompileSpec
+from ..gpu.api import Buf, Ints, Scratch
+from ..gpu.ops import LAUNCH
+from ..gpu.ops.linalg import GemmCall
+from ..gpu.plan import FORMAT, FORMATS
+
+try:  # the shared plan checks, in the versions of gpu.plan that have them
+    from ..gpu.plan import check_step, parse
+except ImportError:
+    check_step = parse = None
+from . import blob
+from .device import IMPORT_ERROR, MAX_BLOCK, Device, build, cp, device_for, device_names, launch_shape
+
+
+@dataclass
+class Launch:
+    """One kernel with its launch shape and arguments (bound to device arrays at the end of init)."""
+
+    kernel: object
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: list  # as recorded: ``Buf`` (placed value or step buffer), ``Ints``, scalars
+    bound: tuple = ()  # the same, as device arrays and scalars
+
+    def run(self, stream) -> None:
+        self.kernel(self.grid, self.block, self.bound, stream=stream)
+
+
+@dataclass
+class Gemm:
+    """One GEMM call through cuBLAS on strided views of the plan's buffers."""
+
+    call: GemmCall
+    args: list  # the Bufs it reads and writes, for buffer placement
+
+    def bind(self, buffers, view) -> None:
+        g = self.call
+        self.a = view(buffers[g.a], (g.M, g.K), np.float32, g.a_off, (g.sam, g.sak))
+        self.b = view(buffers[g.b], (g.K, g.N), np.float32, g.b_off, (g.sbk, g.sbn))
+        self.c = view(buffers[g.c], (g.M, g.N), np.float32, g.c_off, (g.N, 1))
+        # Kept when beta is 0, as matmul.cl keeps it: 0 * inf is NaN there too.
+        bias = g.bias is not None
+        self.bias = view(buffers[g.bias], (g.M, g.N), np.float32, 0, (g.scm, g.scn)) if bias else None
+
+    def run(self, stream) -> None:  # on the current stream, which execute sets
+        cp.matmul(self.a, self.b, out=self.c)
+        if self.call.alpha != 1.0:
+            self.c *= np.float32(self.call.alpha)
+        if self.bias is not None:
+            self.c += self.bias * np.float32(self.call.beta)
+
+
+@dataclass
+class Handle:
+    device: Device
+    stream: object
+    inputs: list[int]
+    outputs: list[int]
+    shapes: dict[int, tuple[int, ...]]
+    dtypes: dict[int, np.dtype]
+    buffers: dict[int, object]  # every value id → its device buffer (aliases share one)
+    launches: list
+    host_in: list = field(default_factory=list)  # pinned host buffers, one per input
+    host_out: list = field(default_factory=list)
+    keep: list = field(default_factory=list)  # int tables the launches use
+
+
+class CUDABuilder:
+    """The ``gpu.api.Builder`` of the CUDA runtime (one per init): CUDA modules, grid/block
+    launches, cuBLAS GEMMs, and buffers placed by lifetime."""
+
+    max_local_size = MAX_BLOCK
+
+    def __init__(self, device: Device, plan: dict, host: dict[int, np.ndarray], binaries):
+        self.device, self.binaries, self.host = device, binaries, host
+        self.shapes = {int(i): tuple(s) for i, s in plan["shapes"].items()}
+        dtypes = plan.get("dtypes") or {}
+        self.dtypes = {i: np.dtype(dtypes.get(str(i), "float32")) for i in self.shapes}
+        self.alias_of: dict[int, int] = {}
+        self.launches: list = []
+        self.step = 0
+        self._scratch: dict[tuple[int, str], int] = {}
+        self.scratch_bytes: dict[int, int] = {}  # step buffer id (negative) → bytes
+
+    # -- what launchers ask --
+    def shape(self, v: int) -> tuple[int, ...]:
+        return self.shapes[v]
+
+    def dtype(self, v: int) -> np.dtype:
+        return self.dtypes[v]
+
+    def const(self, v: int) -> np.ndarray | None:
+        return self.host.get(self.root(v))
+
+    def constant(self, out: int, value: np.ndarray) -> None:
+        value = np.asarray(value, self.dtypes[out])
+        if value.shape != self.shapes[out] or out in self.host or out in self.alias_of:
+            raise ModelFormatError(f"cuda backend: value {out} cannot be the constant {value.shape}")
+        self.host[out] = value
+
+    def alias(self, out: int, src: int) -> None:
+        if self.shapes.get(out) is None or out in self.alias_of:
+            raise ModelFormatError(f"cuda backend: value {out} aliased twice")
+        self.alias_of[out] = self.root(src)
+
+    def root(self, v: int) -> int:
+        while v in self.alias_of:
+            v = self.alias_of[v]
+        return v
+
+    def program(self, source: str, options: str = ""):
+        return build(self.device, source, options, self.binaries)
+
+    def _arg(self, a):
+        if isinstance(a, Buf):
+            return Buf(self.root(a.id))
+        if isinstance(a, Scratch):
+            sid = self._scratch.setdefault((self.step, a.key), -1 - len(self._scratch))
+            self.scratch_bytes[sid] = max(self.scratch_bytes.get(sid, 0), a.nbytes)
+            return Buf(sid)
+        return a
+
+    def launch(self, program, kernel: str, global_size, local_size, args: list) -> None:
+        if math.prod(global_size) == 0:
+            return
+        grid, block = launch_shape(global_size, local_size)
+        self.launches.append(Launch(program.get_function(kernel), grid, block, [self._arg(a) for a in args]))
+
+    def gemm(self, call: GemmCall) -> None:
+        """Record a cuBLAS GEMM; operands are value ids or a step's ``Scratch`` (im2col columns)."""
+        if call.M * call.N == 0:
+            return
+
+        def ref(x):
+            return self._arg(x if isinstance(x, Scratch) else Buf(x)).id
+
+        bias = ref(call.bias) if call.bias is not None else None
+        call = replace(call, a=ref(call.a), b=ref(call.b), c=ref(call.c), bias=bias)
+        ids = [call.a, call.b, call.c] + ([call.bias] if call.bias is not None else [])
+        self.launches.append(Gemm(call, [Buf(i) for i in ids]))
+
+    # -- placing buffers --
+    def nbytes(self, v: int) -> int:
+        if v < 0:
+            return self.scratch_bytes[v]
+        return math.prod(self.shapes[v]) * self.dtypes[v].itemsize
+
+    def place(self, pinned: set[int]) -> dict[int, object]:
+        """A buffer for every value: pinned roots (inputs, outputs, weights) get their own; the
+        others share pooled buffers when their lifetimes (first to last launch) do not overlap."""
+        alloc = self.device.allocator
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for k, launch in enumerate(self.launches):
+            for a in launch.args:
+                if isinstance(a, Buf) and a.id not in pinned:
+                    first.setdefault(a.id, k)
+                    last[a.id] = k
+        placed = {v: alloc.alloc(self.nbytes(v)) for v in pinned}
+        starts: dict[int, list[int]] = {}
+        ends: dict[int, list[int]] = {}
+        for v in first:
+            starts.setdefault(first[v], []).append(v)
+            ends.setdefault(last[v], []).append(v)
+        free: list = []  # buffers no live value holds, smallest first
+        holder: dict[int, object] = {}
+        for k in range(len(self.launches)):
+            for v in starts.get(k, ()):
+                need = max(self.nbytes(v), 4)
+                j = next((j for j, buf in enumerate(free) if buf.nbytes >= need), None)
+                placed[v] = holder[v] = free.pop(j) if j is not None else alloc.alloc(need)
+            for v in ends.get(k, ()):
+                free.append(holder.pop(v))
+                free.sort(key=lambda buf: buf.nbytes)
+        for v in self.shapes:  # values no launch touches (e.g. empty tensors)
+            r = self.root(v)
+            if r not in placed:
+                placed[r] = alloc.alloc(self.nbytes(r))
+            placed[v] = placed[r]
+        return placed
+
+
+def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
+    return next((s for s in specs if s.key == key), None)
+
+
+class CUDARuntime(BackendRuntime):
+    name = "cuda"
+
+    def is_available(self) -> Availability:
+        if cp is None:
+            return Availability(False, IMPORT_ERROR)
+        try:
+            count = cp.cuda.runtime.getDeviceCount()
+        except Exception as e:  # CUDARuntimeError: no driver, or a driver older than CuPy's CUDA
+            return Availability(False, f"no CUDA driver: {e}")
+        if count == 0:
+            return Availability(False, "no CUDA device")
+        return Availability(True)
+
+    def devices(self) -> list[str]:
+        return device_names()
+
+    def init(self, processed: bytes, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]):
+        if cp is None:
+            raise OffloadError(f"cuda backend: {IMPORT_ERROR}")
+        plan, binaries = blob.unpack(processed)
+        if parse is not None:  # a damaged plan is a ModelFormatError, never a launcher's crash
+            plan = parse(json.dumps(plan).encode(), "cuda")
+        if not isinstance(plan, dict) or plan.get("format") not in FORMATS:
+            got = plan.get("format") if isinstance(plan, dict) else type(plan).__name__
+            raise ModelFormatError(f"cuda backend: plan format {got!r}, expected {FORMAT!r}")
+        missing = sorted(set(plan["weights"].values()) - set(weights))
+        if missing:
+            raise ModelFormatError(f"cuda backend: weights not given: {', '.join(missing)}")
+        spec = _spec(compile_specs, "device")
+        device = device_for(spec.integer() if spec is not None else 0)
+        with device.device:
+            # Every upload of init goes on the handle's stream, which does not wait for the
+            # legacy default stream.
+            stream = cp.cuda.Stream(non_blocking=True)
+            with stream:
+                handle = self._init(device, stream, plan, binaries, weights)
+            stream.synchronize()
+        return handle
+
+    def _init(self, device: Device, stream, plan: dict, binaries, weights) -> Handle:
+        host = {int(i): np.asarray(weights[name]) for i, name in plan["weights"].items()}
+        b = CUDABuilder(device, plan, host, binaries)
+        for i, w in host.items():
+            if w.shape != b.shapes[i]:
+                raise ModelFormatError(
+                    f"cuda backend: weight {i} has shape {w.shape}, expected {b.shapes[i]}"
+                )
+        for k, step in enumerate(plan["ops"]):
+            launcher = LAUNCH.get(step["type"])
+            if launcher is None:
+                raise UnsupportedOpError(f"cuda backend: no kernel for plan step {step['type']!r}")
+            b.step = k
+            try:
+                if check_step is not None:
+                    check_step(step, b.shapes, b.dtypes, host, "cuda")
+                launcher(b, step)
+            except OffloadError:
+                raise
+            except Exception as e:  # whatever a damaged step makes a launcher trip on
+                name = step.get("name") or step["type"]
+                raise ModelFormatError(f"cuda backend: plan step {k} ({name}) is malformed: {e!r}") from None
+        inputs, outputs = [int(i) for i in plan["inputs"]], [int(i) for i in plan["outputs"]]
+        if any(i in b.alias_of for i in inputs):  # never rebind a buffer the caller fills
+            raise ModelFormatError("cuda backend: a view op writes a partition input")
+        pinned = {b.root(v) for v in (*inputs, *outputs, *host)}
+        buffers = b.place(pinned)
+        alloc = device.allocator
+        for i, w in host.items():
+            if w.size:
+                alloc.view(buffers[i], w.shape, b.dtypes[i]).set(np.ascontiguousarray(w, b.dtypes[i]), stream)
+        handle = Handle(device, stream, inputs, outputs, b.shapes, b.dtypes, buffers, b.launches)
+        for launch in b.launches:
+            if isinstance(launch, Gemm):
+                launch.bind(buffers, alloc.view)
+                continue
+            bound = []
+            for a in launch.args:
+                if isinstance(a, Buf):
+                    bound.append(buffers[a.id])
+                elif isinstance(a, Ints):
+                    table = cp.asarray(np.asarray(a.values, np.int32) if a.values else np.zeros(1, np.int32))
+                    handle.keep.append(table)
+                    bound.append(table)
+                else:
+                    bound.append(a)
+            launch.bound = tuple(bound)
+        handle.host_in = [alloc.pinned(b.shapes[i], b.dtypes[i]) for i in inputs]
+        handle.host_out = [alloc.pinned(b.shapes[i], b.dtypes[i]) for i in outputs]
+        return handle
+
+    def execute(self, handle: Handle, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(handle.inputs):
+            raise OffloadError(f"cuda backend: expected {len(handle.inputs)} inputs, got {len(inputs)}")
+        view, stream = handle.device.allocator.view, handle.stream
+        try:
+            with handle.device.device, stream:
+                for i, x, pinned in zip(handle.inputs, inputs, handle.host_in):
+                    x = np.asarray(x)
+                    if x.dtype != handle.dtypes[i] or x.shape != handle.shapes[i]:
+                        raise OffloadError(
+                            f"cuda backend: input {i} is {x.dtype}{list(x.shape)}, "
+                            f"expected {handle.dtypes[i]}{list(handle.shapes[i])}"
+                        )
+                    if x.size:
+                        np.copyto(pinned, x)
+                        view(handle.buffers[i], x.shape, x.dtype).set(pinned, stream)
+                for launch in handle.launches:
+                    launch.run(stream)
+                for i, pinned in zip(handle.outputs, handle.host_out):
+                    if pinned.size:
+                        view(handle.buffers[i], pinned.shape, pinned.dtype).get(stream, out=pinned)
+                stream.synchronize()
+        except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
+            raise KernelError(f"cuda backend: {type(e).__name__}: {e}") from e
+        # Copies: the pinned buffers are refilled by the next call.
+        return [np.array(p, copy=True) for p in handle.host_out]
+
+    def destroy(self, handle: Handle) -> None:
+        # CuPy returns the arrays to its pool when the last reference goes.
+        handle.buffers.clear()
+        handle.launches.clear()
+        handle.keep.clear()
+        handle.host_in.clear()
+        handle.host_out.clear()

@@ -1,0 +1,487 @@
+"""The `cuda` backend: specs, blob, launch shapes and binary choice here; its kernels on a GPU with ``-m cuda``.
+
+Without a CUDA device (every machine of this project's CI) the unit tests run and a lowered
+program runs through its CPU fallback; ``pytest -m cuda`` on a GPU machine runs the same models
+as the opencl tests on the device, against onnxruntime.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import offload
+from offload import runtime
+from offload.delegates import registry
+from offload.delegates.backend import CompileSpec, CompileSpecError
+from offload.delegates.cuda import blob, nvrtc
+from offload.delegates.cuda.device import DEFAULT_BLOCK, launch_shape
+from offload.delegates.cuda.record import record
+from offload.delegates.cuda.source import cuda_source, kernel_key, nvrtc_options
+from offload.errors import KernelError, ModelFormatError
+
+from .opencl_support import model, reference
+
+RT = registry.get("cuda").runtime()
+AVAILABLE = RT.is_available()
+needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason=nvrtc.IMPORT_ERROR)
+RNG = np.random.default_rng(7)
+
+
+def _mlp():
+    w = RNG.standard_normal((4, 5)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Relu", ["m"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1]),
+    ]
+    return model(nodes, [("x", [2, 3, 4])], ["y"], [("w", w)])
+
+
+def _delegate(lowered):
+    (d,) = [op for op in lowered.main.body.operations if op.op_type == "Delegate"]
+    return d
+
+
+# ---- launch shapes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "global_size,local_size,grid,block",
+    [
+        ((1000,), None, (4, 1, 1), (DEFAULT_BLOCK, 1, 1)),
+        ((256,), None, (1, 1, 1), (256, 1, 1)),
+        ((1,), None, (1, 1, 1), (256, 1, 1)),
+        ((48, 32), (16, 16), (3, 2, 1), (16, 16, 1)),
+        ((50, 33), (16, 16), (4, 3, 1), (16, 16, 1)),  # rounded up: kernels bound-check
+        ((10, 7), None, (1, 7, 1), (256, 1, 1)),
+        ((8, 4, 6), (2, 2, 2), (4, 2, 3), (2, 2, 2)),
+        ((2**31 - 1,), (1,), (2**31 - 1, 1, 1), (1, 1, 1)),
+    ],
+)
+def test_launch_shape_maps_opencl_sizes_to_grid_and_block(global_size, local_size, grid, block):
+    assert launch_shape(global_size, local_size) == (grid, block)
+
+
+@pytest.mark.parametrize(
+    "global_size,local_size",
+    [
+        ((64,), (2048,)),  # more threads than a block holds
+        ((64, 64), (64, 32)),
+        ((8, 8, 128), (1, 1, 128)),  # block z above 64
+        ((16, 16), (16,)),  # ranks differ
+        ((1, 1, 1, 1), None),  # no 4th dimension
+        ((1, 70000 * 256), None),  # grid y above 65535
+        ((4,), (0,)),
+    ],
+)
+def test_launch_shape_refuses_what_cuda_cannot_launch(global_size, local_size):
+    with pytest.raises(KernelError):
+        launch_shape(global_size, local_size)
+
+
+# ---- sources and options ------------------------------------------------------------------------
+
+
+def test_build_options_become_macros_after_the_prelude():
+    text = cuda_source("__kernel void k() {}", "-DT=long -D TS=16 -DFLAG -UOLD -cl-fast-relaxed-math")
+    prelude_end = text.index('#line 1 "kernel.cl"')
+    macros = text[text.index("#endif", text.index("#define inline")) : prelude_end]
+    for line in ("#define T long", "#define TS 16", "#define FLAG 1", "#undef OLD"):
+        assert line in macros
+    assert nvrtc_options("-DT=long -I /some/dir -cl-mad-enable") == ("-I/some/dir",)
+    with pytest.raises(KernelError, match="--use_fast_math"):
+        nvrtc_options("--use_fast_math")
+
+
+def test_kernel_key_names_source_and_options():
+    assert kernel_key("a", "-DT=float") == kernel_key("a", "-DT=float")
+    assert len({kernel_key("a", ""), kernel_key("b", ""), kernel_key("a", "-DT=int")}) == 3
+
+
+# ---- blob ---------------------------------------------------------------------------------------
+
+
+def _bins():
+    return [
+        blob.Binary("k1", "sm_80", "cubin", b"\x7fELF-80"),
+        blob.Binary("k1", "sm_86", "cubin", b"\x7fELF-86"),
+        blob.Binary("k1", "sm_90", "cubin", b"\x7fELF-90"),
+        blob.Binary("k1", "sm_90a", "cubin", b"\x7fELF-90a"),
+        blob.Binary("k1", "sm_90", "ptx", b".version 8.8 .target sm_90"),
+        blob.Binary("k2", "sm_80", "cubin", b""),  # empty binaries survive the round trip too
+    ]
+
+
+def test_blob_round_trip():
+    plan = {"format": "offload-gpu-plan/3", "ops": [], "weights": {"1": "w"}}
+    data = blob.pack(plan, _bins())
+    assert data.startswith(blob.MAGIC)
+    assert blob.unpack(data) == (plan, _bins())
+    assert blob.unpack(blob.pack(plan)) == (plan, [])
+    assert blob.unpack(json.dumps(plan).encode()) == (plan, [])  # a bare plan is a blob
+
+
+@pytest.mark.parametrize(
+    "damage,match",
+    [
+        (lambda d: d[:10], "header length"),
+        (lambda d: d[:40], "header needs"),
+        (lambda d: d[:-3], "outside the blob"),
+        (lambda d: b"not a blob at all", "neither"),
+        (lambda d: d.replace(b'"sm_86"', b'"xx_86"'), "architecture"),
+        (lambda d: d.replace(b'"binaries"', b'"binariez"'), "bad blob header"),
+    ],
+)
+def test_a_damaged_blob_is_a_model_format_error(damage, match):
+    data = blob.pack({"format": "offload-gpu-plan/3"}, _bins()[:5])
+    with pytest.raises(ModelFormatError, match=match):
+        blob.unpack(damage(data))
+
+
+@pytest.mark.parametrize(
+    "cc,want",
+    [
+        ((8, 0), ("sm_80", "cubin")),
+        ((8, 6), ("sm_86", "cubin")),
+        ((8, 9), ("sm_86", "cubin")),  # same major, higher minor: the newest cubin not above it
+        ((9, 0), ("sm_90", "cubin")),  # the portable cubin before the arch-specific one
+        ((10, 0), ("sm_90", "ptx")),  # a newer major: only PTX runs
+        ((12, 0), ("sm_90", "ptx")),
+        ((7, 5), None),  # older than everything stored: compile from source
+    ],
+)
+def test_binary_choice_by_compute_capability(cc, want):
+    got = blob.select(_bins(), "k1", cc)
+    assert (got.arch, got.kind) == want if want else got is None
+
+
+def test_an_arch_specific_cubin_runs_only_on_its_own_device():
+    only_a = [blob.Binary("k", "sm_90a", "cubin", b"a")]
+    assert blob.select(only_a, "k", (9, 0)).arch == "sm_90a"
+    assert blob.select(only_a, "k", (10, 0)) is None
+    assert blob.select(_bins(), "other", (9, 0)) is None
+
+
+# ---- compile half -------------------------------------------------------------------------------
+
+
+def test_cuda_is_a_builtin_backend():
+    entry = next(e for e in registry.backends() if e.name == "cuda")
+    assert entry.source == "built-in"
+    compiler = registry.get("cuda").compiler()
+    assert compiler.name == "cuda" and set(compiler.spec_keys) == {"device", "arch"}
+
+
+def test_without_arch_the_blob_carries_the_plan_alone():
+    lowered = offload.to_backend(_mlp(), "cuda")
+    plan, binaries = blob.unpack(_delegate(lowered).attributes["processed"])
+    assert binaries == [] and [s["type"] for s in plan["ops"]] == ["MatMul", "Relu", "Transpose"]
+
+
+@needs_nvrtc
+def test_arch_stores_a_cubin_per_arch_and_ptx_for_the_newest():
+    lowered = offload.to_backend(_mlp(), "cuda", compile_specs={"cuda": {"arch": "sm_90, sm_80"}})
+    d = _delegate(lowered)
+    plan, binaries = blob.unpack(d.attributes["processed"])
+    constants = d.attributes["fallback"].constants
+    host = {int(i): constants[n].const_value for i, n in plan["weights"].items()}
+    recorded = record(plan, host, blas=True)
+    assert recorded.gemms and all("gemm" not in r.kernel for r in recorded.launches)  # cuBLAS does GEMMs
+    keys = {kernel_key(p.source, p.options) for p in recorded.programs}
+    assert len(keys) == 2  # the fused Relu, and Transpose
+    got = {(b.key, b.arch, b.kind) for b in binaries}
+    want = {(k, a, "cubin") for k in keys for a in ("sm_80", "sm_90")} | {(k, "sm_90", "ptx") for k in keys}
+    assert got == want
+    for b in binaries:
+        if b.kind == "cubin":
+            assert b.data.startswith(b"\x7fELF")
+        else:
+            assert b".target sm_90" in b.data
+    assert blob.select(binaries, next(iter(keys)), (8, 9)).arch == "sm_80"
+
+
+@pytest.mark.parametrize(
+    "specs,match",
+    [
+        ({"arch": "sm_8x"}, "architectures like"),
+        ({"arch": "compute_80"}, "architectures like"),
+        ({"arch": " , "}, "architectures like"),
+        ({"device": "-1"}, ">= 0"),
+        ({"device": "gpu0"}, "must be an integer"),
+        ({"precision": "fp16"}, "no compile spec 'precision'"),
+    ],
+)
+def test_spec_errors(specs, match):
+    with pytest.raises(CompileSpecError, match=match):
+        offload.to_backend(_mlp(), "cuda", compile_specs={"cuda": specs})
+
+
+@needs_nvrtc
+def test_an_arch_nvrtc_cannot_target_is_refused():
+    with pytest.raises(CompileSpecError, match="cannot compile for sm_10"):
+        offload.to_backend(_mlp(), "cuda", compile_specs={"cuda": [CompileSpec.of("arch", "sm_10")]})
+
+
+def test_a_dynamic_shape_stays_on_the_cpu():
+    p = model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["N", 4])], ["y"])
+    lowered = offload.to_backend(p, "cuda")
+    assert all(op.op_type != "Delegate" for op in lowered.main.body.operations)
+
+
+# ---- .pte through the runtime: the device when there is one, else the CPU fallback ---------------
+
+CASES = [
+    "test_relu",
+    "test_matmul_3d",
+    "test_transpose_all_permutations_3",
+    "test_softmax_axis_1",
+    "test_conv_with_strides_padding",
+    "test_maxpool_2d_pads",
+    "test_gemm_all_attributes",
+    "test_concat_3d_axis_negative_1",
+]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_conformance_case_through_a_cuda_pte(name, tmp_path):
+    from tests.conformance.cases import assert_similar, node_cases
+
+    (case,) = [c for c in node_cases() if c.name == name]
+    program = offload.load(case.model)
+    specs = {"cuda": {"arch": "sm_80,sm_90"}} if nvrtc.available() else None
+    lowered = offload.to_backend(program, "cuda", compile_specs=specs)
+    assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
+    path = tmp_path / "m.pte"
+    offload.save(lowered, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "cannot run here": asserted below
+        module = runtime.load(str(path))
+    (method,) = module.method_names
+    (d,) = module.method(method).delegates
+    assert d.backend == "cuda"
+    for inputs, expected in case.data_sets:
+        got = module.run(inputs)
+        if AVAILABLE:
+            assert d.runs_on == "backend", d.reason
+            for ref, out in zip(expected, got.values()):
+                assert_similar(ref, out, case.rtol, case.atol, name)
+        else:
+            assert d.runs_on == "cpu fallback" and d.reason
+            want = offload.evaluate(program, inputs)
+            for a, b in zip(got.values(), want.values()):
+                assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_unavailable_says_why():
+    if AVAILABLE:
+        pytest.skip("a CUDA device is here")
+    assert not AVAILABLE.ok and AVAILABLE.reason
+    assert RT.devices() == []
+
+
+# ---- on a GPU (pytest -m cuda) -------------------------------------------------------------------
+
+
+def _run_on_cuda(program, feeds, tmp_path, specs=None):
+    lowered = offload.to_backend(program, "cuda", compile_specs=specs)
+    path = tmp_path / "m.pte"
+    offload.save(lowered, path)
+    module = runtime.load(str(path))
+    (name,) = module.method_names
+    delegates = module.method(name).delegates
+    assert delegates and all(d.backend == "cuda" and d.runs_on == "backend" for d in delegates), delegates
+    return lowered, module.run(feeds)
+
+
+@pytest.mark.parametrize("specs", [None, {"cuda": {"arch": "sm_80,sm_90"}}])
+@pytest.mark.cuda
+@pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
+def test_opencl_test_models_on_cuda(specs, tmp_path):
+    """Every model the opencl tests here check, through cuda (JIT, and stored cubins / PTX)."""
+    if specs and not nvrtc.available():
+        pytest.skip(nvrtc.IMPORT_ERROR)
+    from .test_cuda_nvrtc import opencl_test_models
+
+    failures = []
+    for name, program, feeds, rtol, atol in opencl_test_models():
+        if feeds is None:
+            continue
+        try:
+            want = reference(program, feeds)
+            _, got = _run_on_cuda(program, feeds, tmp_path, specs)
+            for k, v in want.items():
+                assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+                np.testing.assert_allclose(got[k], v, rtol=max(rtol, 1e-5), atol=max(atol, 1e-5))
+        except Exception as e:
+            failures.append(f"{name}: {type(e).__name__}: {str(e)[:300]}")
+    assert not failures, f"{len(failures)} models differ on cuda:\n" + "\n".join(failures[:20])
+
+
+@pytest.mark.parametrize(
+    "attrs,bias_shape",
+    [({}, None), ({"transA": 1}, (5,)), ({"transB": 1, "alpha": 0.5}, (3, 1)), ({"beta": 2.0}, (3, 5))],
+)
+@pytest.mark.cuda
+@pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
+def test_gemm_through_cublas(attrs, bias_shape, tmp_path):
+    a_shape = (4, 3) if attrs.get("transA") else (3, 4)
+    b_shape = (5, 4) if attrs.get("transB") else (4, 5)
+    init = [("b", RNG.standard_normal(b_shape).astype(np.float32))]
+    inputs = ["a", "b"]
+    if bias_shape:
+        init.append(("c", RNG.standard_normal(bias_shape).astype(np.float32)))
+        inputs.append("c")
+    p = model([helper.make_node("Gemm", inputs, ["y"], **attrs)], [("a", list(a_shape))], ["y"], init)
+    feeds = {"a": RNG.standard_normal(a_shape).astype(np.float32)}
+    _, got = _run_on_cuda(p, feeds, tmp_path)
+    np.testing.assert_allclose(got["y"], reference(p, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
+def test_stored_cubins_load_and_a_warm_init_compiles_nothing():
+    from offload.delegates.cuda import device
+
+    cc = device.device_for(0).cc
+    arch = f"sm_{cc[0]}{cc[1]}"
+    program = _mlp()
+    lowered = offload.to_backend(program, "cuda", compile_specs={"cuda": {"arch": arch}})
+    d = _delegate(lowered)
+    weights = {n: v.const_value for n, v in d.attributes["fallback"].constants.items()}
+    device._MODULES.clear()
+    before = dict(device.BUILD_STATS)
+    h1 = RT.init(d.attributes["processed"], [], weights)
+    assert device.BUILD_STATS["loaded"] - before["loaded"] == 2
+    assert device.BUILD_STATS["built"] == before["built"]
+    h2 = RT.init(d.attributes["processed"], [], weights)
+    assert device.BUILD_STATS["memory_hits"] - before["memory_hits"] == 2
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    want = offload.evaluate(program, {"x": x})["y"]
+    for h in (h1, h2):
+        np.testing.assert_allclose(RT.execute(h, [x])[0], want, rtol=1e-5, atol=1e-5)
+        RT.destroy(h)
+
+
+# ---- the runtime's builder, with numpy standing in for the device --------------------------------
+
+
+class _HostAllocator:
+    """Device buffers as numpy bytes: what ``device.Allocator`` does with CuPy arrays."""
+
+    def alloc(self, nbytes):
+        return np.zeros(max(int(nbytes), 4), np.uint8)
+
+    @staticmethod
+    def view(buffer, shape, dtype, offset=0, strides=None):
+        itemsize = np.dtype(dtype).itemsize
+        flat = buffer[int(offset) * itemsize :].view(dtype)
+        if strides is None:
+            return flat[: int(np.prod(shape))].reshape(shape)
+        return np.lib.stride_tricks.as_strided(flat, shape, tuple(int(s) * itemsize for s in strides))
+
+
+class _HostDevice:
+    allocator = _HostAllocator()
+
+
+def _host_builder(program, monkeypatch):
+    """The CUDA runtime's builder over a lowered program's plan, no kernels built, no device."""
+    from offload.delegates.cuda import runtime as cuda_runtime
+
+    monkeypatch.setattr(cuda_runtime, "build", lambda device, source, options, binaries: _Module())
+    d = _delegate(offload.to_backend(program, "cuda"))
+    plan, _ = blob.unpack(d.attributes["processed"])
+    constants = d.attributes["fallback"].constants
+    host = {int(i): constants[n].const_value for i, n in plan["weights"].items()}
+    b = cuda_runtime.CUDABuilder(_HostDevice(), plan, host, [])
+    for k, step in enumerate(plan["ops"]):
+        b.step = k
+        from offload.delegates.gpu.ops import LAUNCH
+
+        LAUNCH[step["type"]](b, step)
+    return plan, host, b
+
+
+class _Module:
+    def get_function(self, name):
+        return name
+
+
+@pytest.mark.parametrize(
+    "attrs,a_shape,b_shape,bias_shape",
+    [
+        ({}, (3, 4), (4, 5), None),
+        ({"transA": 1}, (4, 3), (4, 5), (5,)),
+        ({"transB": 1, "alpha": 0.5}, (3, 4), (5, 4), (3, 1)),
+        ({"transA": 1, "transB": 1, "beta": 2.0}, (4, 3), (5, 4), (3, 5)),
+        ({"beta": 0.0}, (3, 4), (4, 5), (1, 5)),
+    ],
+)
+def test_cublas_gemm_views_compute_the_gemm(attrs, a_shape, b_shape, bias_shape, monkeypatch):
+    """Gemm's strided views and cupy.matmul calls, run by numpy (same API): ONNX's Gemm."""
+    from offload.delegates.cuda import runtime as cuda_runtime
+
+    init = [("b", RNG.standard_normal(b_shape).astype(np.float32))]
+    if bias_shape:
+        init.append(("c", RNG.standard_normal(bias_shape).astype(np.float32)))
+    names = ["a", "b"] + (["c"] if bias_shape else [])
+    p = model([helper.make_node("Gemm", names, ["y"], **attrs)], [("a", list(a_shape))], ["y"], init)
+    feeds = {"a": RNG.standard_normal(a_shape).astype(np.float32)}
+    plan, host, b = _host_builder(p, monkeypatch)
+    assert b.launches and all(isinstance(x, cuda_runtime.Gemm) for x in b.launches)
+    buffers = b.place({*plan["inputs"], *plan["outputs"], *host})
+    for i, value in [*host.items(), (plan["inputs"][0], feeds["a"])]:
+        _HostAllocator.view(buffers[i], value.shape, value.dtype)[...] = value
+    monkeypatch.setattr(cuda_runtime, "cp", np)
+    for g in b.launches:
+        g.bind(buffers, _HostAllocator.view)
+        g.run(None)
+    (out,) = plan["outputs"]
+    got = _HostAllocator.view(buffers[out], b.shapes[out], np.float32)
+    np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_batched_matmul_views_compute_the_matmul(monkeypatch):
+    from offload.delegates.cuda import runtime as cuda_runtime
+
+    w = RNG.standard_normal((3, 1, 4, 5)).astype(np.float32)
+    p = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [2, 3, 4])], ["y"], [("w", w)])
+    feeds = {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)}
+    plan, host, b = _host_builder(p, monkeypatch)
+    assert len(b.launches) == 3 * 2  # one GEMM per broadcast batch
+    buffers = b.place({*plan["inputs"], *plan["outputs"], *host})
+    for i, value in [*host.items(), (plan["inputs"][0], feeds["x"])]:
+        _HostAllocator.view(buffers[i], value.shape, value.dtype)[...] = value
+    monkeypatch.setattr(cuda_runtime, "cp", np)
+    for g in b.launches:
+        g.bind(buffers, _HostAllocator.view)
+        g.run(None)
+    (out,) = plan["outputs"]
+    got = _HostAllocator.view(buffers[out], b.shapes[out], np.float32)
+    np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_intermediates_share_buffers_only_when_their_lifetimes_do_not_overlap(monkeypatch):
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t1"], perm=[1, 0]),
+        helper.make_node("Transpose", ["t1"], ["t2"], perm=[1, 0]),
+        helper.make_node("Transpose", ["t2"], ["t3"], perm=[1, 0]),
+        helper.make_node("Reshape", ["t3", "shape"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["y"], perm=[1, 0]),
+    ]
+    p = model(nodes, [("x", [4, 6])], ["y"], [("shape", np.array([6, 4], np.int64))])
+    plan, host, b = _host_builder(p, monkeypatch)
+    assert len(b.launches) == 4  # the Reshape launches nothing
+    assert all(x.grid == (1, 1, 1) and x.block == (DEFAULT_BLOCK, 1, 1) for x in b.launches)
+    pinned = {b.root(v) for v in (*plan["inputs"], *plan["outputs"], *host)}
+    buffers = b.place(pinned)
+    t1, t2, t3, r = (step["outputs"][0] for step in plan["ops"][:4])
+    assert b.root(r) == t3 and buffers[r] is buffers[t3]  # an alias shares its source's buffer
+    assert buffers[t1] is not buffers[t2] and buffers[t2] is not buffers[t3]  # read while written
+    assert buffers[t1] is buffers[t3]  # t1 is dead once t2 is written
+    assert all(buffers[v] is not buffers[u] for v in pinned for u in (t1, t2, t3))

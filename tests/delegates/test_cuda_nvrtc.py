@@ -1,0 +1,260 @@
+"""Every kernel the `cuda` backend can be asked to build compiles with NVRTC, here, without a GPU.
+
+Kernels are found the way the runtime finds them: the shared launchers run on a device-free
+``RecordingBuilder`` over the plans that ``to_backend(..., "cuda")`` writes for the ONNX
+conformance node cases and for the models of the opencl tests in this folder (whatever kernels
+and tests exist when this runs). Each distinct (source, options) compiles once per target:
+PTX for compute_80 and a cubin for sm_90 (ptxas too). A compile error fails with NVRTC's log.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import inspect
+import itertools
+import os
+import time
+import warnings
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import offload
+from offload.delegates.cuda import blob, nvrtc
+from offload.delegates.cuda.record import Program, record
+from offload.delegates.gpu.api import source
+
+from .opencl_support import model
+
+pytestmark = pytest.mark.skipif(not nvrtc.available(), reason=nvrtc.IMPORT_ERROR)
+HERE = os.path.dirname(__file__)
+KERNELS = os.path.join(HERE, "..", "..", "kernels_cl")
+TARGETS = (("sm_80", "ptx"), ("sm_90", "cubin"))
+
+
+def delegate_programs(program, specs=None) -> tuple[set[Program], list[str]]:
+    """The kernels every cuda delegate of ``program`` builds (GEMMs as cuBLAS calls, and as
+    matmul.cl for the builders without BLAS), and the reasons of delegates whose launchers
+    refused their plan (another op family's business: its own tests say so)."""
+    lowered = offload.to_backend(program, "cuda", compile_specs=specs)
+    found, refused = set(), []
+    for op in lowered.main.body.operations:
+        if op.op_type != "Delegate":
+            continue
+        plan, _ = blob.unpack(op.attributes["processed"])
+        constants = op.attributes["fallback"].constants
+        host = {int(i): constants[n].const_value for i, n in plan["weights"].items()}
+        try:
+            for blas in (True, False):
+                found |= set(record(plan, host, blas=blas).programs)
+        except offload.errors.OffloadError as e:
+            refused.append(str(e))
+    return found, refused
+
+
+@lru_cache(maxsize=1)
+def conformance_programs() -> tuple[dict[Program, str], list[str]]:
+    """Distinct kernels of the conformance node cases lowered to cuda → a case that asks for it."""
+    from tests.conformance.cases import node_cases
+
+    found: dict[Program, str] = {}
+    refused = []
+    for case in node_cases():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                programs, why = delegate_programs(offload.load(case.model))
+        except offload.errors.OffloadError:
+            continue  # a model offload does not load: not a kernel question
+        refused += [f"{case.name}: {w}" for w in why]
+        for p in programs:
+            found.setdefault(p, case.name)
+    return found, refused
+
+
+class _Captured(Exception):
+    pass
+
+
+def _param_sets(fn) -> list[dict]:
+    """The keyword sets of a test function's parametrize marks (their cartesian product)."""
+    axes = []
+    for mark in reversed(getattr(fn, "pytestmark", [])):
+        if mark.name != "parametrize":
+            continue
+        names, values = mark.args[0], mark.args[1]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        rows = []
+        for v in values:
+            if hasattr(v, "marks") and hasattr(v, "values"):  # pytest.param(...)
+                v = v.values if len(names) > 1 else v.values[0]
+            rows.append(dict(zip(names, v)) if len(names) > 1 else {names[0]: v})
+        axes.append(rows)
+    return [
+        dict(itertools.chain.from_iterable(d.items() for d in combo)) for combo in itertools.product(*axes)
+    ]
+
+
+@lru_cache(maxsize=1)
+def opencl_test_models() -> tuple:
+    """(test id, program, feeds, rtol, atol) of every model the opencl tests here hand to
+    ``check`` / ``run_on_opencl`` / ``plan_and_handle``: each test function is called with its
+    parameters and those helpers replaced by one that records the model and stops the test."""
+    import tempfile
+    from pathlib import Path
+
+    captured = []
+
+    def capture(name):
+        def stub(program, feeds=None, tmp_path=None, rtol=1e-5, atol=1e-6, *args, **kwargs):
+            captured.append((name, program, feeds, rtol, atol))
+            raise _Captured
+
+        return stub
+
+    tmp = Path(tempfile.mkdtemp(prefix="offload-cuda-models-"))
+    for path in sorted(glob.glob(os.path.join(HERE, "test_opencl*.py"))):
+        mod = importlib.import_module(f"tests.delegates.{os.path.basename(path)[:-3]}")
+        for attr, fn in sorted(vars(mod).items()):
+            if not attr.startswith("test_") or not inspect.isfunction(fn):
+                continue
+            params = set(inspect.signature(fn).parameters)
+            for kwargs in _param_sets(fn) or [{}]:
+                if not params <= set(kwargs) | {"tmp_path"}:
+                    continue  # other fixtures: not a model test
+                if "tmp_path" in params:
+                    kwargs = {**kwargs, "tmp_path": tmp}
+                saved = {
+                    n: mod.__dict__[n]
+                    for n in ("check", "run_on_opencl", "plan_and_handle")
+                    if n in mod.__dict__
+                }
+                name = f"{mod.__name__.rsplit('.', 1)[1]}::{attr}[{'-'.join(map(str, kwargs.values()))}]"
+                try:
+                    for n in saved:
+                        setattr(mod, n, capture(name))
+                    with warnings.catch_warnings(), np.errstate(all="ignore"):
+                        warnings.simplefilter("ignore")
+                        fn(**kwargs)
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException:  # _Captured, pytest.skip, or a test needing what the stub did not give
+                    pass
+                finally:
+                    for n, v in saved.items():
+                        setattr(mod, n, v)
+    return tuple(captured)
+
+
+@lru_cache(maxsize=1)
+def opencl_model_programs() -> tuple[dict[Program, str], list[str]]:
+    found: dict[Program, str] = {}
+    refused = []
+    for name, program, *_ in opencl_test_models():
+        try:
+            programs, why = delegate_programs(program)
+        except offload.errors.OffloadError:
+            continue
+        refused += [f"{name}: {w}" for w in why]
+        for p in programs:
+            found.setdefault(p, name)
+    return found, refused
+
+
+_COMPILED: dict[tuple[Program, str, str], float] = {}  # each distinct kernel compiles once per target
+
+
+def compile_all(programs: dict[Program, str]) -> list[str]:
+    """NVRTC on every program for every target; the failures, each with its log."""
+    failures = []
+    for p, where in programs.items():
+        for arch, kind in TARGETS:
+            if (p, arch, kind) in _COMPILED:
+                continue
+            start = time.perf_counter()
+            try:
+                nvrtc.compile(p.source, p.options, arch, kind, name=where)
+            except offload.errors.KernelError as e:
+                failures.append(f"--- {where} (options {p.options!r}):\n{e}")
+                continue
+            _COMPILED[(p, arch, kind)] = time.perf_counter() - start
+    return failures
+
+
+def _cl_files() -> list[str]:
+    return sorted(os.path.basename(f) for f in glob.glob(os.path.join(KERNELS, "*.cl")))
+
+
+@pytest.mark.parametrize("file", _cl_files())
+def test_every_kernel_file_compiles_with_the_options_launchers_use(file):
+    text = source(file)
+    seen = {p.options for p in [*conformance_programs()[0], *opencl_model_programs()[0]] if p.source == text}
+    # A file no plan asks for yet still compiles with its defaults.
+    failures = compile_all({Program(text, o): f"{file} {o}".strip() for o in sorted(seen) or [""]})
+    assert not failures, "\n".join(failures)
+
+
+def test_every_kernel_of_the_conformance_cases_compiles():
+    programs, refused = conformance_programs()
+    assert len(programs) > 20  # the node cases reach every op family
+    failures = compile_all(programs)
+    assert not failures, f"{len(failures)} of {len(programs)} kernels fail:\n" + "\n".join(failures[:5])
+    print(f"\n{len(programs)} distinct kernels; {len(refused)} delegates refused by their launchers")
+
+
+def test_every_kernel_of_the_opencl_test_models_compiles():
+    models = opencl_test_models()
+    assert len(models) > 20
+    programs, _ = opencl_model_programs()
+    failures = compile_all(programs)
+    assert not failures, f"{len(failures)} of {len(programs)} kernels fail:\n" + "\n".join(failures[:5])
+    print(
+        f"\n{len(models)} models, {len(programs)} distinct kernels, {len(_COMPILED)} NVRTC compiles "
+        f"in {sum(_COMPILED.values()):.1f}s"
+    )
+
+
+def test_float_kernels_do_no_double_math():
+    """The prelude leaves exp, fmin, isnan ... to CUDA's float overloads: a float kernel's PTX
+    has no f64 instruction (the double versions would be slower and round differently)."""
+    ops = ["Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Abs", "Neg", "Relu"]
+    nodes = [helper.make_node(op, [f"t{k}"], [f"t{k + 1}"]) for k, op in enumerate(ops)]
+    nodes += [
+        helper.make_node("Max", [f"t{len(ops)}", "c"], ["u"]),
+        helper.make_node("Clip", ["u", "lo", "hi"], ["y"]),
+    ]
+    p = model(
+        nodes,
+        [("t0", [3, 4]), ("c", [4])],
+        ["y"],
+        [("lo", np.float32(-0.5)), ("hi", np.float32(0.5))],
+    )
+    programs, refused = delegate_programs(p)
+    assert programs and not refused
+    for prog in programs:
+        ptx = nvrtc.compile(prog.source, prog.options, "sm_80", "ptx").decode()
+        assert ".f64" not in ptx, prog.source
+
+
+def test_a_refused_source_fails_with_the_nvrtc_log():
+    with pytest.raises(nvrtc.CUDABuildError, match=r"kernel\.cl\(2\).*undefined_name"):
+        nvrtc.compile("__kernel void k(__global float* x) {\n x[0] = undefined_name; }", "", "sm_80")
+
+
+def test_prelude_maps_the_opencl_work_item_functions():
+    # get_global_id(0) must index blockIdx.x * blockDim.x + threadIdx.x: the PTX reads all three.
+    ptx = nvrtc.compile(
+        "__kernel void k(__global int* y, const int n) {\n"
+        " __local int s[4]; const int i = get_global_id(0); if (i >= n) return;\n"
+        " s[get_local_id(0) % 4] = (int)get_group_id(1); barrier(CLK_LOCAL_MEM_FENCE);\n"
+        " y[i] = s[0] + (int)get_local_size(2) + (INFINITY > 0.0f); }",
+        "",
+        "sm_80",
+        "ptx",
+    ).decode()
+    for reg in ("%ctaid.x", "%ntid.x", "%tid.x", "%ctaid.y", "%ntid.z", "bar.sync", ".shared"):
+        assert reg in ptx, reg
+    assert ".entry k(" in ptx  # extern "C": the kernel keeps its OpenCL name
