@@ -80,3 +80,9 @@ def test_dropout_in_training_mode_stays_on_the_cpu():
     p = model(nodes, [("x", [2, 3])], ["y"], init)
     lowered = offload.to_backend(p, "opencl")
     assert all(op.op_type != "Delegate" for op in lowered.main.body.operations)
+
+
+def test_dropout_with_an_unread_mask_is_a_view(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Dropout", ["r"], ["y", "mask"])]
+    p = model(nodes, [("x", [2, 3])], ["y"])
+    check(p, {"x": RNG.standard_normal((2, 3)).astype(np.float32)}, tmp_path, rtol=0, atol=0, whole=True)

@@ -20,7 +20,7 @@ _INT32_ELEMENTS = 2**31 - 1
 # Views: the output shares the input's buffer. Dropout is one at inference (no mask output).
 ALIASES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
 STRIDED = ("Transpose", "Slice", "Split", "Expand", "Tile", "DepthToSpace", "SpaceToDepth")
-MULTI_OUTPUT = ("Split",)
+MULTI_OUTPUT = ("Split", "Dropout")
 
 CAPS = {
     **{op: OpCapability(_ANY, max_rank=MAX_RANK) for op in (*STRIDED, "Concat")},
@@ -55,9 +55,19 @@ def check_constant(op, names: dict[int, str]) -> Support | None:
     return None
 
 
+def _read(v) -> bool:
+    """Whether an op's output is used: read by an op or an output of its block."""
+    if v.uses:
+        return True
+    block = getattr(v.producer, "block", None)
+    return block is None or any(o is v for o in block.outputs)
+
+
 def _check_alias(op) -> Support | None:
     """View ops need no value of their shape / axes input: the output's static shape says it all."""
     if op.op_type == "Dropout":
+        if len(op.outputs) > 1 and op.outputs[1] is not None and _read(op.outputs[1]):
+            return Support(False, "Dropout whose mask output is read")
         mode = op.inputs[2] if len(op.inputs) > 2 else None
         if mode is not None and not (mode.is_constant and not bool(mode.const_value)):
             return Support(False, "Dropout in training mode (or a training_mode that is not a constant)")
@@ -118,8 +128,9 @@ def strided_copy(b: Builder, x: int, out: int, shape, strides, wrap=None, offset
 
 
 def _alias(b: Builder, step: dict) -> None:
-    """Reshape / Flatten / Squeeze / Unsqueeze / Identity: the output shares the input's buffer."""
-    src, (out,) = step["inputs"][0], step["outputs"]
+    """Reshape / Flatten / Squeeze / Unsqueeze / Identity / Dropout: the output shares the input's
+    buffer (a Dropout mask output, unread by construction, is left unwritten)."""
+    src, out = step["inputs"][0], step["outputs"][0]
     if math.prod(b.shape(src)) != math.prod(b.shape(out)) or b.dtype(src) != b.dtype(out):
         raise ModelFormatError(f"gpu backend: {step['type']} from {b.shape(src)} to {b.shape(out)}")
     b.alias(out, src)
