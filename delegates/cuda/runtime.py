@@ -20,14 +20,10 @@ from offload.errors import KernelError, ModelFormatError, OffloadError, Unsuppor
 
 from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch
+from ..gpu.builder import PlanValues
 from ..gpu.ops import LAUNCH
 from ..gpu.ops.linalg import GemmCall
-from ..gpu.plan import FORMAT, FORMATS
-
-try:  # the shared plan checks, in the versions of gpu.plan that have them
-    from ..gpu.plan import check_step, parse
-except ImportError:
-    check_step = parse = None
+from ..gpu.plan import check_step, parse
 from . import blob
 from .device import IMPORT_ERROR, MAX_BLOCK, Device, build, cp, device_for, device_names, launch_shape
 
@@ -85,66 +81,26 @@ class Handle:
     keep: list = field(default_factory=list)  # int tables the launches use
 
 
-class CUDABuilder:
+class CUDABuilder(PlanValues):
     """The ``gpu.api.Builder`` of the CUDA runtime (one per init): CUDA modules, grid/block
-    launches, cuBLAS GEMMs, and buffers placed by lifetime."""
+    launches and cuBLAS GEMMs."""
 
+    backend = "cuda"
     max_local_size = MAX_BLOCK
 
     def __init__(self, device: Device, plan: dict, host: dict[int, np.ndarray], binaries):
-        self.device, self.binaries, self.host = device, binaries, host
-        self.shapes = {int(i): tuple(s) for i, s in plan["shapes"].items()}
-        dtypes = plan.get("dtypes") or {}
-        self.dtypes = {i: np.dtype(dtypes.get(str(i), "float32")) for i in self.shapes}
-        self.alias_of: dict[int, int] = {}
+        super().__init__(plan, host)
+        self.device, self.binaries = device, binaries
         self.launches: list = []
-        self.step = 0
-        self._scratch: dict[tuple[int, str], int] = {}
-        self.scratch_bytes: dict[int, int] = {}  # step buffer id (negative) → bytes
-
-    # -- what launchers ask --
-    def shape(self, v: int) -> tuple[int, ...]:
-        return self.shapes[v]
-
-    def dtype(self, v: int) -> np.dtype:
-        return self.dtypes[v]
-
-    def const(self, v: int) -> np.ndarray | None:
-        return self.host.get(self.root(v))
-
-    def constant(self, out: int, value: np.ndarray) -> None:
-        value = np.asarray(value, self.dtypes[out])
-        if value.shape != self.shapes[out] or out in self.host or out in self.alias_of:
-            raise ModelFormatError(f"cuda backend: value {out} cannot be the constant {value.shape}")
-        self.host[out] = value
-
-    def alias(self, out: int, src: int) -> None:
-        if self.shapes.get(out) is None or out in self.alias_of:
-            raise ModelFormatError(f"cuda backend: value {out} aliased twice")
-        self.alias_of[out] = self.root(src)
-
-    def root(self, v: int) -> int:
-        while v in self.alias_of:
-            v = self.alias_of[v]
-        return v
 
     def program(self, source: str, options: str = ""):
         return build(self.device, source, options, self.binaries)
-
-    def _arg(self, a):
-        if isinstance(a, Buf):
-            return Buf(self.root(a.id))
-        if isinstance(a, Scratch):
-            sid = self._scratch.setdefault((self.step, a.key), -1 - len(self._scratch))
-            self.scratch_bytes[sid] = max(self.scratch_bytes.get(sid, 0), a.nbytes)
-            return Buf(sid)
-        return a
 
     def launch(self, program, kernel: str, global_size, local_size, args: list) -> None:
         if math.prod(global_size) == 0:
             return
         grid, block = launch_shape(global_size, local_size)
-        self.launches.append(Launch(program.get_function(kernel), grid, block, [self._arg(a) for a in args]))
+        self.launches.append(Launch(program.get_function(kernel), grid, block, [self.ref(a) for a in args]))
 
     def gemm(self, call: GemmCall) -> None:
         """Record a cuBLAS GEMM; operands are value ids or a step's ``Scratch`` (im2col columns)."""
@@ -152,52 +108,12 @@ class CUDABuilder:
             return
 
         def ref(x):
-            return self._arg(x if isinstance(x, Scratch) else Buf(x)).id
+            return self.ref(x if isinstance(x, Scratch) else Buf(x)).id
 
         bias = ref(call.bias) if call.bias is not None else None
         call = replace(call, a=ref(call.a), b=ref(call.b), c=ref(call.c), bias=bias)
         ids = [call.a, call.b, call.c] + ([call.bias] if call.bias is not None else [])
         self.launches.append(Gemm(call, [Buf(i) for i in ids]))
-
-    # -- placing buffers --
-    def nbytes(self, v: int) -> int:
-        if v < 0:
-            return self.scratch_bytes[v]
-        return math.prod(self.shapes[v]) * self.dtypes[v].itemsize
-
-    def place(self, pinned: set[int]) -> dict[int, object]:
-        """A buffer for every value: pinned roots (inputs, outputs, weights) get their own; the
-        others share pooled buffers when their lifetimes (first to last launch) do not overlap."""
-        alloc = self.device.allocator
-        first: dict[int, int] = {}
-        last: dict[int, int] = {}
-        for k, launch in enumerate(self.launches):
-            for a in launch.args:
-                if isinstance(a, Buf) and a.id not in pinned:
-                    first.setdefault(a.id, k)
-                    last[a.id] = k
-        placed = {v: alloc.alloc(self.nbytes(v)) for v in pinned}
-        starts: dict[int, list[int]] = {}
-        ends: dict[int, list[int]] = {}
-        for v in first:
-            starts.setdefault(first[v], []).append(v)
-            ends.setdefault(last[v], []).append(v)
-        free: list = []  # buffers no live value holds, smallest first
-        holder: dict[int, object] = {}
-        for k in range(len(self.launches)):
-            for v in starts.get(k, ()):
-                need = max(self.nbytes(v), 4)
-                j = next((j for j, buf in enumerate(free) if buf.nbytes >= need), None)
-                placed[v] = holder[v] = free.pop(j) if j is not None else alloc.alloc(need)
-            for v in ends.get(k, ()):
-                free.append(holder.pop(v))
-                free.sort(key=lambda buf: buf.nbytes)
-        for v in self.shapes:  # values no launch touches (e.g. empty tensors)
-            r = self.root(v)
-            if r not in placed:
-                placed[r] = alloc.alloc(self.nbytes(r))
-            placed[v] = placed[r]
-        return placed
 
 
 def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
@@ -225,11 +141,7 @@ class CUDARuntime(BackendRuntime):
         if cp is None:
             raise OffloadError(f"cuda backend: {IMPORT_ERROR}")
         plan, binaries = blob.unpack(processed)
-        if parse is not None:  # a damaged plan is a ModelFormatError, never a launcher's crash
-            plan = parse(json.dumps(plan).encode(), "cuda")
-        if not isinstance(plan, dict) or plan.get("format") not in FORMATS:
-            got = plan.get("format") if isinstance(plan, dict) else type(plan).__name__
-            raise ModelFormatError(f"cuda backend: plan format {got!r}, expected {FORMAT!r}")
+        plan = parse(json.dumps(plan).encode(), "cuda")  # a damaged plan: ModelFormatError, not a crash
         missing = sorted(set(plan["weights"].values()) - set(weights))
         if missing:
             raise ModelFormatError(f"cuda backend: weights not given: {', '.join(missing)}")
@@ -258,8 +170,7 @@ class CUDARuntime(BackendRuntime):
                 raise UnsupportedOpError(f"cuda backend: no kernel for plan step {step['type']!r}")
             b.step = k
             try:
-                if check_step is not None:
-                    check_step(step, b.shapes, b.dtypes, host, "cuda")
+                check_step(step, b.shapes, b.dtypes, host, "cuda")
                 launcher(b, step)
             except OffloadError:
                 raise

@@ -20,6 +20,7 @@ from offload.errors import KernelError, ModelFormatError, OffloadError, Unsuppor
 
 from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch
+from ..gpu.builder import PlanValues
 from ..gpu.ops import LAUNCH
 from ..gpu.plan import check_step, parse
 from .device import IMPORT_ERROR, Device, OpenCLBuildError, all_devices, build, cl, device_for, tuning_choice
@@ -49,38 +50,18 @@ class Handle:
     keep: list = field(default_factory=list)  # tables and step buffers the launches use
 
 
-class PlanBuilder:
-    """The ``gpu.api.Builder`` of the OpenCL runtime (one per init)."""
+class PlanBuilder(PlanValues):
+    """The ``gpu.api.Builder`` of the OpenCL runtime (one per init): programs built by pyopencl,
+    launches recorded with their OpenCL sizes, GEMM variants timed on request."""
+
+    backend = "opencl"
 
     def __init__(self, device: Device, plan: dict, host: dict[int, np.ndarray], tuning: str = "none"):
+        super().__init__(plan, host)
         self.device = device
         self.tuning = tuning
         self.max_local_size = int(device.device.max_work_group_size)
-        self.shapes = {int(i): tuple(s) for i, s in plan["shapes"].items()}
-        dtypes = plan.get("dtypes") or {}
-        self.dtypes = {i: np.dtype(dtypes.get(str(i), "float32")) for i in self.shapes}
-        self.host = host
-        self.alias_of: dict[int, int] = {}
         self.launches: list[Launch] = []
-        self.step = 0
-        self._scratch: dict[tuple[int, str], int] = {}
-        self.scratch_bytes: dict[int, int] = {}  # scratch id (negative) → bytes
-
-    # -- what launchers ask --
-    def shape(self, v: int) -> tuple[int, ...]:
-        return self.shapes[v]
-
-    def dtype(self, v: int) -> np.dtype:
-        return self.dtypes[v]
-
-    def const(self, v: int) -> np.ndarray | None:
-        return self.host.get(self.root(v))
-
-    def constant(self, out: int, value: np.ndarray) -> None:
-        value = np.asarray(value, self.dtypes[out])
-        if value.shape != self.shapes[out] or out in self.host or out in self.alias_of:
-            raise ModelFormatError(f"opencl backend: value {out} cannot be the constant {value.shape}")
-        self.host[out] = value
 
     def program(self, source: str, options: str = ""):
         return build(self.device, source, options)
@@ -88,15 +69,7 @@ class PlanBuilder:
     def launch(self, program, kernel: str, global_size, local_size, args: list) -> None:
         if math.prod(global_size) == 0:
             return
-        recorded = []
-        for a in args:
-            if isinstance(a, Buf):
-                a = Buf(self.root(a.id))
-            elif isinstance(a, Scratch):
-                sid = self._scratch.setdefault((self.step, a.key), -1 - len(self._scratch))
-                self.scratch_bytes[sid] = max(self.scratch_bytes.get(sid, 0), a.nbytes)
-                a = Buf(sid)
-            recorded.append(a)
+        recorded = [self.ref(a) for a in args]
         self.launches.append(Launch(cl.Kernel(program, kernel), tuple(global_size), local_size, recorded))
 
     def tuned(self, key: str, candidates: list, trial) -> object:
@@ -132,64 +105,6 @@ class PlanBuilder:
             for t in temps:
                 t.release()
         return best
-
-    def alias(self, out: int, src: int) -> None:
-        if self.shapes.get(out) is None or out in self.alias_of:
-            raise ModelFormatError(f"opencl backend: value {out} aliased twice")
-        self.alias_of[out] = self.root(src)
-
-    def root(self, v: int) -> int:
-        while v in self.alias_of:
-            v = self.alias_of[v]
-        return v
-
-    # -- placing buffers --
-    def nbytes(self, v: int) -> int:
-        if v < 0:
-            return self.scratch_bytes[v]
-        return math.prod(self.shapes[v]) * self.dtypes[v].itemsize
-
-    def place(self, pinned: set[int]) -> dict[int, object]:
-        """A buffer for every value: pinned roots (inputs, outputs, weights) get their own; the
-        others share pooled buffers when their lifetimes (first to last launch) do not overlap."""
-        alloc = self.device.allocator
-        first: dict[int, int] = {}
-        last: dict[int, int] = {}
-        for k, launch in enumerate(self.launches):
-            for a in launch.args:
-                if isinstance(a, Buf) and a.id not in pinned:
-                    first.setdefault(a.id, k)
-                    last[a.id] = k
-        placed: dict[int, object] = {v: alloc.alloc(self.nbytes(v)) for v in pinned}
-        starts: dict[int, list[int]] = {}
-        ends: dict[int, list[int]] = {}
-        for v in first:
-            starts.setdefault(first[v], []).append(v)
-            ends.setdefault(last[v], []).append(v)
-        size: dict[int, int] = {}  # pooled buffer → its bytes
-        free: list[int] = []  # pooled buffers not in use, smallest first
-        pool: dict[int, object] = {}
-        slot: dict[int, int] = {}  # value → its pooled buffer
-        for k in range(len(self.launches)):
-            for v in starts.get(k, ()):
-                need = max(self.nbytes(v), 4)
-                j = next((j for j, p in enumerate(free) if size[p] >= need), None)
-                if j is None:
-                    p = len(pool)
-                    pool[p], size[p] = alloc.alloc(need), need
-                else:
-                    p = free.pop(j)
-                placed[v] = pool[p]
-                slot[v] = p
-            for v in ends.get(k, ()):
-                free.append(slot[v])
-                free.sort(key=size.__getitem__)
-        for v in self.shapes:  # values no launch touches (e.g. empty tensors)
-            r = self.root(v)
-            if r not in placed:
-                placed[r] = alloc.alloc(self.nbytes(r))
-            placed[v] = placed[r]
-        return placed
 
 
 def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
