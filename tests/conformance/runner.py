@@ -86,10 +86,40 @@ def _opencl(program, case_key: str = ""):
     return module.run
 
 
+def _cuda(program):
+    """Lower every op the `cuda` backend claims, save, load and run.
+
+    Without a CUDA device (every machine of this project) each delegate must carry id `cuda` and
+    run its CPU fallback, bit for bit what evaluate gives; on a GPU machine the delegates run on
+    the device and are held to the case's expected data like the opencl path.
+    """
+    lowered = offload.to_backend(program, "cuda")
+    module = offload.runtime.load(offload.save(lowered))
+    infos = [d for name in module.method_names for d in module.method(name).delegates]
+    assert all(d.backend == "cuda" for d in infos), infos
+    if infos and all(d.runs_on == "backend" for d in infos):
+        return module.run
+    assert all(d.runs_on == "cpu fallback" for d in infos), infos
+
+    def run(inputs):
+        got = module.run(inputs)
+        for (name, a), b in zip(got.items(), offload.evaluate(program, inputs).values()):
+            _assert_identical(a, b, f"output '{name}' through the cuda fallback vs evaluate")
+        return got
+
+    return run
+
+
 # How a case's program is run: by the evaluator, saved as .pte and run by the runtime,
-# partitioned onto the example plugin backend first (which must not change a bit either), or
-# lowered to the real `opencl` backend (PoCL here).
-PATHS = {"evaluate": _evaluate, "pte": _through_pte, "delegated": _delegated, "opencl": _opencl}
+# partitioned onto the example plugin backend first (which must not change a bit either),
+# lowered to the real `opencl` backend (PoCL here), or lowered to `cuda` (its CPU fallback here).
+PATHS = {
+    "evaluate": _evaluate,
+    "pte": _through_pte,
+    "delegated": _delegated,
+    "opencl": _opencl,
+    "cuda": _cuda,
+}
 
 
 def run_case(case: Case, path: str = "evaluate", prepare=None) -> str | None:
