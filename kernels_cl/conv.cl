@@ -1,11 +1,11 @@
-// Convolution kernels, NC + up to 3 spatial dims, float32. 1-D and 2-D convs arrive as 3-D ones
+// Convolution kernels, NC + up to 3 spatial dims, float32 values (stored as stype, see common.h). 1-D and 2-D convs arrive as 3-D ones
 // with leading spatial dims of size 1 (kernel 1, stride 1, pad 0, dilation 1).
 // X: N x C x ID x IH x IW; pads are the begin pads (the end pads follow from the output shape).
 
 // Direct Conv: one work-item per output element. Wt: M x (C/G) x KD x KH x KW; B: M
 // (has_bias = 0: none); Y: N x M x OD x OH x OW. Used for depthwise (C/G == 1) and tiny convs.
-__kernel void conv_direct(__global const float* X, __global const float* Wt, __global const float* B,
-                          __global float* Y, const int has_bias,
+__kernel void conv_direct(__global const stype* X, __global const stype* Wt, __global const stype* B,
+                          __global stype* Y, const int has_bias,
                           const int N, const int C, const int M, const int G,
                           const int ID, const int IH, const int IW,
                           const int KD, const int KH, const int KW,
@@ -29,40 +29,40 @@ __kernel void conv_direct(__global const float* X, __global const float* Wt, __g
     const int ksize = KD * KH * KW;
     float acc = 0.0f;
     for (int c = 0; c < cg; ++c) {
-        __global const float* xp = X + ((size_t)n * C + (size_t)g * cg + c) * plane;
-        __global const float* wp = Wt + ((size_t)m * cg + c) * ksize;
+        __global const stype* xp = X + ((size_t)n * C + (size_t)g * cg + c) * plane;
+        __global const stype* wp = Wt + ((size_t)m * cg + c) * ksize;
         for (int kd = 0; kd < KD; ++kd) {
             const int id = od * SD - PD + kd * DD;
             if (id < 0 || id >= ID) continue;
             for (int kh = 0; kh < KH; ++kh) {
                 const int ih = oh * SH - PH + kh * DH;
                 if (ih < 0 || ih >= IH) continue;
-                __global const float* xr = xp + ((size_t)id * IH + ih) * IW;
-                __global const float* wr = wp + (kd * KH + kh) * KW;
+                __global const stype* xr = xp + ((size_t)id * IH + ih) * IW;
+                __global const stype* wr = wp + (kd * KH + kh) * KW;
                 for (int kw = 0; kw < KW; ++kw) {
                     const int iw = ow * SW - PW + kw * DW;
                     if (iw < 0 || iw >= IW) continue;
-                    acc += xr[iw] * wr[kw];
+                    acc += LOADF(xr, iw) * LOADF(wr, kw);
                 }
             }
         }
     }
-    Y[gid] = has_bias ? acc + B[m] : acc;
+    STOREF(Y, gid, has_bias ? acc + LOADF(B, m) : acc);
 }
 
 // Y[n, m, p] += B[m] over Y: N x M x P (the bias of a grouped conv run as per-group GEMMs).
-__kernel void add_bias(__global float* Y, __global const float* B, const int NM, const int M, const int P)
+__kernel void add_bias(__global stype* Y, __global const stype* B, const int NM, const int M, const int P)
 {
     const size_t gid = get_global_id(0);
     if (gid >= (size_t)NM * P) return;
-    Y[gid] += B[(int)((gid / (size_t)P) % M)];
+    STOREF(Y, gid, LOADF(Y, gid) + LOADF(B, (int)((gid / (size_t)P) % M)));
 }
 
 // ConvTranspose as a gather: each output element sums the inputs that scatter onto it.
 // Wt: C x (M/G) x KD x KH x KW; Y: N x M x OD x OH x OW; input position i feeds output
 // o = i * S - P + k * Dil, so o contributes from i = (o + P - k * Dil) / S when that divides.
-__kernel void conv_transpose(__global const float* X, __global const float* Wt, __global const float* B,
-                             __global float* Y, const int has_bias,
+__kernel void conv_transpose(__global const stype* X, __global const stype* Wt, __global const stype* B,
+                             __global stype* Y, const int has_bias,
                              const int N, const int C, const int M, const int G,
                              const int ID, const int IH, const int IW,
                              const int KD, const int KH, const int KW,
@@ -98,10 +98,10 @@ __kernel void conv_transpose(__global const float* X, __global const float* Wt, 
                 const int ko = (kd * KH + kh) * KW + kw;
                 for (int c = 0; c < cg; ++c) {
                     const size_t ci = (size_t)g * cg + c;
-                    acc += X[((size_t)n * C + ci) * plane + xo] * Wt[(ci * mg + mo) * ksize + ko];
+                    acc += LOADF(X, ((size_t)n * C + ci) * plane + xo) * LOADF(Wt, (ci * mg + mo) * ksize + ko);
                 }
             }
         }
     }
-    Y[gid] = has_bias ? acc + B[m] : acc;
+    STOREF(Y, gid, has_bias ? acc + LOADF(B, m) : acc);
 }

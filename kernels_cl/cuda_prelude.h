@@ -2,8 +2,8 @@
 // compiles it unchanged. Self-contained: NVRTC has no system headers.
 //
 // Covered: the address-space qualifiers, __kernel, inline helpers, the work-item functions
-// (dims 0, 1, 2 = x, y, z), barrier, the OpenCL scalar type names, INFINITY / NAN, and the
-// OpenCL builtins CUDA lacks. The float math builtins (exp, fmin, isnan, ...) need nothing: CUDA
+// (dims 0, 1, 2 = x, y, z), barrier, the OpenCL scalar type names, INFINITY / NAN, half storage
+// (vload_half / vstore_half_rte), and the OpenCL builtins CUDA lacks. The float math builtins (exp, fmin, isnan, ...) need nothing: CUDA
 // declares float overloads of them, so exp(float) runs expf as OpenCL's would.
 // Not covered: vector types, images, select, convert_* / as_*, atomics, printf (kernels_cl does
 // not use them). `long` is 64-bit as in OpenCL on every LP64 host (Linux); NVRTC on Windows is
@@ -62,6 +62,22 @@ __device__ __forceinline__ float step(float edge, float x) { return x < edge ? 0
 __device__ __forceinline__ double step(double edge, double x) { return x < edge ? 0.0 : 1.0; }
 __device__ __forceinline__ float degrees(float r) { return r * 57.295779513082320876798f; }
 __device__ __forceinline__ float radians(float d) { return d * 0.017453292519943295769f; }
+
+// Half storage (common.h under OFFLOAD_FP16): `half` is only ever a buffer element here, so it
+// is the 16 bits themselves (NVRTC has no cuda_fp16.h without headers), converted by the PTX
+// instructions: cvt.f32.f16 is exact, cvt.rn.f16.f32 rounds to nearest even (IEEE, as OpenCL's
+// vstore_half_rte), overflowing to infinity.
+typedef unsigned short half;
+__device__ __forceinline__ float vload_half(size_t i, const half* p) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p[i]));
+    return f;
+}
+__device__ __forceinline__ void vstore_half_rte(float v, size_t i, half* p) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    p[i] = h;
+}
 
 // The OpenCL C keywords, defined last so that the definitions above stay plain CUDA.
 #define __kernel extern "C" __global__

@@ -1,8 +1,8 @@
-// im2col of one image and one group, float32, up to 3 spatial dims (1-D / 2-D as 3-D with size-1
+// im2col of one image and one group, float32 values (stype), up to 3 spatial dims (1-D / 2-D as 3-D with size-1
 // leading dims). X + x_off: cg channels of ID x IH x IW. Col: [cg*KD*KH*KW, OD*OH*OW] row-major,
 // row (c, kd, kh, kw), column (od, oh, ow); taps falling in the padding are 0. The conv is then
 // the GEMM W_g [M/G, cg*KD*KH*KW] x Col.
-__kernel void im2col(__global const float* X, const long x_off, __global float* Col, const int cg,
+__kernel void im2col(__global const stype* X, const long x_off, __global stype* Col, const int cg,
                      const int ID, const int IH, const int IW,
                      const int KD, const int KH, const int KW,
                      const int OD, const int OH, const int OW,
@@ -27,6 +27,6 @@ __kernel void im2col(__global const float* X, const long x_off, __global float* 
     const int iw = ow * SW - PW + kw * DW;
     float v = 0.0f;
     if (id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW)
-        v = X[x_off + (((size_t)c * ID + id) * IH + ih) * IW + iw];
-    Col[gid] = v;
+        v = LOADF(X, x_off + (((size_t)c * ID + id) * IH + ih) * IW + iw);
+    STOREF(Col, gid, v);
 }

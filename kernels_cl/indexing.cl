@@ -1,5 +1,6 @@
 // Indexing kernels: Gather, GatherElements (indices of type I) and Pad (four modes).
-// Element type T (-DT=float, int, long, uchar ...), index type I (-DI=int or long).
+// Element type T (-DT=float, int, long, uchar ...; ushort for float32 stored as half: the bits
+// move unchanged), index type I (-DI=int or long).
 #ifndef T
 #define T float
 #endif

@@ -1,6 +1,7 @@
 // Data-movement kernels: one strided copy (Transpose, Slice, Split, Expand, Tile, DepthToSpace,
 // SpaceToDepth) and Concat (one copy per input).
-// Element type T (-DT=float, int, long, uchar ...): these kernels only move bytes.
+// Element type T (-DT=float, int, long, uchar ...): these kernels only move bytes (float32 stored
+// as half, precision=fp16, moves as ushort: its bits unchanged).
 #ifndef T
 #define T float
 #endif

@@ -1,22 +1,22 @@
-// C = alpha * op(A) @ op(B) + beta * bias, float32, for MatMul, Gemm and the GEMM part of Conv.
+// C = alpha * op(A) @ op(B) + beta * bias, float32 values (stored as stype, see common.h), for MatMul, Gemm and the GEMM part of Conv.
 // A element (m, k) lives at A[a_off + m*sam + k*sak], B element (k, n) at B[b_off + k*sbk + n*sbn]:
 // strides express transA / transB and batch offsets. C is row-major M x N at c_off.
 // bias element (m, n) is bias[m*scm + n*scn] (strides 0 where it broadcasts); has_bias = 0: no bias.
 // Every variant sums k = 0, 1, ..., K-1 in order into one float per output, so they agree.
 
 #define GEMM_ARGS const int M, const int N, const int K, \
-    __global const float* A, const int a_off, const int sam, const int sak, \
-    __global const float* B, const int b_off, const int sbk, const int sbn, \
-    __global float* C, const int c_off, \
-    __global const float* bias, const int has_bias, const int scm, const int scn, \
+    __global const stype* A, const int a_off, const int sam, const int sak, \
+    __global const stype* B, const int b_off, const int sbk, const int sbn, \
+    __global stype* C, const int c_off, \
+    __global const stype* bias, const int has_bias, const int scm, const int scn, \
     const float alpha, const float beta
 
-inline void gemm_store(__global float* C, const int c_off, const int N, const int row, const int col,
-                       const float acc, __global const float* bias, const int has_bias,
+inline void gemm_store(__global stype* C, const int c_off, const int N, const int row, const int col,
+                       const float acc, __global const stype* bias, const int has_bias,
                        const int scm, const int scn, const float alpha, const float beta) {
     float r = alpha * acc;
-    if (has_bias) r += beta * bias[row * scm + col * scn];
-    C[c_off + row * N + col] = r;
+    if (has_bias) r += beta * LOADF(bias, row * scm + col * scn);
+    STOREF(C, c_off + row * N + col, r);
 }
 
 // One work-item per output element, no local memory: for few rows (GEMV-like shapes), where
@@ -25,7 +25,7 @@ __kernel void gemm_naive(GEMM_ARGS) {
     const int col = get_global_id(0), row = get_global_id(1);
     if (row >= M || col >= N) return;
     float acc = 0.0f;
-    for (int k = 0; k < K; ++k) acc += A[a_off + row * sam + k * sak] * B[b_off + k * sbk + col * sbn];
+    for (int k = 0; k < K; ++k) acc += LOADF(A, a_off + row * sam + k * sak) * LOADF(B, b_off + k * sbk + col * sbn);
     gemm_store(C, c_off, N, row, col, acc, bias, has_bias, scm, scn, alpha, beta);
 }
 
@@ -44,8 +44,8 @@ __kernel void gemm(GEMM_ARGS) {
     float acc = 0.0f;
     for (int t = 0; t < K; t += TS) {
         const int ka = t + tx, kb = t + ty;
-        As[ty][tx] = (row < M && ka < K) ? A[a_off + row * sam + ka * sak] : 0.0f;
-        Bs[ty][tx] = (kb < K && col < N) ? B[b_off + kb * sbk + col * sbn] : 0.0f;
+        As[ty][tx] = (row < M && ka < K) ? LOADF(A, a_off + row * sam + ka * sak) : 0.0f;
+        Bs[ty][tx] = (kb < K && col < N) ? LOADF(B, b_off + kb * sbk + col * sbn) : 0.0f;
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int k = 0; k < TS; ++k) acc += As[ty][k] * Bs[k][tx];
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -75,12 +75,12 @@ __kernel void gemm_blocked(GEMM_ARGS) {
         for (int l = tid; l < BK * BM; l += RTS * RTS) {
             const int k = l % BK, m = l / BK;  // neighbours read along k: contiguous when sak = 1
             const int gr = row0 + m, gk = t + k;
-            As[k][m] = (gr < M && gk < K) ? A[a_off + gr * sam + gk * sak] : 0.0f;
+            As[k][m] = (gr < M && gk < K) ? LOADF(A, a_off + gr * sam + gk * sak) : 0.0f;
         }
         for (int l = tid; l < BK * BN; l += RTS * RTS) {
             const int n = l % BN, k = l / BN;  // neighbours read along n: contiguous when sbn = 1
             const int gc = col0 + n, gk = t + k;
-            Bs[k][n] = (gc < N && gk < K) ? B[b_off + gk * sbk + gc * sbn] : 0.0f;
+            Bs[k][n] = (gc < N && gk < K) ? LOADF(B, b_off + gk * sbk + gc * sbn) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int k = 0; k < BK; ++k) {

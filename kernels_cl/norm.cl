@@ -1,5 +1,5 @@
 // Inference BatchNormalization, Softmax / LogSoftmax and the row normalizations (Layer-, Instance-,
-// GroupNormalization), float32. -DWG=<work-group size, a power of two> for the row kernels.
+// GroupNormalization), float32 values (stored as stype, see common.h; local memory stays float). -DWG=<work-group size, a power of two> for the row kernels.
 #ifndef WG
 #define WG 128
 #endif
@@ -15,20 +15,20 @@
 #define ADD(a, b) ((a) + (b))
 
 // Y = (X - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c]; X is N x C x (inner), one work-item per element.
-__kernel void batchnorm(__global const float* X, __global const float* scale, __global const float* bias,
-                        __global const float* mean, __global const float* var, __global float* Y,
+__kernel void batchnorm(__global const stype* X, __global const stype* scale, __global const stype* bias,
+                        __global const stype* mean, __global const stype* var, __global stype* Y,
                         const int total, const int C, const int inner, const float eps)
 {
     const int gid = get_global_id(0);
     if (gid >= total) return;
     const int c = (gid / inner) % C;
-    Y[gid] = (X[gid] - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c];
+    STOREF(Y, gid, (LOADF(X, gid) - LOADF(mean, c)) / sqrt(LOADF(var, c) + eps) * LOADF(scale, c) + LOADF(bias, c));
 }
 
 // Softmax (is_log = 0) or LogSoftmax along an axis of extent L: X viewed as outer x L x inner;
 // one work-item per (outer, inner) row, for inner > 1 (neighbouring work-items read neighbours).
 // A NaN anywhere in a row makes its sum, hence the whole row, NaN (as onnxruntime).
-__kernel void softmax(__global const float* X, __global float* Y, const long outer, const long L,
+__kernel void softmax(__global const stype* X, __global stype* Y, const long outer, const long L,
                       const long inner, const int is_log)
 {
     const long gid = get_global_id(0);
@@ -36,19 +36,19 @@ __kernel void softmax(__global const float* X, __global float* Y, const long out
     const long o = gid / inner, i = gid % inner;
     const long base = o * L * inner + i;
     float mx = -INFINITY;
-    for (long k = 0; k < L; ++k) mx = fmax(mx, X[base + k * inner]);
+    for (long k = 0; k < L; ++k) mx = fmax(mx, LOADF(X, base + k * inner));
     float s = 0.0f;
-    for (long k = 0; k < L; ++k) s += exp(X[base + k * inner] - mx);
+    for (long k = 0; k < L; ++k) s += exp(LOADF(X, base + k * inner) - mx);
     const float ls = log(s);
     for (long k = 0; k < L; ++k) {
-        const float d = X[base + k * inner] - mx;
-        Y[base + k * inner] = is_log ? d - ls : exp(d) / s;
+        const float d = LOADF(X, base + k * inner) - mx;
+        STOREF(Y, base + k * inner, is_log ? d - ls : exp(d) / s);
     }
 }
 
 // Softmax / LogSoftmax of contiguous rows of length L: one work-group per row, max and sum
 // folded in local memory.
-__kernel void softmax_rows(__global const float* X, __global float* Y, const long rows, const long L,
+__kernel void softmax_rows(__global const stype* X, __global stype* Y, const long rows, const long L,
                            const int is_log)
 {
     __local float buf[WG];
@@ -57,23 +57,23 @@ __kernel void softmax_rows(__global const float* X, __global float* Y, const lon
     // miscompiles a return before one) but reads and writes nothing.
     const long n = row < rows ? L : 0;
     const int lid = get_local_id(0);
-    __global const float* x = X + row * L;
-    __global float* y = Y + row * L;
+    __global const stype* x = X + row * L;
+    __global stype* y = Y + row * L;
     float m = -INFINITY;
-    for (long k = lid; k < n; k += WG) m = fmax(m, x[k]);
+    for (long k = lid; k < n; k += WG) m = fmax(m, LOADF(x, k));
     buf[lid] = m;
     TREE(fmax)
     m = buf[0];
     barrier(CLK_LOCAL_MEM_FENCE);  // buf is reused below
     float s = 0.0f;
-    for (long k = lid; k < n; k += WG) s += exp(x[k] - m);
+    for (long k = lid; k < n; k += WG) s += exp(LOADF(x, k) - m);
     buf[lid] = s;
     TREE(ADD)
     s = buf[0];
     const float ls = log(s);
     for (long k = lid; k < n; k += WG) {
-        const float d = x[k] - m;
-        y[k] = is_log ? d - ls : exp(d) / s;
+        const float d = LOADF(x, k) - m;
+        STOREF(y, k, is_log ? d - ls : exp(d) / s);
     }
 }
 
@@ -83,25 +83,25 @@ __kernel void softmax_rows(__global const float* X, __global float* Y, const lon
 //   LayerNormalization: G = 1, CG = 0, D = 1, S = the scale's size (a suffix of the row's shape);
 //   InstanceNormalization: G = C, CG = 1, D = L, S = 1 (one channel per row);
 //   GroupNormalization: G = groups, CG = C / groups, D = spatial size, S = CG.
-__kernel void row_norm(__global const float* X, __global const float* scale, __global const float* bias,
-                       __global float* Y, const long rows, const long L, const float eps, const int has_bias,
+__kernel void row_norm(__global const stype* X, __global const stype* scale, __global const stype* bias,
+                       __global stype* Y, const long rows, const long L, const float eps, const int has_bias,
                        const long G, const long CG, const long D, const long S_scale, const long S_bias)
 {
     __local float buf[WG];
     const long row = get_group_id(0);
     const long n = row < rows ? L : 0;  // past the last row: every barrier, no access (see softmax_rows)
     const int lid = get_local_id(0);
-    __global const float* x = X + row * L;
-    __global float* y = Y + row * L;
+    __global const stype* x = X + row * L;
+    __global stype* y = Y + row * L;
     float s = 0.0f;
-    for (long k = lid; k < n; k += WG) s += x[k];
+    for (long k = lid; k < n; k += WG) s += LOADF(x, k);
     buf[lid] = s;
     TREE(ADD)
     const float mean = buf[0] / (float)L;
     barrier(CLK_LOCAL_MEM_FENCE);  // buf is reused below
     s = 0.0f;
     for (long k = lid; k < n; k += WG) {
-        const float d = x[k] - mean;
+        const float d = LOADF(x, k) - mean;
         s += d * d;
     }
     buf[lid] = s;
@@ -110,14 +110,14 @@ __kernel void row_norm(__global const float* X, __global const float* scale, __g
     const long base = (row % G) * CG;
     for (long k = lid; k < n; k += WG) {
         const long j = k / D;
-        const float b = has_bias ? bias[base + j % S_bias] : 0.0f;
-        y[k] = (x[k] - mean) * inv * scale[base + j % S_scale] + b;
+        const float b = has_bias ? LOADF(bias, base + j % S_bias) : 0.0f;
+        STOREF(y, k, (LOADF(x, k) - mean) * inv * LOADF(scale, base + j % S_scale) + b);
     }
 }
 
 // LocalResponseNormalization across channels: X is N x C x inner; for channel c the window is
 // channels [c - lo, c + hi] clipped to [0, C); Y = X / (bias + alpha / size * sum of squares)^beta.
-__kernel void lrn(__global const float* X, __global float* Y, const long total, const int C, const long inner,
+__kernel void lrn(__global const stype* X, __global stype* Y, const long total, const int C, const long inner,
                   const int lo, const int hi, const float alpha_over_size, const float beta, const float bias)
 {
     const long gid = get_global_id(0);
@@ -127,8 +127,8 @@ __kernel void lrn(__global const float* X, __global float* Y, const long total, 
     const long base = (gid / (inner * C)) * C * inner + i;
     float s = 0.0f;
     for (int k = max(0, c - lo); k <= min(C - 1, c + hi); ++k) {
-        const float v = X[base + k * inner];
+        const float v = LOADF(X, base + k * inner);
         s += v * v;
     }
-    Y[gid] = X[gid] / pow(bias + alpha_over_size * s, beta);
+    STOREF(Y, gid, LOADF(X, gid) / pow(bias + alpha_over_size * s, beta));
 }

@@ -1,11 +1,11 @@
-// Pooling, NC + up to 3 spatial dims, float32 (1-D / 2-D as 3-D with size-1 leading dims).
+// Pooling, NC + up to 3 spatial dims, float32 values (stored as stype, see common.h) (1-D / 2-D as 3-D with size-1 leading dims).
 
 // Max (mode 0), average (mode 1) or Lp (mode 2) pooling: one work-item per output element.
 // X: NC planes of ID x IH x IW; Y: NC planes of OD x OH x OW. P* are the begin pads, E* the end
 // pads, Dil* the dilations. Average: count_include_pad = 1 divides by the taps inside the padded
 // extent [-P, I + E) (ceil_mode windows may reach past it), 0 by the taps inside the input.
 // Max propagates NaN like numpy. Lp: (sum |x|^p)^(1/p), padding counting as 0.
-__kernel void pool(__global const float* X, __global float* Y, const int mode, const float p,
+__kernel void pool(__global const stype* X, __global stype* Y, const int mode, const float p,
                    const int NC, const int ID, const int IH, const int IW,
                    const int KD, const int KH, const int KW,
                    const int OD, const int OH, const int OW,
@@ -21,7 +21,7 @@ __kernel void pool(__global const float* X, __global float* Y, const int mode, c
     const int ow = (int)(gid % OW);
     const int oh = (int)((gid / OW) % OH);
     const int od = (int)((gid / ((size_t)OW * OH)) % OD);
-    __global const float* xp = X + (gid / P) * ((size_t)ID * IH * IW);
+    __global const stype* xp = X + (gid / P) * ((size_t)ID * IH * IW);
     const int d0 = od * SD - PD, h0 = oh * SH - PH, w0 = ow * SW - PW;
     float acc = mode == 0 ? -INFINITY : 0.0f;
     int count = 0, padded = 0;
@@ -36,7 +36,7 @@ __kernel void pool(__global const float* X, __global float* Y, const int mode, c
                 if (iw < -PW || iw >= IW + EW) continue;
                 ++padded;
                 if (id < 0 || id >= ID || ih < 0 || ih >= IH || iw < 0 || iw >= IW) continue;
-                const float v = xp[((size_t)id * IH + ih) * IW + iw];
+                const float v = LOADF(xp, ((size_t)id * IH + ih) * IW + iw);
                 if (mode == 0) acc = (isnan(v) || v > acc) ? v : acc;
                 else if (mode == 1) acc += v;
                 else acc += pow(fabs(v), p);
@@ -50,21 +50,21 @@ __kernel void pool(__global const float* X, __global float* Y, const int mode, c
     } else if (mode == 2) {
         acc = pow(acc, 1.0f / p);
     }
-    Y[gid] = acc;
+    STOREF(Y, gid, acc);
 }
 
 // GlobalMaxPool (is_max = 1) / GlobalAveragePool: one work-item per (n, c) plane of S elements.
-__kernel void global_pool(__global const float* X, __global float* Y, const int is_max,
+__kernel void global_pool(__global const stype* X, __global stype* Y, const int is_max,
                           const int NC, const int S)
 {
     const size_t gid = get_global_id(0);
     if (gid >= (size_t)NC) return;
-    __global const float* xp = X + gid * (size_t)S;
+    __global const stype* xp = X + gid * (size_t)S;
     float acc = is_max ? -INFINITY : 0.0f;
     for (int i = 0; i < S; ++i) {
-        const float v = xp[i];
+        const float v = LOADF(xp, i);
         if (is_max) acc = (isnan(v) || v > acc) ? v : acc;
         else acc += v;
     }
-    Y[gid] = is_max ? acc : acc / (float)S;
+    STOREF(Y, gid, is_max ? acc : acc / (float)S);
 }

@@ -1,6 +1,6 @@
 // Reductions over a set of axes (ReduceSum, ReduceMean, ReduceMax, ...) and ArgMax / ArgMin.
 //
-// Build options: -DT=<element type>, -DIS_FLOAT=0|1, -DOP=<code below>, -DWG=<work-group size,
+// Build options: -DT=<element type>, -DIS_FLOAT=0|1 (T is float; it must be given for any other T), -DOP=<code below>, -DWG=<work-group size,
 // a power of two>. The input is read as [kept..., reduced...]: output element o (over the kept
 // axes) reads X[kept_offset(o) + reduced_offset(r)] for r < R. meta holds four tables of six
 // entries (padded in front): kept shape, kept strides, reduced shape, reduced strides.
@@ -23,6 +23,17 @@
 #define ACC float
 #else
 #define ACC T
+#endif
+
+// Buffers of float32 values are stype (half under OFFLOAD_FP16, see common.h); others are T.
+#if IS_FLOAT
+#define XT stype
+#define LD(p, i) LOADF(p, i)
+#define ST(p, i, v) STOREF(p, i, v)
+#else
+#define XT T
+#define LD(p, i) ((p)[i])
+#define ST(p, i, v) ((p)[i] = (v))
 #endif
 
 #if OP == 2 && IS_FLOAT
@@ -77,7 +88,7 @@ inline long offset_of(long idx, __global const int* shape, __global const int* s
 
 // One work-group per output element: each work-item folds every WG-th element of the reduced
 // set, then a tree in local memory combines the WG partial results.
-__kernel void reduce_rows(__global const T* X, __global T* Y, __global const int* meta,
+__kernel void reduce_rows(__global const XT* X, __global XT* Y, __global const int* meta,
                           const long nout, const long R, const int contig, const T init)
 {
     __local ACC buf[WG];
@@ -90,7 +101,7 @@ __kernel void reduce_rows(__global const T* X, __global T* Y, __global const int
     ACC shift = 0;
 #if OP == 8
     ACC m = -INFINITY;
-    for (long r = lid; r < n; r += WG) m = fmax(m, (ACC)X[base + (contig ? r : offset_of(r, meta + 12, meta + 18))]);
+    for (long r = lid; r < n; r += WG) m = fmax(m, (ACC)LD(X, base + (contig ? r : offset_of(r, meta + 12, meta + 18))));
     buf[lid] = m;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = WG / 2; s > 0; s >>= 1) {
@@ -102,7 +113,7 @@ __kernel void reduce_rows(__global const T* X, __global T* Y, __global const int
 #endif
     ACC acc = (ACC)init;
     for (long r = lid; r < n; r += WG) {
-        const ACC x = (ACC)X[base + (contig ? r : offset_of(r, meta + 12, meta + 18))];
+        const ACC x = (ACC)LD(X, base + (contig ? r : offset_of(r, meta + 12, meta + 18)));
         acc = COMB(acc, MAP(x));
     }
     buf[lid] = acc;
@@ -111,12 +122,12 @@ __kernel void reduce_rows(__global const T* X, __global T* Y, __global const int
         if (lid < s) buf[lid] = COMB(buf[lid], buf[lid + s]);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (lid == 0 && o < nout) Y[o] = (T)FINAL(buf[0]);
+    if (lid == 0 && o < nout) ST(Y, o, (T)FINAL(buf[0]));
 }
 
 // One work-item per output element (the innermost axis is kept: neighbouring work-items read
 // neighbouring elements).
-__kernel void reduce_items(__global const T* X, __global T* Y, __global const int* meta,
+__kernel void reduce_items(__global const XT* X, __global XT* Y, __global const int* meta,
                            const long nout, const long R, const T init)
 {
     const long o = get_global_id(0);
@@ -125,30 +136,30 @@ __kernel void reduce_items(__global const T* X, __global T* Y, __global const in
     ACC shift = 0;
 #if OP == 8
     shift = -INFINITY;
-    for (long r = 0; r < R; ++r) shift = fmax(shift, (ACC)X[base + offset_of(r, meta + 12, meta + 18)]);
+    for (long r = 0; r < R; ++r) shift = fmax(shift, (ACC)LD(X, base + offset_of(r, meta + 12, meta + 18)));
 #endif
     ACC acc = (ACC)init;
     for (long r = 0; r < R; ++r) {
-        const ACC x = (ACC)X[base + offset_of(r, meta + 12, meta + 18)];
+        const ACC x = (ACC)LD(X, base + offset_of(r, meta + 12, meta + 18));
         acc = COMB(acc, MAP(x));
     }
-    Y[o] = (T)FINAL(acc);
+    ST(Y, o, (T)FINAL(acc));
 }
 
 // ArgMax (is_max = 1) / ArgMin along an axis of extent L, X viewed as outer x L x inner; one
 // work-item per (outer, inner). Scanning in order from the first element and replacing only on a
 // strict win (or a tie, for select_last) gives onnxruntime's answers, NaN included.
-__kernel void arg_reduce(__global const T* X, __global long* Y, const long outer, const long L,
+__kernel void arg_reduce(__global const XT* X, __global long* Y, const long outer, const long L,
                          const long inner, const int is_max, const int select_last)
 {
     const long gid = get_global_id(0);
     if (gid >= outer * inner) return;
     const long o = gid / inner, i = gid % inner;
-    __global const T* x = X + o * L * inner + i;
-    T best = x[0];
+    __global const XT* x = X + o * L * inner + i;
+    T best = LD(x, 0);
     long at = 0;
     for (long k = 1; k < L; ++k) {
-        const T v = x[k * inner];
+        const T v = LD(x, k * inner);
         const int win = is_max ? (v > best) : (v < best);
         if (win || (select_last && v == best)) {
             best = v;

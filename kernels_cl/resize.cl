@@ -1,4 +1,4 @@
-// Resize of float32 tensors (rank <= 6): nearest or (multi)linear interpolation.
+// Resize of float32 tensors (rank <= 6; stored as stype, see common.h): nearest or (multi)linear interpolation.
 // Build options: -DCTM=<coordinate transformation> (0 half_pixel, 1 asymmetric, 2 align_corners,
 // 3 pytorch_half_pixel), -DLINEAR=0/1, -DNEAREST=<nearest mode> (0 round_prefer_floor,
 // 1 round_prefer_ceil, 2 floor, 3 ceil).
@@ -42,7 +42,7 @@ inline long nearest_index(const float x, const long n_in) {
 
 // meta[0..5] the output shape, meta[6..11] the input shape, padded in front with 1s; s0..s5 the
 // scale of each (padded) axis. With LINEAR, axes whose scale is 1 are copied, not interpolated.
-__kernel void resize(__global const float* x, __global float* y, __global const int* meta,
+__kernel void resize(__global const stype* x, __global stype* y, __global const int* meta,
                      const float s0, const float s1, const float s2, const float s3, const float s4,
                      const float s5, const long n) {
     const long gid = (long)get_global_id(0);
@@ -92,10 +92,10 @@ __kernel void resize(__global const float* x, __global float* y, __global const 
                 w *= 1.0f - frac[a];
             }
         }
-        acc += w * x[off];
+        acc += w * LOADF(x, off);
     }
-    y[gid] = acc;
+    STOREF(y, gid, acc);
 #else
-    y[gid] = x[base];
+    STOREF(y, gid, LOADF(x, base));
 #endif
 }

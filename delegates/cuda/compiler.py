@@ -13,7 +13,7 @@ import json
 from offload.ir import Program
 
 from ..backend import CompileSpec, CompileSpecError, PreprocessResult
-from ..gpu.compiler import GPUCompiler
+from ..gpu.compiler import PRECISION_SPEC, GPUCompiler
 from . import blob, nvrtc
 from .record import record
 from .source import ARCH, kernel_key
@@ -21,6 +21,7 @@ from .source import ARCH, kernel_key
 SPEC_KEYS = {
     "device": "CUDA device index (default 0)",
     "arch": "GPU architectures to compile kernels for ahead of time, e.g. 'sm_80,sm_90' (needs NVRTC)",
+    "precision": PRECISION_SPEC,
 }
 
 

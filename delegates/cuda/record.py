@@ -53,6 +53,7 @@ class RecordingBuilder(PlanValues):
             self.gemm = self.gemms.append
 
     def program(self, source: str, options: str = "") -> Program:
+        self.check_options(options)
         p = Program(source, options)
         self.programs.setdefault(p)
         return p

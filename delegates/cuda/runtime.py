@@ -19,7 +19,7 @@ import numpy as np
 from offload.errors import KernelError, ModelFormatError, OffloadError, UnsupportedOpError
 
 from ..backend import Availability, BackendRuntime, CompileSpec
-from ..gpu.api import Buf, Ints, Scratch
+from ..gpu.api import Buf, Ints, Scratch, storage_dtype
 from ..gpu.builder import PlanValues
 from ..gpu.ops import LAUNCH
 from ..gpu.ops.linalg import GemmCall
@@ -48,22 +48,35 @@ class Gemm:
 
     call: GemmCall
     args: list  # the Bufs it reads and writes, for buffer placement
+    storage: str = "float32"  # the operands' dtype on the device: "float16" under precision=fp16
 
     def bind(self, buffers, view) -> None:
-        g = self.call
-        self.a = view(buffers[g.a], (g.M, g.K), np.float32, g.a_off, (g.sam, g.sak))
-        self.b = view(buffers[g.b], (g.K, g.N), np.float32, g.b_off, (g.sbk, g.sbn))
-        self.c = view(buffers[g.c], (g.M, g.N), np.float32, g.c_off, (g.N, 1))
+        g, t = self.call, self.storage
+        self.a = view(buffers[g.a], (g.M, g.K), t, g.a_off, (g.sam, g.sak))
+        self.b = view(buffers[g.b], (g.K, g.N), t, g.b_off, (g.sbk, g.sbn))
+        self.c = view(buffers[g.c], (g.M, g.N), t, g.c_off, (g.N, 1))
         # Kept when beta is 0, as matmul.cl keeps it: 0 * inf is NaN there too.
         bias = g.bias is not None
-        self.bias = view(buffers[g.bias], (g.M, g.N), np.float32, 0, (g.scm, g.scn)) if bias else None
+        self.bias = view(buffers[g.bias], (g.M, g.N), t, 0, (g.scm, g.scn)) if bias else None
 
     def run(self, stream) -> None:  # on the current stream, which execute sets
+        # On float16 views CuPy's matmul calls cublasGemmEx with CUBLAS_COMPUTE_32F (its default
+        # compute type for half): products and sums in float32, C rounded to half once.
         cp.matmul(self.a, self.b, out=self.c)
-        if self.call.alpha != 1.0:
-            self.c *= np.float32(self.call.alpha)
+        alpha, beta = np.float32(self.call.alpha), np.float32(self.call.beta)
+        if self.storage == "float16":
+            if alpha != 1.0 or self.bias is not None:
+                # the epilogue in float32, rounded to half once more (matmul.cl rounds once: C
+                # here differs from it by at most that first rounding of the product)
+                r = self.c.astype(np.float32) * alpha
+                if self.bias is not None:
+                    r += self.bias.astype(np.float32) * beta
+                self.c[...] = r  # float32 → half: CuPy rounds to nearest even
+            return
+        if alpha != 1.0:
+            self.c *= alpha
         if self.bias is not None:
-            self.c += self.bias * np.float32(self.call.beta)
+            self.c += self.bias * beta
 
 
 @dataclass
@@ -76,7 +89,7 @@ class Handle:
     dtypes: dict[int, np.dtype]
     buffers: dict[int, object]  # every value id → its device buffer (aliases share one)
     launches: list
-    host_in: list = field(default_factory=list)  # pinned host buffers, one per input
+    host_in: list = field(default_factory=list)  # pinned host buffers (device dtype), one per input
     host_out: list = field(default_factory=list)
     keep: list = field(default_factory=list)  # int tables the launches use
 
@@ -94,6 +107,7 @@ class CUDABuilder(PlanValues):
         self.launches: list = []
 
     def program(self, source: str, options: str = ""):
+        self.check_options(options)
         return build(self.device, source, options, self.binaries)
 
     def launch(self, program, kernel: str, global_size, local_size, args: list) -> None:
@@ -113,7 +127,9 @@ class CUDABuilder(PlanValues):
         bias = ref(call.bias) if call.bias is not None else None
         call = replace(call, a=ref(call.a), b=ref(call.b), c=ref(call.c), bias=bias)
         ids = [call.a, call.b, call.c] + ([call.bias] if call.bias is not None else [])
-        self.launches.append(Gemm(call, [Buf(i) for i in ids]))
+        self.launches.append(
+            Gemm(call, [Buf(i) for i in ids], storage_dtype(np.float32, self.precision).name)
+        )
 
 
 def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
@@ -184,8 +200,10 @@ class CUDARuntime(BackendRuntime):
         buffers = b.place(pinned)
         alloc = device.allocator
         for i, w in host.items():
-            if w.size:
-                alloc.view(buffers[i], w.shape, b.dtypes[i]).set(np.ascontiguousarray(w, b.dtypes[i]), stream)
+            if w.size:  # float32 → half under fp16 (numpy rounds to nearest even, ±inf past 65504)
+                with np.errstate(over="ignore"):
+                    w = np.ascontiguousarray(np.asarray(w, b.dtypes[i]).astype(b.storage(i)))
+                alloc.view(buffers[i], w.shape, w.dtype).set(w, stream)
         handle = Handle(device, stream, inputs, outputs, b.shapes, b.dtypes, buffers, b.launches)
         for launch in b.launches:
             if isinstance(launch, Gemm):
@@ -202,8 +220,9 @@ class CUDARuntime(BackendRuntime):
                 else:
                     bound.append(a)
             launch.bound = tuple(bound)
-        handle.host_in = [alloc.pinned(b.shapes[i], b.dtypes[i]) for i in inputs]
-        handle.host_out = [alloc.pinned(b.shapes[i], b.dtypes[i]) for i in outputs]
+        # The caller's float32 is converted to / from half on the host, in the pinned buffers.
+        handle.host_in = [alloc.pinned(b.shapes[i], b.storage(i)) for i in inputs]
+        handle.host_out = [alloc.pinned(b.shapes[i], b.storage(i)) for i in outputs]
         return handle
 
     def execute(self, handle: Handle, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -220,8 +239,9 @@ class CUDARuntime(BackendRuntime):
                             f"expected {handle.dtypes[i]}{list(handle.shapes[i])}"
                         )
                     if x.size:
-                        np.copyto(pinned, x)
-                        view(handle.buffers[i], x.shape, x.dtype).set(pinned, stream)
+                        with np.errstate(over="ignore"):
+                            np.copyto(pinned, x, casting="same_kind")
+                        view(handle.buffers[i], x.shape, pinned.dtype).set(pinned, stream)
                 for launch in handle.launches:
                     launch.run(stream)
                 for i, pinned in zip(handle.outputs, handle.host_out):
@@ -231,7 +251,7 @@ class CUDARuntime(BackendRuntime):
         except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
             raise KernelError(f"cuda backend: {type(e).__name__}: {e}") from e
         # Copies: the pinned buffers are refilled by the next call.
-        return [np.array(p, copy=True) for p in handle.host_out]
+        return [np.array(p, handle.dtypes[i], copy=True) for i, p in zip(handle.outputs, handle.host_out)]
 
     def destroy(self, handle: Handle) -> None:
         # CuPy returns the arrays to its pool when the last reference goes.

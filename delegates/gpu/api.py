@@ -86,10 +86,54 @@ class Builder(Protocol):
     def constant(self, out: int, value: np.ndarray) -> None:
         """``out`` is known at init: uploaded once with the weights, readable by ``const``."""
 
+    precision: str  # "fp32" or "fp16": how float32 values are stored on the device (see float_options)
+
+
+COMMON = "common.h"
+
+
+def _read(file: str) -> str:
+    return resources.files("offload.kernels_cl").joinpath(file).read_text()
+
 
 def source(file: str) -> str:
-    """A kernel source of ``kernels_cl``."""
-    return resources.files("offload.kernels_cl").joinpath(file).read_text()
+    """A kernel source of ``kernels_cl``; an OpenCL C file (``.cl``) comes with ``common.h`` (the
+    float storage macros) in front, so that both backends compile the same text. A ``#line``
+    after it keeps the file's own line numbers in build logs."""
+    text = _read(file)
+    return f"{_read(COMMON)}#line 1\n{text}" if file.endswith(".cl") else text
+
+
+def common() -> str:
+    """``common.h``, which a generated kernel source starts with."""
+    return _read(COMMON)
+
+
+def fp16(b) -> bool:
+    """Whether ``b``'s plan stores float32 values as half (compile spec precision=fp16)."""
+    return getattr(b, "precision", "fp32") == "fp16"
+
+
+def float_options(b) -> str:
+    """The build option selecting float32 storage in ``common.h``: -DOFFLOAD_FP16 under fp16."""
+    return "-DOFFLOAD_FP16" if fp16(b) else ""
+
+
+def options(b, *opts: str) -> str:
+    """Build options ``opts`` plus ``float_options(b)``, space-separated (empty ones dropped)."""
+    return " ".join(o for o in (*opts, float_options(b)) if o)
+
+
+def storage_dtype(dtype, precision: str = "fp32") -> np.dtype:
+    """The dtype a value of ``dtype`` has in device memory: float16 for float32 under fp16."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float16) if precision == "fp16" and dtype == np.float32 else dtype
+
+
+def move_ctype(b, v: int) -> str:
+    """The OpenCL C type a data-movement kernel (``-DT=``) copies value ``v``'s elements as:
+    its own, or ``ushort`` (the bits of a half) for float32 stored as half."""
+    return "ushort" if fp16(b) and b.dtype(v) == np.float32 else ctype(b.dtype(v))
 
 
 def ctype(dtype) -> str:

@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from offload.errors import ModelFormatError
+from offload.errors import KernelError, ModelFormatError
 
-from .api import Buf, Scratch
+from .api import Buf, Scratch, storage_dtype
+from .plan import PRECISIONS
 
 
 class PlanValues:
@@ -28,6 +29,12 @@ class PlanValues:
         self.shapes = {int(i): tuple(s) for i, s in plan["shapes"].items()}
         dtypes = plan.get("dtypes") or {}
         self.dtypes = {i: np.dtype(dtypes.get(str(i), "float32")) for i in self.shapes}
+        # How float32 values are stored on the device ("fp16": as half; kernels compute in float).
+        self.precision = plan.get("precision", "fp32")
+        if self.precision not in PRECISIONS:
+            raise ModelFormatError(
+                f"{self.backend} backend: plan precision {self.precision!r} (takes fp32, fp16)"
+            )
         self.host = host  # weights, then init-time constants: uploaded once
         self.alias_of: dict[int, int] = {}
         self.step = 0  # the plan step whose launcher runs (scratch buffers are per step)
@@ -62,6 +69,12 @@ class PlanValues:
             v = self.alias_of[v]
         return v
 
+    def check_options(self, options: str) -> None:
+        """Refuse a program built without -DOFFLOAD_FP16 under fp16: its kernels would read the
+        half buffers as float (past their ends). Every launcher passes ``api.float_options``."""
+        if self.precision == "fp16" and "-DOFFLOAD_FP16" not in options.split():
+            raise KernelError(f"{self.backend} backend: a kernel built without -DOFFLOAD_FP16 in a fp16 plan")
+
     # -- recording --
     def ref(self, a):
         """A launch argument as recorded: a view's buffer is its root's, a Scratch gets a
@@ -75,10 +88,14 @@ class PlanValues:
         return a
 
     # -- placing buffers --
+    def storage(self, v: int) -> np.dtype:
+        """The dtype of value ``v`` in device memory (float16 for float32 under fp16)."""
+        return storage_dtype(self.dtypes[v], self.precision)
+
     def nbytes(self, v: int) -> int:
         if v < 0:
             return self.scratch_bytes[v]
-        return math.prod(self.shapes[v]) * self.dtypes[v].itemsize
+        return math.prod(self.shapes[v]) * self.storage(v).itemsize
 
     def place(self, pinned: set[int], alloc: Callable[[int], object] | None = None) -> dict[int, object]:
         """A buffer for every value, from the arguments of the recorded ``self.launches`` (each has

@@ -14,9 +14,13 @@ import numpy as np
 from offload.errors import UnsupportedOpError
 from offload.ir import Operation, Program, TensorType, Value, lookup
 
-from ..backend import BackendCompiler, CompileSpec, PreprocessResult, Support
+from ..backend import BackendCompiler, CompileSpec, CompileSpecError, PreprocessResult, Support
 from .ops import CAPABILITIES, CHECKS, ELEMENTWISE, MULTI_OUTPUT
-from .plan import FORMAT, MAX_ELEMENTS
+from .plan import FORMAT, MAX_ELEMENTS, PRECISIONS
+
+PRECISION_SPEC = (
+    "fp32 (default) | fp16: store every float32 value on the device as half (kernels compute in float32)"
+)
 
 
 def _attr(v):
@@ -122,10 +126,28 @@ def _fused(ops: list[Operation], vid) -> dict:
     }
 
 
+def precision(specs: list[CompileSpec], backend: str) -> str:
+    """The ``precision`` spec ("fp32" when absent); CompileSpecError for any other value."""
+    found = "fp32"
+    for spec in specs:
+        if spec.key == "precision":
+            found = spec.text()
+            if found not in PRECISIONS:
+                raise CompileSpecError(
+                    f"{backend} backend: precision={found!r}, takes one of {list(PRECISIONS)}"
+                )
+    return found
+
+
 class GPUCompiler(BackendCompiler):
-    """Subclasses set ``name`` and ``spec_keys``; the op table is the shared one."""
+    """Subclasses set ``name`` and ``spec_keys`` (with "precision": PRECISION_SPEC); the op table
+    is the shared one."""
 
     capabilities = CAPABILITIES
+
+    def check_specs(self, specs: list[CompileSpec]) -> None:
+        super().check_specs(specs)
+        precision(specs, self.name)
 
     def supports(self, op: Operation, ctx=None) -> Support:
         found = super().supports(op, ctx)
@@ -160,6 +182,9 @@ class GPUCompiler(BackendCompiler):
             return i
 
         plan = {"format": FORMAT, "inputs": [vid(v) for v in body.inputs], "weights": {}, "ops": []}
+        stored = precision(compile_specs, self.name)
+        if stored != "fp32":  # absent means fp32: fp32 plans stay as they were
+            plan["precision"] = stored
         for op in body.operations:
             support = self.supports(op)
             if not support:

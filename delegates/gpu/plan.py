@@ -6,7 +6,8 @@
  "shapes": {"value id": [dim, ...]},         # every value's static shape
  "dtypes": {"value id": "float32" | ...},    # every value's numpy dtype name (format 3)
  "ops": [{"type", "name", "attributes", "inputs": [id | null], "outputs": [id | null]}],
- "outputs": [value id, ...]}
+ "outputs": [value id, ...],
+ "precision": "fp16"}                        # optional (absent: fp32): float32 values stored as half
 
 The step type "Fused" is a tree of elementwise ops run as one generated kernel, its
 intermediates never stored. Its "inputs" are the tree's leaf values (each broadcast to the output
@@ -24,6 +25,7 @@ import numpy as np
 from offload.errors import ModelFormatError
 
 FORMAT = "offload-gpu-plan/3"
+PRECISIONS = ("fp32", "fp16")  # how float32 values are stored on the device
 FORMATS = ("offload-opencl-plan/1", "offload-opencl-plan/2", FORMAT)
 
 
@@ -75,6 +77,8 @@ def parse(processed: bytes, backend: str) -> dict:
     for i, t in dtypes.items():
         if i not in shapes or t not in DTYPES:
             raise bad(f"value {i!r} has dtype {t!r}")
+    if plan.get("precision", "fp32") not in PRECISIONS:
+        raise bad(f"precision {plan.get('precision')!r} (takes {', '.join(PRECISIONS)})")
 
     def known(v, optional=False) -> bool:
         return (optional and v is None) or (type(v) is int and str(v) in shapes)

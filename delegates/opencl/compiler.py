@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from ..backend import CompileSpec, CompileSpecError
-from ..gpu.compiler import GPUCompiler
+from ..gpu.compiler import PRECISION_SPEC, GPUCompiler
 
 SPEC_KEYS = {
     "device": "OpenCL device: 'P:D' (platform, device index), 'D' (index), or a name substring",
     "tuning": "none (default) | quick: time the GEMM tile sizes at init, keep the fastest (cached)",
+    "precision": PRECISION_SPEC,
 }
 TUNING = ("none", "quick")
 

@@ -152,15 +152,21 @@ class Allocator:
     def alloc(self, nbytes: int):
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 4))
 
-    def copyin(self, buffer, array: np.ndarray) -> None:
+    def copyin(self, buffer, array: np.ndarray, storage=None) -> None:
+        """``array`` into ``buffer``, converted to the device dtype ``storage`` when one is given
+        (float32 → float16 under precision=fp16: round to nearest even, overflow to ±inf)."""
+        if storage is not None and array.dtype != storage:
+            with np.errstate(over="ignore"):
+                array = array.astype(storage)
         if array.size:
             cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=True)
 
-    def copyout(self, buffer, shape, dtype) -> np.ndarray:
-        out = np.empty(shape, dtype)
+    def copyout(self, buffer, shape, dtype, storage=None) -> np.ndarray:
+        """``buffer`` as an array of ``dtype``, read as ``storage`` (the device dtype) when given."""
+        out = np.empty(shape, storage if storage is not None else dtype)
         if out.size:
             cl.enqueue_copy(self.queue, out, buffer, is_blocking=True)
-        return out
+        return out.astype(dtype, copy=False)
 
 
 # ---- device: context + queue, chosen by the `device` spec ---------------------------------------

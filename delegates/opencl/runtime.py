@@ -47,6 +47,7 @@ class Handle:
     dtypes: dict[int, np.dtype]
     buffers: dict[int, object]  # every value id → its buffer (aliases share one)
     launches: list[Launch]
+    storage: dict[int, np.dtype] = field(default_factory=dict)  # device dtype where it differs (fp16)
     keep: list = field(default_factory=list)  # tables and step buffers the launches use
 
 
@@ -64,6 +65,7 @@ class PlanBuilder(PlanValues):
         self.launches: list[Launch] = []
 
     def program(self, source: str, options: str = ""):
+        self.check_options(options)
         return build(self.device, source, options)
 
     def launch(self, program, kernel: str, global_size, local_size, args: list) -> None:
@@ -171,9 +173,10 @@ class OpenCLRuntime(BackendRuntime):
         pinned = {b.root(v) for v in (*inputs, *outputs, *host)}
         buffers = b.place(pinned)
         alloc = device.allocator
-        for i, w in host.items():
-            alloc.copyin(buffers[i], np.asarray(w, b.dtypes[i]))
-        handle = Handle(device, inputs, outputs, b.shapes, b.dtypes, buffers, b.launches)
+        for i, w in host.items():  # float32 → half under fp16
+            alloc.copyin(buffers[i], np.asarray(w, b.dtypes[i]), b.storage(i))
+        storage = {i: b.storage(i) for i in (*inputs, *outputs) if b.storage(i) != b.dtypes[i]}
+        handle = Handle(device, inputs, outputs, b.shapes, b.dtypes, buffers, b.launches, storage=storage)
         for launch in b.launches:
             args = []
             for a in launch.args:
@@ -201,13 +204,14 @@ class OpenCLRuntime(BackendRuntime):
                     f"opencl backend: input {i} is {x.dtype}{list(x.shape)}, "
                     f"expected {handle.dtypes[i]}{list(handle.shapes[i])}"
                 )
-            alloc.copyin(handle.buffers[i], x)
+            alloc.copyin(handle.buffers[i], x, handle.storage.get(i))
         queue = handle.device.queue
         try:
             for launch in handle.launches:
                 cl.enqueue_nd_range_kernel(queue, launch.kernel, launch.global_size, launch.local_size)
             return [
-                alloc.copyout(handle.buffers[i], handle.shapes[i], handle.dtypes[i]) for i in handle.outputs
+                alloc.copyout(handle.buffers[i], handle.shapes[i], handle.dtypes[i], handle.storage.get(i))
+                for i in handle.outputs
             ]
         except cl.Error as e:
             raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e

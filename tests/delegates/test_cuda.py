@@ -174,7 +174,7 @@ def test_cuda_is_a_builtin_backend():
     entry = next(e for e in registry.backends() if e.name == "cuda")
     assert entry.source == "built-in"
     compiler = registry.get("cuda").compiler()
-    assert compiler.name == "cuda" and set(compiler.spec_keys) == {"device", "arch"}
+    assert compiler.name == "cuda" and set(compiler.spec_keys) == {"device", "arch", "precision"}
 
 
 def test_without_arch_the_blob_carries_the_plan_alone():
@@ -205,6 +205,23 @@ def test_arch_stores_a_cubin_per_arch_and_ptx_for_the_newest():
     assert blob.select(binaries, next(iter(keys)), (8, 9)).arch == "sm_80"
 
 
+@needs_nvrtc
+def test_arch_with_fp16_stores_the_half_storage_kernels():
+    specs = {"cuda": {"arch": "sm_80", "precision": "fp16"}}
+    d = _delegate(offload.to_backend(_mlp(), "cuda", compile_specs=specs))
+    plan, binaries = blob.unpack(d.attributes["processed"])
+    assert plan["precision"] == "fp16"
+    constants = d.attributes["fallback"].constants
+    host = {int(i): constants[n].const_value for i, n in plan["weights"].items()}
+    recorded = record(plan, host, blas=True)
+    assert all("-DOFFLOAD_FP16" in p.options.split() for p in recorded.programs)
+    keys = {kernel_key(p.source, p.options) for p in recorded.programs}
+    assert {b.key for b in binaries} == keys
+    # the fp32 plan's kernels are other builds (other keys)
+    fp32 = blob.unpack(_delegate(offload.to_backend(_mlp(), "cuda")).attributes["processed"])[0]
+    assert keys.isdisjoint(kernel_key(p.source, p.options) for p in record(fp32, host, blas=True).programs)
+
+
 @pytest.mark.parametrize(
     "specs,match",
     [
@@ -213,7 +230,8 @@ def test_arch_stores_a_cubin_per_arch_and_ptx_for_the_newest():
         ({"arch": " , "}, "architectures like"),
         ({"device": "-1"}, ">= 0"),
         ({"device": "gpu0"}, "must be an integer"),
-        ({"precision": "fp16"}, "no compile spec 'precision'"),
+        ({"precision": "fp8"}, r"precision='fp8', takes one of \['fp32', 'fp16'\]"),
+        ({"tuning": "quick"}, "no compile spec 'tuning'"),
     ],
 )
 def test_spec_errors(specs, match):
@@ -389,12 +407,12 @@ class _HostDevice:
     allocator = _HostAllocator()
 
 
-def _host_builder(program, monkeypatch):
+def _host_builder(program, monkeypatch, specs=None):
     """The CUDA runtime's builder over a lowered program's plan, no kernels built, no device."""
     from offload.delegates.cuda import runtime as cuda_runtime
 
     monkeypatch.setattr(cuda_runtime, "build", lambda device, source, options, binaries: _Module())
-    d = _delegate(offload.to_backend(program, "cuda"))
+    d = _delegate(offload.to_backend(program, "cuda", compile_specs=specs))
     plan, _ = blob.unpack(d.attributes["processed"])
     constants = d.attributes["fallback"].constants
     host = {int(i): constants[n].const_value for i, n in plan["weights"].items()}
@@ -444,6 +462,42 @@ def test_cublas_gemm_views_compute_the_gemm(attrs, a_shape, b_shape, bias_shape,
     (out,) = plan["outputs"]
     got = _HostAllocator.view(buffers[out], b.shapes[out], np.float32)
     np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "attrs,a_shape,b_shape,bias_shape",
+    [
+        ({}, (3, 4), (4, 5), None),
+        ({"transA": 1, "alpha": 0.5}, (4, 3), (4, 5), (5,)),
+        ({"transA": 1, "transB": 1, "beta": 2.0}, (4, 3), (5, 4), (3, 1)),
+    ],
+)
+def test_cublas_gemm_views_of_half_storage(attrs, a_shape, b_shape, bias_shape, monkeypatch):
+    """precision=fp16: the GEMM views are float16 (two bytes a value, the same element strides)
+    and the result is stored as half; numpy stands in for CuPy on those views."""
+    from offload.delegates.cuda import runtime as cuda_runtime
+
+    h = lambda s: RNG.standard_normal(s).astype(np.float16).astype(np.float32)  # noqa: E731
+    init = [("b", h(b_shape))] + ([("c", h(bias_shape))] if bias_shape else [])
+    names = ["a", "b"] + (["c"] if bias_shape else [])
+    p = model([helper.make_node("Gemm", names, ["y"], **attrs)], [("a", list(a_shape))], ["y"], init)
+    feeds = {"a": h(a_shape)}
+    plan, host, b = _host_builder(p, monkeypatch, {"cuda": {"precision": "fp16"}})
+    assert plan["precision"] == "fp16"
+    assert all(isinstance(x, cuda_runtime.Gemm) and x.storage == "float16" for x in b.launches)
+    buffers = b.place({*plan["inputs"], *plan["outputs"], *host})
+    (out,) = plan["outputs"]
+    assert buffers[out].nbytes == 2 * int(np.prod(b.shapes[out]))
+    for i, value in [*host.items(), (plan["inputs"][0], feeds["a"])]:
+        _HostAllocator.view(buffers[i], value.shape, np.float16)[...] = value
+    monkeypatch.setattr(cuda_runtime, "cp", np)
+    for g in b.launches:
+        g.bind(buffers, _HostAllocator.view)
+        g.run(None)
+    got = _HostAllocator.view(buffers[out], b.shapes[out], np.float16).astype(np.float32)
+    # exact operands, K = 4: the product and the epilogue rounded to half (and numpy's float16
+    # matmul may round its partial sums too): a few units of 2^-11 on O(1) values
+    np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=4e-3, atol=4e-3)
 
 
 def test_batched_matmul_views_compute_the_matmul(monkeypatch):

@@ -25,7 +25,7 @@ from onnx import helper
 import offload
 from offload.delegates.cuda import blob, nvrtc
 from offload.delegates.cuda.record import Program, record
-from offload.delegates.gpu.api import source
+from offload.delegates.gpu.api import common, source
 
 from .opencl_support import model
 
@@ -149,18 +149,24 @@ def opencl_test_models() -> tuple:
     return tuple(captured)
 
 
+# Each opencl test model is also planned with float32 values stored as half: the fp16 variant of
+# every kernel (-DOFFLOAD_FP16, half loads and stores through the prelude) must compile too.
+PRECISIONS = {"": None, " fp16": {"cuda": {"precision": "fp16"}}}
+
+
 @lru_cache(maxsize=1)
 def opencl_model_programs() -> tuple[dict[Program, str], list[str]]:
     found: dict[Program, str] = {}
     refused = []
     for name, program, *_ in opencl_test_models():
-        try:
-            programs, why = delegate_programs(program)
-        except offload.errors.OffloadError:
-            continue
-        refused += [f"{name}: {w}" for w in why]
-        for p in programs:
-            found.setdefault(p, name)
+        for suffix, specs in PRECISIONS.items():
+            try:
+                programs, why = delegate_programs(program, specs)
+            except offload.errors.OffloadError:
+                continue
+            refused += [f"{name}{suffix}: {w}" for w in why]
+            for p in programs:
+                found.setdefault(p, name + suffix)
     return found, refused
 
 
@@ -237,6 +243,32 @@ def test_float_kernels_do_no_double_math():
     for prog in programs:
         ptx = nvrtc.compile(prog.source, prog.options, "sm_80", "ptx").decode()
         assert ".f64" not in ptx, prog.source
+
+
+def test_fp16_kernels_of_the_opencl_test_models_compile():
+    programs, _ = opencl_model_programs()
+    half = {p: w for p, w in programs.items() if "-DOFFLOAD_FP16" in p.options.split()}
+    # every kernels_cl file and the generated elementwise kernels have a fp16 build among them
+    files = {os.path.basename(f) for f in glob.glob(os.path.join(KERNELS, "*.cl"))}
+    built = {f for f in files for p in half if p.source == source(f)}
+    assert built == files, files - built
+    assert any(p.source.count("__kernel void ew(") for p in half)
+    failures = compile_all(half)
+    assert not failures, f"{len(failures)} of {len(half)} kernels fail:\n" + "\n".join(failures[:5])
+
+
+def test_prelude_half_conversions_are_the_ieee_instructions():
+    # cvt.f32.f16 (exact) to load, cvt.rn.f16.f32 (round to nearest even) to store
+    ptx = nvrtc.compile(
+        common() + "__kernel void k(__global const stype* x, __global stype* y, const int n) {\n"
+        " const int i = get_global_id(0); if (i < n) STOREF(y, i, LOADF(x, i) * 3.0f); }",
+        "-DOFFLOAD_FP16",
+        "sm_80",
+        "ptx",
+    ).decode()
+    for ins in ("cvt.f32.f16", "cvt.rn.f16.f32"):
+        assert ins in ptx, ins
+    assert ".f64" not in ptx
 
 
 def test_a_refused_source_fails_with_the_nvrtc_log():

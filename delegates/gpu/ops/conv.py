@@ -33,7 +33,7 @@ from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import Buf, Builder, Scratch, source
+from ..api import Buf, Builder, Scratch, float_options, fp16, source
 from . import linalg
 
 _F32 = frozenset({DataType.FLOAT})
@@ -124,12 +124,18 @@ def _conv(b: Builder, step: dict) -> None:
     if how == "direct":
         args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(bias is not None)]
         args += [i32(N), i32(C), i32(M), i32(G), *geo]
-        b.launch(b.program(source("conv.cl")), "conv_direct", (N * M * math.prod(outs),), None, args)
+        b.launch(
+            b.program(source("conv.cl"), float_options(b)),
+            "conv_direct",
+            (N * M * math.prod(outs),),
+            None,
+            args,
+        )
         return
     run = getattr(b, "gemm", None) or (lambda g: linalg.gemm_kernel(b, g))
     mg, K, P, IP = M // G, cg * math.prod(ks), math.prod(outs), math.prod(ins)
     gemm_bias = bias if G == 1 else None
-    cols = Scratch(4 * K * P, "im2col")
+    cols = Scratch((2 if fp16(b) else 4) * K * P, "im2col")  # float32 columns, stored as stype
     for n in range(N):
         for g in range(G):
             x_off = (n * C + g * cg) * IP
@@ -137,7 +143,7 @@ def _conv(b: Builder, step: dict) -> None:
                 operand, b_off = x, x_off
             else:
                 col_args = [Buf(x), np.int64(x_off), cols, i32(cg), *geo]
-                b.launch(b.program(source("im2col.cl")), "im2col", (K * P,), None, col_args)
+                b.launch(b.program(source("im2col.cl"), float_options(b)), "im2col", (K * P,), None, col_args)
                 operand, b_off = cols, 0
             c_off = (n * M + g * mg) * P
             run(
@@ -147,7 +153,7 @@ def _conv(b: Builder, step: dict) -> None:
             )
     if bias is not None and G > 1:
         args = [Buf(out), Buf(bias), i32(N * M), i32(M), i32(P)]
-        b.launch(b.program(source("conv.cl")), "add_bias", (N * M * P,), None, args)
+        b.launch(b.program(source("conv.cl"), float_options(b)), "add_bias", (N * M * P,), None, args)
 
 
 def transpose_begin_pads(a: dict, ins, ks, outs) -> list[int]:
@@ -187,7 +193,13 @@ def _conv_transpose(b: Builder, step: dict) -> None:
     args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(bias is not None)]
     args += [i32(v) for v in (N, C, M, G, *_as3(ins, 1), *_as3(ks, 1), *_as3(outs, 1))]
     args += [i32(v) for v in (*_as3(strides, 1), *_as3(begin, 0), *_as3(dils, 1))]
-    b.launch(b.program(source("conv.cl")), "conv_transpose", (N * M * math.prod(outs),), None, args)
+    b.launch(
+        b.program(source("conv.cl"), float_options(b)),
+        "conv_transpose",
+        (N * M * math.prod(outs),),
+        None,
+        args,
+    )
 
 
 LAUNCH = {"Conv": _conv, "ConvTranspose": _conv_transpose}

@@ -20,7 +20,7 @@ from offload.errors import ModelFormatError, UnsupportedOpError
 from offload.ir import DataType, lookup
 
 from ...backend import OpCapability, Support
-from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, ctype, pad
+from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, common, ctype, float_options, pad
 
 F32, I32, I64, BOOL = "float32", "int32", "int64", "bool"
 NUM = (F32, I32, I64)
@@ -335,14 +335,17 @@ def fused_source(nodes: list[dict], leaf_dtypes: list[str], out_dtype: str) -> s
     if types[-1] != out_dtype:
         raise ModelFormatError(f"gpu backend: fused tree gives {types[-1]}, its output is {out_dtype}")
     n = len(leaf_dtypes)
-    params = "".join(f", __global const {ctype(t)}* a{i}" for i, t in enumerate(leaf_dtypes))
+    params = "".join(f", __global const {_buffer(t)}* a{i}" for i, t in enumerate(leaf_dtypes))
     offs = " ".join(f"int o{i} = 0;" for i in range(n))
     steps = " ".join(f"o{i} += j * meta[{MAX_RANK * (i + 1)} + d];" for i in range(n))
-    loads = " ".join(f"const {ctype(t)} x{i} = a{i}[o{i}];" for i, t in enumerate(leaf_dtypes))
+    loads = " ".join(
+        f"const {ctype(t)} x{i} = {_load(t, f'a{i}', f'o{i}')};" for i, t in enumerate(leaf_dtypes)
+    )
+    store = f"STOREF(out, gid, t{len(nodes) - 1});" if out_dtype == F32 else f"out[gid] = t{len(nodes) - 1};"
     nl = "\n    "
-    return f"""// generated: fused {"+".join(nd["type"] for nd in nodes)}
+    return f"""{common()}// generated: fused {"+".join(nd["type"] for nd in nodes)}
 {chr(10).join(funcs)}
-__kernel void ew(__global {ctype(out_dtype)}* out{params}, __global const int* meta, const int n) {{
+__kernel void ew(__global {_buffer(out_dtype)}* out{params}, __global const int* meta, const int n) {{
     const int gid = get_global_id(0);
     if (gid >= n) return;
     int rem = gid; {offs}
@@ -351,9 +354,18 @@ __kernel void ew(__global {ctype(out_dtype)}* out{params}, __global const int* m
     }}
     {loads}
     {nl.join(lines)}
-    out[gid] = t{len(nodes) - 1};
+    {store}
 }}
 """
+
+
+def _buffer(dtype: str) -> str:
+    """The element type of a buffer of ``dtype``: float32 values are stored as stype (common.h)."""
+    return "stype" if dtype == F32 else ctype(dtype)
+
+
+def _load(dtype: str, buf: str, index: str) -> str:
+    return f"LOADF({buf}, {index})" if dtype == F32 else f"{buf}[{index}]"
 
 
 def as_tree(step: dict) -> dict:
@@ -383,7 +395,7 @@ def launch_fused(b: Builder, step: dict) -> None:
     for i in ins:
         meta += pad(broadcast_strides(b.shape(i), out_shape), 0)
     source = fused_source(step["nodes"], [b.dtype(i).name for i in ins], b.dtype(out).name)
-    program = b.program(source)
+    program = b.program(source, float_options(b))
     b.launch(program, "ew", (n,), None, [Buf(out), *(Buf(i) for i in ins), Ints(tuple(meta)), np.int32(n)])
 
 

@@ -14,7 +14,7 @@ from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import MAX_RANK, Buf, Builder, Ints, ctype, pad, source
+from ..api import MAX_RANK, Buf, Builder, Ints, ctype, move_ctype, options, pad, source
 from .layout import check_constant, check_size
 
 _ANY = frozenset({DataType.FLOAT, DataType.INT32, DataType.INT64, DataType.BOOL})
@@ -112,11 +112,12 @@ CHECKS = {
 
 
 def _options(b: Builder, x: int, idx: int | None = None, **defines) -> str:
-    opts = [f"-DT={ctype(b.dtype(x))}"]
+    # indexing.cl moves T as stored (half bits as ushort under fp16); resize.cl reads stype.
+    opts = [f"-DT={move_ctype(b, x)}"]
     if idx is not None:
         opts.append(f"-DI={ctype(b.dtype(idx))}")
     opts += [f"-D{k}={v}" for k, v in defines.items()]
-    return " ".join(opts)
+    return options(b, *opts)
 
 
 def _axis(axis: int, rank: int, what: str) -> int:
@@ -210,7 +211,7 @@ def _resize(b: Builder, step: dict) -> None:
             scales[a] = np.float32(oshape[a]) / np.float32(shape[a]) if shape[a] else np.float32(1.0)
     if len(oshape) != rank or any(s <= 0 for s in scales):
         raise ModelFormatError(f"gpu backend: Resize of {shape} to {oshape} by scales {scales}")
-    options = _options(
+    opts = _options(
         b,
         x,
         CTM=COORDINATES.index(attrs.get("coordinate_transformation_mode", "half_pixel")),
@@ -219,7 +220,7 @@ def _resize(b: Builder, step: dict) -> None:
     )
     meta = pad(oshape, 1) + pad(shape, 1)
     n = math.prod(oshape)
-    program = b.program(source("resize.cl"), options)
+    program = b.program(source("resize.cl"), opts)
     scale_args = [np.float32(s) for s in pad(scales, 1.0)]
     b.launch(program, "resize", (n,), None, [Buf(x), Buf(out), Ints(tuple(meta)), *scale_args, np.int64(n)])
 

@@ -11,7 +11,7 @@ from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, ctype, pad, source
+from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, move_ctype, options, pad, source
 
 _ANY = frozenset({DataType.FLOAT, DataType.INT32, DataType.INT64, DataType.BOOL})
 # Kernel tables are int32: tensors stay below 2**31 elements so shapes, strides and offsets fit.
@@ -103,7 +103,7 @@ CHECKS = {
 
 
 def _options(b: Builder, v: int) -> str:
-    return f"-DT={ctype(b.dtype(v))}"
+    return options(b, f"-DT={move_ctype(b, v)}")  # bits moved as stored (half as ushort under fp16)
 
 
 def _strides(shape) -> list[int]:

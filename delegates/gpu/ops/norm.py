@@ -16,7 +16,7 @@ from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import MAX_RANK, Buf, Builder, source
+from ..api import MAX_RANK, Buf, Builder, float_options, options, source
 
 _F32 = frozenset({DataType.FLOAT})
 # Work-items of one work-group of the row kernels (a power of two).
@@ -109,7 +109,7 @@ def _batchnorm(b: Builder, step: dict) -> None:
     eps = np.float32(step["attributes"].get("epsilon", 1e-5))
     args = [Buf(x), Buf(scale), Buf(bias), Buf(mean), Buf(var), Buf(out)]
     args += [np.int32(n), np.int32(C), np.int32(inner), eps]
-    b.launch(b.program(source("norm.cl")), "batchnorm", (n,), None, args)
+    b.launch(b.program(source("norm.cl"), float_options(b)), "batchnorm", (n,), None, args)
 
 
 def _softmax(b: Builder, step: dict) -> None:
@@ -117,7 +117,7 @@ def _softmax(b: Builder, step: dict) -> None:
     shape = b.shape(x) or (1,)  # a scalar: softmax of one element
     axis = int(step["attributes"].get("axis", -1)) % len(shape)
     outer, L, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
-    program = b.program(source("norm.cl"), f"-DWG={WG}")
+    program = b.program(source("norm.cl"), options(b, f"-DWG={WG}"))
     is_log = np.int32(step["type"] == "LogSoftmax")
     if inner == 1:
         args = [Buf(x), Buf(out), np.int64(outer), np.int64(L), is_log]
@@ -153,7 +153,7 @@ def _row_norm(b: Builder, step: dict) -> None:
     bias = bias if has_bias else scale  # not read without a bias: any buffer fills the argument
     args = [Buf(x), Buf(scale), Buf(bias), Buf(out), np.int64(rows), np.int64(L), eps]
     args += [np.int32(has_bias), *(np.int64(v) for v in (G, CG, D, S_scale, S_bias))]
-    program = b.program(source("norm.cl"), f"-DWG={WG}")
+    program = b.program(source("norm.cl"), options(b, f"-DWG={WG}"))
     b.launch(program, "row_norm", (rows * WG,), (WG,), args)
 
 
@@ -172,7 +172,7 @@ def _lrn(b: Builder, step: dict) -> None:
         np.float32(a.get("beta", 0.75)),
         np.float32(a.get("bias", 1.0)),
     ]
-    b.launch(b.program(source("norm.cl")), "lrn", (n,), None, args)
+    b.launch(b.program(source("norm.cl"), float_options(b)), "lrn", (n,), None, args)
 
 
 LAUNCH = {

@@ -15,7 +15,7 @@ import numpy as np
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import MAX_RANK, Buf, Builder, source
+from ..api import MAX_RANK, Buf, Builder, float_options, source
 from .conv import _as3, geometry
 
 _F32 = frozenset({DataType.FLOAT})
@@ -60,7 +60,7 @@ def _pool(b: Builder, step: dict) -> None:
     args += [i32(v) for v in (*_as3(ins, 1), *_as3(ks, 1), *_as3(outs, 1), *_as3(strides, 1))]
     args += [i32(v) for v in (*_as3(begin, 0), *_as3(end, 0), *_as3(dils, 1))]
     args.append(i32(a.get("count_include_pad", 0)))
-    b.launch(b.program(source("pool.cl")), "pool", (N * C * math.prod(outs),), None, args)
+    b.launch(b.program(source("pool.cl"), float_options(b)), "pool", (N * C * math.prod(outs),), None, args)
 
 
 def _global_pool(b: Builder, step: dict) -> None:
@@ -68,7 +68,11 @@ def _global_pool(b: Builder, step: dict) -> None:
     N, C, *spatial = b.shape(x)
     args = [Buf(x), Buf(out), np.int32(step["type"] == "GlobalMaxPool"), np.int32(N * C)]
     b.launch(
-        b.program(source("pool.cl")), "global_pool", (N * C,), None, [*args, np.int32(math.prod(spatial))]
+        b.program(source("pool.cl"), float_options(b)),
+        "global_pool",
+        (N * C,),
+        None,
+        [*args, np.int32(math.prod(spatial))],
     )
 
 

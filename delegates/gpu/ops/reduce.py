@@ -17,7 +17,7 @@ from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import MAX_RANK, Buf, Builder, Ints, ctype, pad, source
+from ..api import MAX_RANK, Buf, Builder, Ints, ctype, options, pad, source
 
 # Work-items of one work-group of ``reduce_rows`` (a power of two).
 WG = 128
@@ -157,8 +157,8 @@ def _reduce(b: Builder, step: dict) -> None:
         info = np.iinfo(dtype)
         init = info.min if op == "ReduceMax" else info.max
     init = dtype.type(init)
-    options = f"-DT={ctype(dtype)} -DIS_FLOAT={int(is_float)} -DOP={CODES[op]} -DWG={WG}"
-    program = b.program(source("reduce.cl"), options)
+    opts = options(b, f"-DT={ctype(dtype)} -DIS_FLOAT={int(is_float)} -DOP={CODES[op]} -DWG={WG}")
+    program = b.program(source("reduce.cl"), opts)
     args = [Buf(x), Buf(out), Ints(tuple(meta)), np.int64(nout), np.int64(R)]
     if groups and groups[-1][2]:  # the innermost axis is reduced: a work-group per output
         contig = int(len(red) == 1)
@@ -173,7 +173,8 @@ def _arg(b: Builder, step: dict) -> None:
     shape = b.shape(x) or (1,)
     axis = int(attrs.get("axis", 0)) % len(shape)
     outer, L, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
-    program = b.program(source("reduce.cl"), f"-DT={ctype(b.dtype(x))}")
+    is_float = int(b.dtype(x) == np.float32)
+    program = b.program(source("reduce.cl"), options(b, f"-DT={ctype(b.dtype(x))} -DIS_FLOAT={is_float}"))
     args = [Buf(x), Buf(out), np.int64(outer), np.int64(L), np.int64(inner)]
     args += [np.int32(step["type"] == "ArgMax"), np.int32(attrs.get("select_last_index", 0))]
     b.launch(program, "arg_reduce", (outer * inner,), None, args)
