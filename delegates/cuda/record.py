@@ -13,11 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from offload.errors import ModelFormatError, UnsupportedOpError
+from offload.errors import ModelFormatError
 
 from ..gpu.api import Buf, Ints, Scratch
 from ..gpu.builder import PlanValues
-from ..gpu.ops import LAUNCH
 from ..gpu.plan import FORMATS
 
 
@@ -73,9 +72,5 @@ def record(plan: dict, host: dict[int, np.ndarray] | None = None, blas: bool = F
     if not isinstance(plan, dict) or plan.get("format") not in FORMATS:
         raise ModelFormatError(f"gpu backend: not a plan (format {plan.get('format')!r})")
     b = RecordingBuilder(plan, host, blas)
-    for step in plan["ops"]:
-        launcher = LAUNCH.get(step["type"])
-        if launcher is None:
-            raise UnsupportedOpError(f"gpu backend: no kernel for plan step {step['type']!r}")
-        launcher(b, step)
+    b.record(plan)
     return b

@@ -16,14 +16,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from offload.errors import KernelError, ModelFormatError, OffloadError, UnsupportedOpError
+from offload.errors import KernelError, OffloadError
 
 from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch, storage_dtype
-from ..gpu.builder import PlanValues
-from ..gpu.ops import LAUNCH
+from ..gpu.builder import PlanValues, host_weights
 from ..gpu.ops.linalg import GemmCall
-from ..gpu.plan import check_step, parse
+from ..gpu.plan import parse
 from . import blob
 from .device import IMPORT_ERROR, MAX_BLOCK, Device, build, cp, device_for, device_names, launch_shape
 
@@ -158,9 +157,7 @@ class CUDARuntime(BackendRuntime):
             raise OffloadError(f"cuda backend: {IMPORT_ERROR}")
         plan, binaries = blob.unpack(processed)
         plan = parse(json.dumps(plan).encode(), "cuda")  # a damaged plan: ModelFormatError, not a crash
-        missing = sorted(set(plan["weights"].values()) - set(weights))
-        if missing:
-            raise ModelFormatError(f"cuda backend: weights not given: {', '.join(missing)}")
+        host = host_weights(plan, weights, "cuda")
         spec = _spec(compile_specs, "device")
         device = device_for(spec.integer() if spec is not None else 0)
         with device.device:
@@ -168,35 +165,13 @@ class CUDARuntime(BackendRuntime):
             # legacy default stream.
             stream = cp.cuda.Stream(non_blocking=True)
             with stream:
-                handle = self._init(device, stream, plan, binaries, weights)
+                handle = self._init(device, stream, plan, binaries, host)
             stream.synchronize()
         return handle
 
-    def _init(self, device: Device, stream, plan: dict, binaries, weights) -> Handle:
-        host = {int(i): np.asarray(weights[name]) for i, name in plan["weights"].items()}
+    def _init(self, device: Device, stream, plan: dict, binaries, host: dict) -> Handle:
         b = CUDABuilder(device, plan, host, binaries)
-        for i, w in host.items():
-            if w.shape != b.shapes[i]:
-                raise ModelFormatError(
-                    f"cuda backend: weight {i} has shape {w.shape}, expected {b.shapes[i]}"
-                )
-        for k, step in enumerate(plan["ops"]):
-            launcher = LAUNCH.get(step["type"])
-            if launcher is None:
-                raise UnsupportedOpError(f"cuda backend: no kernel for plan step {step['type']!r}")
-            b.step = k
-            try:
-                check_step(step, b.shapes, b.dtypes, host, "cuda")
-                launcher(b, step)
-            except OffloadError:
-                raise
-            except Exception as e:  # whatever a damaged step makes a launcher trip on
-                name = step.get("name") or step["type"]
-                raise ModelFormatError(f"cuda backend: plan step {k} ({name}) is malformed: {e!r}") from None
-        inputs, outputs = [int(i) for i in plan["inputs"]], [int(i) for i in plan["outputs"]]
-        if any(i in b.alias_of for i in inputs):  # never rebind a buffer the caller fills
-            raise ModelFormatError("cuda backend: a view op writes a partition input")
-        pinned = {b.root(v) for v in (*inputs, *outputs, *host)}
+        inputs, outputs, pinned = b.record(plan)
         buffers = b.place(pinned)
         alloc = device.allocator
         for i, w in host.items():

@@ -15,10 +15,19 @@ from collections.abc import Callable
 
 import numpy as np
 
-from offload.errors import KernelError, ModelFormatError
+from offload.errors import KernelError, ModelFormatError, OffloadError, UnsupportedOpError
 
 from .api import Buf, Scratch, storage_dtype
-from .plan import PRECISIONS
+from .ops import LAUNCH
+from .plan import PRECISIONS, check_step
+
+
+def host_weights(plan: dict, weights, backend: str) -> dict[int, np.ndarray]:
+    """The plan's weights by value id, from the tensors init was given by name."""
+    missing = sorted(set(plan["weights"].values()) - set(weights))
+    if missing:
+        raise ModelFormatError(f"{backend} backend: weights not given: {', '.join(missing)}")
+    return {int(i): np.asarray(weights[name]) for i, name in plan["weights"].items()}
 
 
 class PlanValues:
@@ -76,6 +85,34 @@ class PlanValues:
             raise KernelError(f"{self.backend} backend: a kernel built without -DOFFLOAD_FP16 in a fp16 plan")
 
     # -- recording --
+    def record(self, plan: dict) -> tuple[list[int], list[int], set[int]]:
+        """Every step's launcher run on this builder, each step's shapes checked first; gives the
+        partition's inputs, outputs, and the values whose buffers are pinned (never pooled)."""
+        for i, w in self.host.items():
+            if w.shape != self.shapes[i]:
+                raise ModelFormatError(
+                    f"{self.backend} backend: weight {i} has shape {w.shape}, expected {self.shapes[i]}"
+                )
+        for k, step in enumerate(plan["ops"]):
+            launcher = LAUNCH.get(step["type"])
+            if launcher is None:
+                raise UnsupportedOpError(f"{self.backend} backend: no kernel for plan step {step['type']!r}")
+            self.step = k
+            try:
+                check_step(step, self.shapes, self.dtypes, self.host, self.backend)
+                launcher(self, step)
+            except OffloadError:
+                raise
+            except Exception as e:  # whatever a damaged step makes a launcher trip on
+                name = step.get("name") or step["type"]
+                raise ModelFormatError(
+                    f"{self.backend} backend: plan step {k} ({name}) is malformed: {e!r}"
+                ) from None
+        inputs, outputs = [int(i) for i in plan["inputs"]], [int(i) for i in plan["outputs"]]
+        if any(i in self.alias_of for i in inputs):  # never rebind a buffer the caller fills
+            raise ModelFormatError(f"{self.backend} backend: a view op writes a partition input")
+        return inputs, outputs, {self.root(v) for v in (*inputs, *outputs, *self.host)}
+
     def ref(self, a):
         """A launch argument as recorded: a view's buffer is its root's, a Scratch gets a
         negative id of its own (per step and key); anything else as given."""

@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from offload.errors import KernelError, ModelFormatError, OffloadError, UnsupportedOpError
+from offload.errors import KernelError, OffloadError
 
 from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch
-from ..gpu.builder import PlanValues
-from ..gpu.ops import LAUNCH
-from ..gpu.plan import check_step, parse
+from ..gpu.builder import PlanValues, host_weights
+from ..gpu.plan import parse
 from .device import IMPORT_ERROR, Device, OpenCLBuildError, all_devices, build, cl, device_for, tuning_choice
 
 __all__ = ["OpenCLBuildError", "OpenCLRuntime", "build", "device_for"]
@@ -139,38 +138,12 @@ class OpenCLRuntime(BackendRuntime):
         if cl is None:
             raise OffloadError(f"opencl backend: {IMPORT_ERROR}")
         plan = parse(processed, "opencl")
-        missing = sorted(set(plan["weights"].values()) - set(weights))
-        if missing:
-            raise ModelFormatError(f"opencl backend: weights not given: {', '.join(missing)}")
+        host = host_weights(plan, weights, "opencl")
         spec = _spec(compile_specs, "device")
         device = device_for(spec.text() if spec is not None else None)
-        host = {int(i): np.asarray(weights[name]) for i, name in plan["weights"].items()}
         tuning = _spec(compile_specs, "tuning")
         b = PlanBuilder(device, plan, host, tuning.text() if tuning is not None else "none")
-        for i, w in host.items():
-            if w.shape != b.shapes[i]:
-                raise ModelFormatError(
-                    f"opencl backend: weight {i} has shape {w.shape}, expected {b.shapes[i]}"
-                )
-        for k, step in enumerate(plan["ops"]):
-            launcher = LAUNCH.get(step["type"])
-            if launcher is None:
-                raise UnsupportedOpError(f"opencl backend: no kernel for plan step {step['type']!r}")
-            b.step = k
-            try:
-                check_step(step, b.shapes, b.dtypes, host, "opencl")
-                launcher(b, step)
-            except OffloadError:
-                raise
-            except Exception as e:  # whatever a damaged step makes a launcher trip on
-                name = step.get("name") or step["type"]
-                raise ModelFormatError(
-                    f"opencl backend: plan step {k} ({name}) is malformed: {e!r}"
-                ) from None
-        inputs, outputs = [int(i) for i in plan["inputs"]], [int(i) for i in plan["outputs"]]
-        if any(i in b.alias_of for i in inputs):  # never rebind a buffer the caller fills
-            raise ModelFormatError("opencl backend: a view op writes a partition input")
-        pinned = {b.root(v) for v in (*inputs, *outputs, *host)}
+        inputs, outputs, pinned = b.record(plan)
         buffers = b.place(pinned)
         alloc = device.allocator
         for i, w in host.items():  # float32 → half under fp16
