@@ -53,15 +53,18 @@ __kernel void gemm(GEMM_ARGS) {
     if (row < M && col < N) gemm_store(C, c_off, N, row, col, acc, bias, has_bias, scm, scn, alpha, beta);
 }
 
-// Register blocking: a work-group of 16 x 16 work-items computes a 64 x 64 block of C, each
-// work-item a 4 x 4 sub-block (rows ty + 16 i, columns tx + 16 j), from K-slices of 16 held in
-// local memory; each loaded value is reused 4 times from registers.
-// Launch: local (16, 16), global (round_up(N, 64) / 4, round_up(M, 64) / 4).
-#define BM 64
-#define BN 64
-#define BK 16
+// Register blocking: a work-group of 16 x 16 work-items computes a BM x BN block of C, each
+// work-item a WPT x WPT sub-block (rows ty + 16 i, columns tx + 16 j), from K-slices of 16 held
+// in local memory; each loaded value is reused WPT times from registers. WPT (-DWPT=4 or 8)
+// sets the block: 64 x 64 or 128 x 128.
+// Launch: local (16, 16), global (round_up(N, BN) / WPT, round_up(M, BM) / WPT).
+#ifndef WPT
 #define WPT 4
+#endif
 #define RTS 16
+#define BM (RTS * WPT)
+#define BN (RTS * WPT)
+#define BK 16
 __kernel void gemm_blocked(GEMM_ARGS) {
     __local float As[BK][BM];
     __local float Bs[BK][BN];

@@ -76,9 +76,10 @@ class _Shape:
         ((1, 1000, 512), "naive"),
         ((4, 64, 64), "naive"),
         ((16, 500, 300), "tile16"),
-        ((512, 49, 4608), "blocked"),
+        ((512, 49, 4608), "blocked8"),
+        ((96, 96, 64), "blocked"),
         ((32, 32, 32), "tile16"),
-        ((256, 256, 64), "blocked"),
+        ((256, 256, 64), "blocked8"),
     ],
 )
 def test_default_choice_by_shape(mnk, variant):
