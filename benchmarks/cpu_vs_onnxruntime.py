@@ -11,36 +11,14 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import statistics
-import time
 
-import numpy as np
 import onnx
 import onnxruntime as ort
+from common import inputs, median_ms  # benchmarks/common.py (run as a script)
 
 import offload
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-
-
-def _inputs(path: str) -> dict[str, np.ndarray]:
-    program = offload.load(path)
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for v in program.main.inputs:
-        shape = tuple(d if isinstance(d, int) else 1 for d in v.type.shape)
-        feeds[v.name] = rng.standard_normal(shape).astype(v.type.dtype.numpy)
-    return feeds
-
-
-def _median_ms(fn, args, repeat: int) -> float:
-    fn(*args)  # warm-up: imports, first-touch allocations
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def main() -> None:
@@ -54,11 +32,11 @@ def main() -> None:
     opts.log_severity_level = 3  # no warnings about unused initializers in the light models
     print(f"{'model':28s} {'offload ms':>11s} {'ort ms':>9s} {'ratio':>7s}")
     for path in models:
-        feeds = _inputs(path)
+        feeds = inputs(offload.load(path))
         method = offload.runtime.load(offload.save(offload.load(path))).method("forward")
         session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        ours = _median_ms(method.run, (feeds,), args.repeat)
-        theirs = _median_ms(session.run, (None, feeds), args.repeat)
+        ours = median_ms(method.run, (feeds,), args.repeat)
+        theirs = median_ms(session.run, (None, feeds), args.repeat)
         name = os.path.basename(path)[: -len(".onnx")]
         print(f"{name:28s} {ours:11.2f} {theirs:9.2f} {ours / theirs:7.2f}")
 

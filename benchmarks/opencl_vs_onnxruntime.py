@@ -13,37 +13,17 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import statistics
 import tempfile
 import time
 
-import numpy as np
 import onnx
 import onnxruntime as ort
+from common import inputs, median_ms  # benchmarks/common.py (run as a script)
 
 import offload
 from offload.delegates.opencl import device as cl_device
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-
-
-def _inputs(program) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for v in program.main.inputs:
-        shape = tuple(d if isinstance(d, int) else 1 for d in v.type.shape)
-        feeds[v.name] = rng.standard_normal(shape).astype(v.type.dtype.numpy)
-    return feeds
-
-
-def _median_ms(fn, args, repeat: int) -> float:
-    fn(*args)  # warm-up: first-touch allocations
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def _init_seconds(data: bytes) -> tuple[float, object]:
@@ -72,7 +52,7 @@ def main() -> None:
     for path in models:
         name = os.path.basename(path)[: -len(".onnx")]
         program = offload.load(path)
-        feeds = _inputs(program)
+        feeds = inputs(program)
         total = len(program.main.body.operations)
         lowered = offload.to_backend(program, "opencl", compile_specs=specs)
         inside = sum(
@@ -88,9 +68,9 @@ def main() -> None:
         on_cl = module.method("forward")
         on_cpu = offload.runtime.load(offload.save(program)).method("forward")
         session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        t_cl = _median_ms(on_cl.run, (feeds,), args.repeat)
-        t_cpu = _median_ms(on_cpu.run, (feeds,), args.repeat)
-        t_ort = _median_ms(session.run, (None, feeds), args.repeat)
+        t_cl = median_ms(on_cl.run, (feeds,), args.repeat)
+        t_cpu = median_ms(on_cpu.run, (feeds,), args.repeat)
+        t_ort = median_ms(session.run, (None, feeds), args.repeat)
         print(
             f"{name:24s} {f'{inside}/{total}':>10s} {cold:7.2f} {warm:7.2f} "
             f"{t_cl:10.1f} {t_cpu:8.1f} {t_ort:8.1f} {t_cl / t_ort:7.2f} {t_cpu / t_ort:8.2f}"

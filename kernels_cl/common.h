@@ -14,4 +14,10 @@ typedef float stype;
 #define LOADF(p, i) ((p)[i])
 #define STOREF(p, i, v) ((p)[i] = (v))
 #endif
+
+// The geometry arguments of the conv kernels (conv.cl, im2col.cl): input, kernel and output
+// extents, strides, begin pads and dilations, each as depth, height, width.
+#define CONV_GEOMETRY const int ID, const int IH, const int IW, const int KD, const int KH, const int KW, \
+    const int OD, const int OH, const int OW, const int SD, const int SH, const int SW, \
+    const int PD, const int PH, const int PW, const int DD, const int DH, const int DW
 #endif

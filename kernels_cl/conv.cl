@@ -7,12 +7,7 @@
 __kernel void conv_direct(__global const stype* X, __global const stype* Wt, __global const stype* B,
                           __global stype* Y, const int has_bias,
                           const int N, const int C, const int M, const int G,
-                          const int ID, const int IH, const int IW,
-                          const int KD, const int KH, const int KW,
-                          const int OD, const int OH, const int OW,
-                          const int SD, const int SH, const int SW,
-                          const int PD, const int PH, const int PW,
-                          const int DD, const int DH, const int DW)
+                          CONV_GEOMETRY)
 {
     const size_t gid = get_global_id(0);
     const size_t P = (size_t)OD * OH * OW;
@@ -64,12 +59,7 @@ __kernel void add_bias(__global stype* Y, __global const stype* B, const int NM,
 __kernel void conv_transpose(__global const stype* X, __global const stype* Wt, __global const stype* B,
                              __global stype* Y, const int has_bias,
                              const int N, const int C, const int M, const int G,
-                             const int ID, const int IH, const int IW,
-                             const int KD, const int KH, const int KW,
-                             const int OD, const int OH, const int OW,
-                             const int SD, const int SH, const int SW,
-                             const int PD, const int PH, const int PW,
-                             const int DD, const int DH, const int DW)
+                             CONV_GEOMETRY)
 {
     const size_t gid = get_global_id(0);
     const size_t P = (size_t)OD * OH * OW;

@@ -3,12 +3,7 @@
 // row (c, kd, kh, kw), column (od, oh, ow); taps falling in the padding are 0. The conv is then
 // the GEMM W_g [M/G, cg*KD*KH*KW] x Col.
 __kernel void im2col(__global const stype* X, const long x_off, __global stype* Col, const int cg,
-                     const int ID, const int IH, const int IW,
-                     const int KD, const int KH, const int KW,
-                     const int OD, const int OH, const int OW,
-                     const int SD, const int SH, const int SW,
-                     const int PD, const int PH, const int PW,
-                     const int DD, const int DH, const int DW)
+                     CONV_GEOMETRY)
 {
     const size_t gid = get_global_id(0);
     const size_t P = (size_t)OD * OH * OW;
