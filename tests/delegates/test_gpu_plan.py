@@ -135,3 +135,12 @@ def test_random_damage_never_crashes():
             pass
         finally:
             rt.destroy(h)
+
+
+def test_tensors_past_int32_indexing_stay_on_the_cpu():
+    """Kernels index elements with int32: a tensor of 2**31 elements is never claimed."""
+    p = model([helper.make_node("Relu", ["x"], ["y"])], [("x", [65536, 32768])], ["y"])
+    lowered = offload.to_backend(p, "opencl")
+    assert all(op.op_type != "Delegate" for op in lowered.main.body.operations)
+    small = model([helper.make_node("Relu", ["x"], ["y"])], [("x", [65536, 32767])], ["y"])
+    assert [op.op_type for op in offload.to_backend(small, "opencl").main.body.operations] == ["Delegate"]

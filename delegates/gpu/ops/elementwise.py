@@ -26,9 +26,6 @@ F32, I32, I64, BOOL = "float32", "int32", "int64", "bool"
 NUM = (F32, I32, I64)
 ANY = (*NUM, BOOL)
 _DATATYPE = {F32: DataType.FLOAT, I32: DataType.INT32, I64: DataType.INT64, BOOL: DataType.BOOL}
-# The stride tables are int32 (``Ints``) and so is the kernel's index math: larger outputs stay
-# on the CPU.
-MAX_ELEMENTS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -151,8 +148,6 @@ def check(op) -> Support | None:
     want = _dtype_name(op.outputs[0])
     if got != want:
         return Support(False, f"{op.op_type} gives {got}, its output is {want}")
-    if math.prod(op.outputs[0].type.shape) > MAX_ELEMENTS:
-        return Support(False, f"more than {MAX_ELEMENTS} elements")
     return None
 
 
@@ -389,8 +384,6 @@ def launch_fused(b: Builder, step: dict) -> None:
     ins, (out,) = step["inputs"], step["outputs"]
     out_shape = b.shape(out)
     n = math.prod(out_shape)
-    if n > MAX_ELEMENTS:
-        raise ModelFormatError(f"gpu backend: elementwise output of {n} elements (at most {MAX_ELEMENTS})")
     meta = pad(out_shape, 1)
     for i in ins:
         meta += pad(broadcast_strides(b.shape(i), out_shape), 0)

@@ -15,7 +15,7 @@ from offload.ir import DataType
 
 from ...backend import OpCapability, Support
 from ..api import MAX_RANK, Buf, Builder, Ints, ctype, move_ctype, options, pad, source
-from .layout import check_constant, check_size
+from .layout import check_constant
 
 _ANY = frozenset({DataType.FLOAT, DataType.INT32, DataType.INT64, DataType.BOOL})
 _INDICES = (DataType.INT32, DataType.INT64)
@@ -46,7 +46,7 @@ CAPS = {
 def _check_gather(op) -> Support | None:
     if op.inputs[1].type.dtype not in _INDICES:
         return Support(False, f"{op.op_type} indices of type {op.inputs[1].type.dtype.short}")
-    return check_size(op)
+    return None
 
 
 def _check_pad(op) -> Support | None:
@@ -65,7 +65,7 @@ def _check_pad(op) -> Support | None:
         for j, a in enumerate(axes):
             if max(pads[j], pads[j + len(pads) // 2]) >= x[int(a) % len(x)]:
                 return Support(False, f"Pad reflect by {pads} of a {list(x)} tensor (at most size - 1)")
-    return check_size(op)
+    return None
 
 
 def _present(op, i: int) -> bool:
@@ -92,7 +92,7 @@ def _check_resize(op) -> Support | None:
         for a, (n, m) in enumerate(zip(shape, out)):
             if abs(n * float(_scale(op, a)) - m) > 1e-4 * max(m, 1):
                 return Support(False, f"Resize {mode} where input size · scale is not an integer")
-    return check_size(op)
+    return None
 
 
 def _scale(op, axis: int) -> float:

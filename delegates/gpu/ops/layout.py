@@ -12,10 +12,9 @@ from offload.ir import DataType
 
 from ...backend import OpCapability, Support
 from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, move_ctype, options, pad, source
+from ..plan import MAX_ELEMENTS
 
 _ANY = frozenset({DataType.FLOAT, DataType.INT32, DataType.INT64, DataType.BOOL})
-# Kernel tables are int32: tensors stay below 2**31 elements so shapes, strides and offsets fit.
-_INT32_ELEMENTS = 2**31 - 1
 
 # Views: the output shares the input's buffer. Dropout is one at inference (no mask output).
 ALIASES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
@@ -29,14 +28,6 @@ CAPS = {
     # Copy-free: the output shares its input's device buffer.
     **{op: OpCapability(_ANY) for op in ALIASES},
 }
-
-
-def check_size(op) -> Support | None:
-    """Refuses tensors too large for the kernels' int32 shape tables."""
-    for v in [*op.inputs, *op.outputs]:
-        if v is not None and math.prod(int(d) for d in v.type.shape) > _INT32_ELEMENTS:
-            return Support(False, f"'{v.name}' has 2**31 elements or more")
-    return None
 
 
 def check_constant(op, names: dict[int, str]) -> Support | None:
@@ -77,7 +68,7 @@ def _check_alias(op) -> Support | None:
 def _check_concat(op) -> Support | None:
     if not op.inputs or any(v is None for v in op.inputs):
         return Support(False, "Concat with an absent input")
-    return check_size(op)
+    return None
 
 
 _CONSTANT_INPUTS = {
@@ -91,8 +82,7 @@ _CONSTANT_INPUTS = {
 def _check_strided(op) -> Support | None:
     if op.op_type in ("DepthToSpace", "SpaceToDepth") and op.inputs[0].type.rank != 4:
         return Support(False, f"{op.op_type} of a rank-{op.inputs[0].type.rank} tensor (takes rank 4)")
-    found = check_constant(op, _CONSTANT_INPUTS.get(op.op_type, {}))
-    return found if found is not None else check_size(op)
+    return check_constant(op, _CONSTANT_INPUTS.get(op.op_type, {}))
 
 
 CHECKS = {
@@ -120,7 +110,7 @@ def strided_copy(b: Builder, x: int, out: int, shape, strides, wrap=None, offset
     strides = [0 if s == 1 else int(t) for s, t in zip(shape, strides)]
     wrap = shape if wrap is None else [max(int(w), 1) for w in wrap]
     meta = pad(shape, 1) + pad(strides, 0) + pad(wrap, 1) + [int(offset)]
-    if any(abs(m) > _INT32_ELEMENTS for m in meta):
+    if any(abs(m) > MAX_ELEMENTS for m in meta):
         raise ModelFormatError(f"gpu backend: strided copy table {meta} exceeds int32")
     n = math.prod(shape)
     program = b.program(source("layout.cl"), _options(b, x))
