@@ -22,7 +22,10 @@ def _count(path: str, kind: str, passed: bool) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-@pytest.mark.parametrize("path", list(PATHS))
+# The cuda path is marked too: `pytest -m cuda` on a GPU machine runs the suite on the device.
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, marks=pytest.mark.cuda) if p == "cuda" else p for p in PATHS]
+)
 def test_onnx_case(path, case):
     key = case_id(case)
     if EXPECTED.get(key, "").startswith(NONDETERMINISTIC):
