@@ -417,12 +417,24 @@ def _host_builder(program, monkeypatch, specs=None):
     constants = d.attributes["fallback"].constants
     host = {int(i): constants[n].const_value for i, n in plan["weights"].items()}
     b = cuda_runtime.CUDABuilder(_HostDevice(), plan, host, [])
-    for k, step in enumerate(plan["ops"]):
-        b.step = k
-        from offload.delegates.gpu.ops import LAUNCH
-
-        LAUNCH[step["type"]](b, step)
+    b.record(plan)
     return plan, host, b
+
+
+def _run_gemms_on_numpy(plan, host, b, x, monkeypatch, storage=None):
+    """Place the builder's buffers in host memory, fill weights and the one input ``x``, and run
+    its recorded cuBLAS GEMMs with numpy standing in for CuPy; the output as stored."""
+    from offload.delegates.cuda import runtime as cuda_runtime
+
+    buffers = b.place({*plan["inputs"], *plan["outputs"], *host})
+    for i, value in [*host.items(), (plan["inputs"][0], x)]:
+        _HostAllocator.view(buffers[i], value.shape, storage or value.dtype)[...] = value
+    monkeypatch.setattr(cuda_runtime, "cp", np)
+    for g in b.launches:
+        g.bind(buffers, _HostAllocator.view)
+        g.run(None)
+    (out,) = plan["outputs"]
+    return buffers[out], _HostAllocator.view(buffers[out], b.shapes[out], storage or np.float32)
 
 
 class _Module:
@@ -452,15 +464,7 @@ def test_cublas_gemm_views_compute_the_gemm(attrs, a_shape, b_shape, bias_shape,
     feeds = {"a": RNG.standard_normal(a_shape).astype(np.float32)}
     plan, host, b = _host_builder(p, monkeypatch)
     assert b.launches and all(isinstance(x, cuda_runtime.Gemm) for x in b.launches)
-    buffers = b.place({*plan["inputs"], *plan["outputs"], *host})
-    for i, value in [*host.items(), (plan["inputs"][0], feeds["a"])]:
-        _HostAllocator.view(buffers[i], value.shape, value.dtype)[...] = value
-    monkeypatch.setattr(cuda_runtime, "cp", np)
-    for g in b.launches:
-        g.bind(buffers, _HostAllocator.view)
-        g.run(None)
-    (out,) = plan["outputs"]
-    got = _HostAllocator.view(buffers[out], b.shapes[out], np.float32)
+    _, got = _run_gemms_on_numpy(plan, host, b, feeds["a"], monkeypatch)
     np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=1e-5, atol=1e-5)
 
 
@@ -485,38 +489,22 @@ def test_cublas_gemm_views_of_half_storage(attrs, a_shape, b_shape, bias_shape, 
     plan, host, b = _host_builder(p, monkeypatch, {"cuda": {"precision": "fp16"}})
     assert plan["precision"] == "fp16"
     assert all(isinstance(x, cuda_runtime.Gemm) and x.storage == "float16" for x in b.launches)
-    buffers = b.place({*plan["inputs"], *plan["outputs"], *host})
-    (out,) = plan["outputs"]
-    assert buffers[out].nbytes == 2 * int(np.prod(b.shapes[out]))
-    for i, value in [*host.items(), (plan["inputs"][0], feeds["a"])]:
-        _HostAllocator.view(buffers[i], value.shape, np.float16)[...] = value
-    monkeypatch.setattr(cuda_runtime, "cp", np)
-    for g in b.launches:
-        g.bind(buffers, _HostAllocator.view)
-        g.run(None)
-    got = _HostAllocator.view(buffers[out], b.shapes[out], np.float16).astype(np.float32)
+    out_buffer, stored = _run_gemms_on_numpy(plan, host, b, feeds["a"], monkeypatch, np.float16)
+    assert out_buffer.nbytes == 2 * int(np.prod(stored.shape))
+    got = stored.astype(np.float32)
     # exact operands, K = 4: the product and the epilogue rounded to half (and numpy's float16
     # matmul may round its partial sums too): a few units of 2^-11 on O(1) values
     np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=4e-3, atol=4e-3)
 
 
 def test_batched_matmul_views_compute_the_matmul(monkeypatch):
-    from offload.delegates.cuda import runtime as cuda_runtime
 
     w = RNG.standard_normal((3, 1, 4, 5)).astype(np.float32)
     p = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [2, 3, 4])], ["y"], [("w", w)])
     feeds = {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)}
     plan, host, b = _host_builder(p, monkeypatch)
     assert len(b.launches) == 3 * 2  # one GEMM per broadcast batch
-    buffers = b.place({*plan["inputs"], *plan["outputs"], *host})
-    for i, value in [*host.items(), (plan["inputs"][0], feeds["x"])]:
-        _HostAllocator.view(buffers[i], value.shape, value.dtype)[...] = value
-    monkeypatch.setattr(cuda_runtime, "cp", np)
-    for g in b.launches:
-        g.bind(buffers, _HostAllocator.view)
-        g.run(None)
-    (out,) = plan["outputs"]
-    got = _HostAllocator.view(buffers[out], b.shapes[out], np.float32)
+    _, got = _run_gemms_on_numpy(plan, host, b, feeds["x"], monkeypatch)
     np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=1e-5, atol=1e-5)
 
 
