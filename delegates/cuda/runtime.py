@@ -9,7 +9,6 @@ copies in, launches and copies out on that stream only.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -156,7 +155,7 @@ class CUDARuntime(BackendRuntime):
         if cp is None:
             raise OffloadError(f"cuda backend: {IMPORT_ERROR}")
         plan, binaries = blob.unpack(processed)
-        plan = parse(json.dumps(plan).encode(), "cuda")  # a damaged plan: ModelFormatError, not a crash
+        plan = parse(plan, "cuda")  # a damaged plan: ModelFormatError, not a crash
         host = host_weights(plan, weights, "cuda")
         spec = _spec(compile_specs, "device")
         device = device_for(spec.integer() if spec is not None else 0)

@@ -46,8 +46,9 @@ DTYPES = (
 )
 
 
-def parse(processed: bytes, backend: str) -> dict:
-    """The plan in a delegate blob, checked for shape before a launcher reads it.
+def parse(processed: bytes | dict, backend: str) -> dict:
+    """The plan in a delegate blob (its JSON bytes, or the JSON already read), checked for shape
+    before a launcher reads it.
 
     Every value id a step names has a shape and a dtype, shapes are non-negative and bounded,
     and ids are ints: a damaged or hostile blob gives a ModelFormatError, never a crash.
@@ -57,7 +58,12 @@ def parse(processed: bytes, backend: str) -> dict:
         return ModelFormatError(f"{backend} backend: malformed plan: {what}")
 
     try:
-        plan = json.loads(processed)
+        raw = isinstance(processed, bytes | bytearray | memoryview | str)
+        plan = (
+            json.loads(bytes(processed) if isinstance(processed, memoryview) else processed)
+            if raw
+            else processed
+        )
     except (ValueError, UnicodeDecodeError) as e:
         raise ModelFormatError(f"{backend} backend: the delegate blob is not a JSON plan: {e}") from None
     if not isinstance(plan, dict) or plan.get("format") not in FORMATS:
