@@ -89,7 +89,9 @@ class _Importer:
                 raise self.fail(f"{what}: rank {len(tt.shape.dim)} exceeds {MAX_RANK}")
             dims: list = []
             for d in tt.shape.dim:
-                if d.HasField("dim_value"):
+                if d.HasField("dim_value") and d.dim_value == -1:
+                    dims.append(None)  # several exporters write -1 for "unknown": onnxruntime reads it so
+                elif d.HasField("dim_value"):
                     if d.dim_value < 0:
                         raise self.fail(f"{what}: negative dimension {d.dim_value}")
                     dims.append(int(d.dim_value))

@@ -23,7 +23,7 @@ from .core import Block, Operation, Program, Value
 from .registry import inference, lookup
 from .types import DataType, Dim, OptionalType, SequenceType, TensorType, ValueType
 
-__all__ = ["broadcast_shapes", "infer_op", "infer_types", "value_of"]
+__all__ = ["FOLDABLE", "broadcast_shapes", "fold_op", "infer_op", "infer_types", "value_of"]
 
 _log = logging.getLogger(__name__)
 
@@ -1689,6 +1689,26 @@ def _fold(op: Operation, attrs: dict, folded: dict) -> None:
         out = out.astype(object)
     if out.size <= MAX_FOLDED_ELEMENTS:
         folded[op.outputs[0]] = out
+
+
+# Ops whose small outputs inference computes from known inputs (Shape and Size from shapes alone).
+FOLDABLE = frozenset(_FOLDERS) | {"Shape", "Size"}
+
+
+def fold_op(op: Operation) -> np.ndarray | None:
+    """The value of ``op``'s first output when its inputs' values (constants) and shapes decide it
+    and it is small (shape arithmetic: at most MAX_FOLDED_ELEMENTS elements); otherwise None."""
+    schema = lookup(op.domain, op.op_type)
+    if schema is None:
+        return None
+    folded: dict = {}
+    try:
+        _fold(op, schema.with_defaults(op.attributes), folded)
+    except Exception as e:  # as in inference: a value that cannot be folded is computed later
+        _log.debug("folding %s failed: %s", op, e)
+        return None
+    out = folded.get(op.outputs[0]) if op.outputs else None
+    return None if out is None or out.dtype == object else out
 
 
 def _is_dims(a: np.ndarray) -> bool:

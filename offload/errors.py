@@ -31,3 +31,8 @@ class BackendUnavailableError(OffloadError):
 
 class KernelError(OffloadError):
     """A kernel failed while running an operator; names the operator and its inputs."""
+
+
+class SpecializationError(OffloadError):
+    """A backend cannot run a delegate for these input shapes or shape values (e.g. an input past
+    its int32 indexing); the runtime runs that call on the delegate's CPU fallback instead."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from offload.delegates.backend import CompileSpec, CompileSpecError
@@ -31,11 +32,12 @@ def normalize_specs(compile_specs: SpecsArg, partitioner: Partitioner) -> dict[s
 
 def lower_partitions(program: Program, partitioner: Partitioner, specs: dict[str, list[CompileSpec]]) -> None:
     """Partition ``program`` in place and replace each partition by a Delegate op."""
+    shapes = _shapes_of_sets(program, specs)
     report = partitioner.partition(program)
     names = _all_names(program)
     touched: dict[int, Function] = {}
     for part in report.partitions:
-        _delegate(part, specs.get(part.backend.name, []), names)
+        _delegate(part, specs.get(part.backend.name, []), names, shapes)
         touched[id(part.fn)] = part.fn
     for fn in touched.values():
         _toposort(fn.body)
@@ -63,13 +65,70 @@ def _fresh(name: str, names: set[str]) -> str:
     return candidate
 
 
-def _delegate(part: Partition, specs: list[CompileSpec], names: set[str]) -> Operation:
+SHAPES_KEY = "shapes"
+
+
+def _shapes_of_sets(program: Program, specs: dict[str, list[CompileSpec]]) -> dict[str, list[dict]]:
+    """For each backend's ``shapes`` spec (a JSON list of {graph input name: [dims]}): every value's
+    shape in the main function under each set, by value name, found by shape inference."""
+    from offload.ir import TensorType, infer_types
+    from offload.ir.clone import clone_program
+
+    out: dict[str, list[dict]] = {}
+    for backend, given in specs.items():
+        spec = next((s for s in given if s.key == SHAPES_KEY), None)
+        if spec is None:
+            continue
+        try:
+            sets = json.loads(spec.text())
+            assert isinstance(sets, list) and all(isinstance(x, dict) for x in sets)
+        except (ValueError, UnicodeDecodeError, AssertionError):
+            raise CompileSpecError(
+                f"backend '{backend}': compile spec 'shapes' must be a JSON list of {{input name: [dims]}}"
+            ) from None
+        found = []
+        for shapes in sets:
+            copy = clone_program(program)
+            body = copy.main.body
+            for v in body.inputs:
+                if v.name in shapes and isinstance(v.type, TensorType):
+                    v.type = TensorType(v.type.dtype, tuple(int(d) for d in shapes[v.name]), v.type.quant)
+            for op in body.walk():
+                for v in op.outputs:
+                    if isinstance(v.type, TensorType):
+                        v.type = TensorType(v.type.dtype, None, v.type.quant)  # inferred anew
+            infer_types(copy)
+            values = [*body.inputs, *(v for op in body.operations for v in op.outputs)]
+            found.append(
+                {
+                    v.name: list(v.type.shape)
+                    for v in values
+                    if isinstance(v.type, TensorType) and v.type.is_static
+                }
+            )
+        out[backend] = found
+    return out
+
+
+def _partition_shapes(specs: list[CompileSpec], sets: list[dict], inputs, params) -> list[CompileSpec]:
+    """``specs`` with the ``shapes`` spec restated for one partition: each set as the shapes of the
+    partition's inputs (by their names inside it); a set that leaves one of them unknown is dropped."""
+    if not sets:
+        return specs
+    mine = [
+        {p.name: s[v.name] for v, p in zip(inputs, params)} for s in sets if all(v.name in s for v in inputs)
+    ]
+    return [CompileSpec.of(SHAPES_KEY, json.dumps(mine)) if s.key == SHAPES_KEY else s for s in specs]
+
+
+def _delegate(part: Partition, specs: list[CompileSpec], names: set[str], shapes: dict) -> Operation:
     body = part.fn.body
     inputs, weights, outputs = part.inputs(), part.weights(), part.outputs()
     inside = _inside(part)
     # Taken now: once the ops live in the delegate's fallback, "inside" can no longer be told apart.
     outside_uses = [[(u, i) for u, i in v.uses if not _is_inside(u, inside)] for v in outputs]
     fallback = _fallback_block(part, inputs, weights, outputs, names)
+    specs = _partition_shapes(specs, shapes.get(part.backend.name, []), inputs, fallback.inputs)
     position = body.operations.index(part.ops[0])
     for moved in part.ops:
         body.operations.remove(moved)

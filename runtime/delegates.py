@@ -21,6 +21,7 @@ from offload.errors import (
     ModelFormatError,
     OffloadError,
     ShapeError,
+    SpecializationError,
 )
 from offload.schemas.generated.executorch_flatbuffer.DataLocation import DataLocation
 from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
@@ -50,13 +51,15 @@ def find_backend(name: str):
 class Delegate:
     """One BackendDelegate of a plan, ready to run: a backend handle, or the fallback Method."""
 
-    def __init__(self, backend: str, fallback, where: str):
+    def __init__(self, backend: str, fallback, where: str, strict: bool = False):
         self.backend = backend
+        self.strict = strict
         self.fallback = fallback  # the fallback plan's Method
         self.where = where
         self.runtime: Any = None
         self.handle: Any = None
         self.reason = ""
+        self._said: set[str] = set()  # specialization refusals already warned about
 
     @property
     def on_backend(self) -> bool:
@@ -71,6 +74,17 @@ class Delegate:
             return self.fallback._call(inputs)
         try:
             outputs = self.runtime.execute(self.handle, inputs)
+        except SpecializationError as e:
+            # These input shapes (or shape values) are beyond what the backend runs: this call
+            # runs on the CPU fallback, said once per delegate and reason.
+            if self.strict:
+                raise
+            if str(e) not in self._said:
+                self._said.add(str(e))
+                warnings.warn(
+                    f"{self.where}: {e}; this call runs on the CPU fallback", RuntimeWarning, stacklevel=6
+                )
+            return self.fallback._call(inputs)
         except OffloadError:
             raise
         except Exception as e:
@@ -123,7 +137,7 @@ def bind(method, k: int, entry, strict: bool) -> Delegate:
     plans = method.module._plans
     if not 0 <= fallback_index < len(plans) or fallback_index == method.index:
         raise ModelFormatError(f"{where}: fallback plan {fallback_index} does not exist")
-    delegate = Delegate(entry.id, plans[fallback_index], f"{where} ('{entry.id}')")
+    delegate = Delegate(entry.id, plans[fallback_index], f"{where} ('{entry.id}')", strict)
     processed = _processed(method.module, entry, where)
     runtime, reason = _available(entry.id)
     if runtime is not None:

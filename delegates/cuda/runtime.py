@@ -1,7 +1,8 @@
 """The runtime half of the `cuda` backend: a blob → kernels loaded, buffers placed, launches bound.
 
-It imports nothing from ``compiler.py``. At init every plan step's launcher (``gpu.ops``) records
-its launches through ``CUDABuilder`` (GEMMs as cuBLAS calls through ``cupy.matmul``); buffers are
+It imports nothing from ``compiler.py``. At init the weights are uploaded once; for each input
+signature (``gpu/specialize.py``; a static plan has one, built at init) every plan step's
+launcher (``gpu.ops``) records its launches through ``CUDABuilder`` (GEMMs as cuBLAS calls through ``cupy.matmul``); buffers are
 placed by lifetime as the OpenCL runtime places them, weights and int tables uploaded once. Each
 handle has its own stream and pinned host buffers for its inputs and outputs, so ``execute``
 copies in, launches and copies out on that stream only.
@@ -10,18 +11,20 @@ copies in, launches and copies out on that stream only.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from offload.errors import KernelError, OffloadError
+from offload.errors import DTypeError, KernelError, OffloadError
 
 from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch, storage_dtype
 from ..gpu.builder import PlanValues, host_weights
 from ..gpu.ops.linalg import GemmCall
 from ..gpu.plan import parse
+from ..gpu.specialize import Specializations, host_values, input_shapes, max_shapes, planned_shapes, signature
 from . import blob
 from .device import IMPORT_ERROR, MAX_BLOCK, Device, build, cp, device_for, device_names, launch_shape
 
@@ -78,18 +81,30 @@ class Gemm:
 
 
 @dataclass
+class Specialized:
+    """A plan specialized to one input signature: buffers placed, launches bound, pinned host
+    buffers (device dtype) for its inputs and outputs."""
+
+    inputs: list[int]
+    outputs: list[int]
+    buffers: dict[int, object]  # every value id → its device buffer (aliases share one)
+    launches: list
+    host_in: list = field(default_factory=list)
+    host_out: list = field(default_factory=list)
+    keep: list = field(default_factory=list)  # int tables the launches use
+
+
+@dataclass
 class Handle:
     device: Device
     stream: object
-    inputs: list[int]
-    outputs: list[int]
-    shapes: dict[int, tuple[int, ...]]
+    plan: dict
     dtypes: dict[int, np.dtype]
-    buffers: dict[int, object]  # every value id → its device buffer (aliases share one)
-    launches: list
-    host_in: list = field(default_factory=list)  # pinned host buffers (device dtype), one per input
-    host_out: list = field(default_factory=list)
-    keep: list = field(default_factory=list)  # int tables the launches use
+    binaries: object
+    host: dict[int, np.ndarray]  # the weights on the host, by value id
+    weights: dict[int, object]  # their device buffers, uploaded once, shared by every specialization
+    specializations: Specializations
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per handle
 
 
 class CUDABuilder(PlanValues):
@@ -99,8 +114,8 @@ class CUDABuilder(PlanValues):
     backend = "cuda"
     max_local_size = MAX_BLOCK
 
-    def __init__(self, device: Device, plan: dict, host: dict[int, np.ndarray], binaries):
-        super().__init__(plan, host)
+    def __init__(self, device: Device, plan: dict, host: dict[int, np.ndarray], binaries, inputs=None):
+        super().__init__(plan, host, inputs)
         self.device, self.binaries = device, binaries
         self.launches: list = []
 
@@ -164,21 +179,31 @@ class CUDARuntime(BackendRuntime):
             # legacy default stream.
             stream = cp.cuda.Stream(non_blocking=True)
             with stream:
-                handle = self._init(device, stream, plan, binaries, host)
+                values = PlanValues(plan, {})
+                buffers = {}
+                for i, w in host.items():  # float32 → half under fp16 (nearest even, ±inf past 65504)
+                    buffers[i] = device.allocator.alloc(max(values.nbytes(i), 4))
+                    _upload(device, buffers[i], w, values.dtypes[i], values.storage(i), stream)
+                cache = Specializations(max_shapes(compile_specs, "cuda"), _release)
+                handle = Handle(device, stream, plan, values.dtypes, binaries, host, buffers, cache)
+                for shapes in planned_shapes(plan, compile_specs, "cuda"):
+                    cache.get(shapes, lambda shapes=shapes: self._specialize(handle, list(shapes)))
             stream.synchronize()
         return handle
 
-    def _init(self, device: Device, stream, plan: dict, binaries, host: dict) -> Handle:
-        b = CUDABuilder(device, plan, host, binaries)
-        inputs, outputs, pinned = b.record(plan)
-        buffers = b.place(pinned)
+    def _specialize(self, handle: Handle, inputs: list) -> Specialized:
+        """The plan's launches recorded for these inputs (arrays, or shapes), buffers placed, args
+        bound; runs on the handle's device and stream."""
+        plan, device = handle.plan, handle.device
+        shapes = input_shapes(plan, inputs, "cuda")
+        b = CUDABuilder(device, plan, {**handle.host, **host_values(plan, inputs)}, handle.binaries, shapes)
+        ins, outs, pinned = b.record(plan)
+        buffers = b.place(pinned, given=handle.weights)
         alloc = device.allocator
-        for i, w in host.items():
-            if w.size:  # float32 → half under fp16 (numpy rounds to nearest even, ±inf past 65504)
-                with np.errstate(over="ignore"):
-                    w = np.ascontiguousarray(np.asarray(w, b.dtypes[i]).astype(b.storage(i)))
-                alloc.view(buffers[i], w.shape, w.dtype).set(w, stream)
-        handle = Handle(device, stream, inputs, outputs, b.shapes, b.dtypes, buffers, b.launches)
+        for i, w in b.host.items():  # folded shape values and host inputs (weights are uploaded)
+            if i not in handle.weights:
+                _upload(device, buffers[i], w, b.dtypes[i], b.storage(i), handle.stream)
+        spec = Specialized(ins, outs, buffers, b.launches)
         for launch in b.launches:
             if isinstance(launch, Gemm):
                 launch.bind(buffers, alloc.view)
@@ -189,48 +214,58 @@ class CUDARuntime(BackendRuntime):
                     bound.append(buffers[a.id])
                 elif isinstance(a, Ints):
                     table = cp.asarray(np.asarray(a.values, np.int32) if a.values else np.zeros(1, np.int32))
-                    handle.keep.append(table)
+                    spec.keep.append(table)
                     bound.append(table)
                 else:
                     bound.append(a)
             launch.bound = tuple(bound)
         # The caller's float32 is converted to / from half on the host, in the pinned buffers.
-        handle.host_in = [alloc.pinned(b.shapes[i], b.storage(i)) for i in inputs]
-        handle.host_out = [alloc.pinned(b.shapes[i], b.storage(i)) for i in outputs]
-        return handle
+        spec.host_in = [alloc.pinned(b.shapes[i], b.storage(i)) for i in ins]
+        spec.host_out = [alloc.pinned(b.shapes[i], b.storage(i)) for i in outs]
+        return spec
 
     def execute(self, handle: Handle, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        if len(inputs) != len(handle.inputs):
-            raise OffloadError(f"cuda backend: expected {len(handle.inputs)} inputs, got {len(inputs)}")
+        inputs = [np.asarray(x) for x in inputs]
         view, stream = handle.device.allocator.view, handle.stream
         try:
-            with handle.device.device, stream:
-                for i, x, pinned in zip(handle.inputs, inputs, handle.host_in):
-                    x = np.asarray(x)
-                    if x.dtype != handle.dtypes[i] or x.shape != handle.shapes[i]:
-                        raise OffloadError(
-                            f"cuda backend: input {i} is {x.dtype}{list(x.shape)}, "
-                            f"expected {handle.dtypes[i]}{list(handle.shapes[i])}"
-                        )
+            with handle.lock, handle.device.device, stream:
+                key = signature(handle.plan, inputs)
+                spec = handle.specializations.get(key, lambda: self._specialize(handle, inputs))
+                for i, x, pinned in zip(spec.inputs, inputs, spec.host_in):
+                    if x.dtype != handle.dtypes[i]:
+                        raise DTypeError(f"cuda backend: input {i} is {x.dtype}, expected {handle.dtypes[i]}")
                     if x.size:
                         with np.errstate(over="ignore"):
                             np.copyto(pinned, x, casting="same_kind")
-                        view(handle.buffers[i], x.shape, pinned.dtype).set(pinned, stream)
-                for launch in handle.launches:
+                        view(spec.buffers[i], x.shape, pinned.dtype).set(pinned, stream)
+                for launch in spec.launches:
                     launch.run(stream)
-                for i, pinned in zip(handle.outputs, handle.host_out):
+                for i, pinned in zip(spec.outputs, spec.host_out):
                     if pinned.size:
-                        view(handle.buffers[i], pinned.shape, pinned.dtype).get(stream, out=pinned)
+                        view(spec.buffers[i], pinned.shape, pinned.dtype).get(stream, out=pinned)
                 stream.synchronize()
+                # Copies: the pinned buffers are refilled by the next call.
+                return [np.array(p, handle.dtypes[i], copy=True) for i, p in zip(spec.outputs, spec.host_out)]
         except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
             raise KernelError(f"cuda backend: {type(e).__name__}: {e}") from e
-        # Copies: the pinned buffers are refilled by the next call.
-        return [np.array(p, handle.dtypes[i], copy=True) for i, p in zip(handle.outputs, handle.host_out)]
 
     def destroy(self, handle: Handle) -> None:
         # CuPy returns the arrays to its pool when the last reference goes.
-        handle.buffers.clear()
-        handle.launches.clear()
-        handle.keep.clear()
-        handle.host_in.clear()
-        handle.host_out.clear()
+        with handle.lock:
+            handle.specializations.clear()
+            handle.weights.clear()
+
+
+def _upload(device: Device, buffer, w: np.ndarray, dtype, storage, stream) -> None:
+    if w.size:
+        with np.errstate(over="ignore"):
+            w = np.ascontiguousarray(np.asarray(w, dtype).astype(storage))
+        device.allocator.view(buffer, w.shape, w.dtype).set(w, stream)
+
+
+def _release(spec: Specialized) -> None:
+    spec.buffers.clear()
+    spec.launches.clear()
+    spec.keep.clear()
+    spec.host_in.clear()
+    spec.host_out.clear()

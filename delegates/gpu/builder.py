@@ -15,11 +15,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from offload.errors import KernelError, ModelFormatError, OffloadError, UnsupportedOpError
+from offload.errors import (
+    KernelError,
+    ModelFormatError,
+    OffloadError,
+    SpecializationError,
+    UnsupportedOpError,
+)
 
 from .api import Buf, Scratch, storage_dtype
 from .ops import LAUNCH
-from .plan import PRECISIONS, check_step
+from .plan import MAX_ELEMENTS, PRECISIONS, attribute, step_shapes
 
 
 def host_weights(plan: dict, weights, backend: str) -> dict[int, np.ndarray]:
@@ -27,15 +33,24 @@ def host_weights(plan: dict, weights, backend: str) -> dict[int, np.ndarray]:
     missing = sorted(set(plan["weights"].values()) - set(weights))
     if missing:
         raise ModelFormatError(f"{backend} backend: weights not given: {', '.join(missing)}")
-    return {int(i): np.asarray(weights[name]) for i, name in plan["weights"].items()}
+    host = {int(i): np.asarray(weights[name]) for i, name in plan["weights"].items()}
+    for i, w in host.items():
+        if list(w.shape) != plan["shapes"][str(i)]:
+            raise ModelFormatError(
+                f"{backend} backend: weight {i} has shape {list(w.shape)}, the plan says {plan['shapes'][str(i)]}"
+            )
+    return host
 
 
 class PlanValues:
     backend = "gpu"  # names the backend in error messages
     launches: list  # what the subclass records, in order; each has ``args``
 
-    def __init__(self, plan: dict, host: dict[int, np.ndarray]):
+    def __init__(self, plan: dict, host: dict[int, np.ndarray], inputs: dict[int, tuple] | None = None):
+        """``inputs``: the concrete shapes of the plan's inputs (a symbolic plan's specialization);
+        ``host`` also holds the host inputs' values then."""
         self.shapes = {int(i): tuple(s) for i, s in plan["shapes"].items()}
+        self.shapes.update(inputs or {})
         dtypes = plan.get("dtypes") or {}
         self.dtypes = {i: np.dtype(dtypes.get(str(i), "float32")) for i in self.shapes}
         # How float32 values are stored on the device ("fp16": as half; kernels compute in float).
@@ -88,19 +103,22 @@ class PlanValues:
     def record(self, plan: dict) -> tuple[list[int], list[int], set[int]]:
         """Every step's launcher run on this builder, each step's shapes checked first; gives the
         partition's inputs, outputs, and the values whose buffers are pinned (never pooled)."""
-        for i, w in self.host.items():
-            if w.shape != self.shapes[i]:
-                raise ModelFormatError(
-                    f"{self.backend} backend: weight {i} has shape {w.shape}, expected {self.shapes[i]}"
-                )
         for k, step in enumerate(plan["ops"]):
             launcher = LAUNCH.get(step["type"])
             if launcher is None:
                 raise UnsupportedOpError(f"{self.backend} backend: no kernel for plan step {step['type']!r}")
             self.step = k
             try:
-                check_step(step, self.shapes, self.dtypes, self.host, self.backend)
-                launcher(self, step)
+                for v, shape in zip(
+                    step["outputs"], step_shapes(step, self.shapes, self.dtypes, self.host, self.backend)
+                ):
+                    if v is not None:
+                        self._shaped(v, shape)
+                value = self._fold(step)
+                if value is not None:
+                    self.constant(step["outputs"][0], value)
+                else:
+                    launcher(self, step)
             except OffloadError:
                 raise
             except Exception as e:  # whatever a damaged step makes a launcher trip on
@@ -112,6 +130,52 @@ class PlanValues:
         if any(i in self.alias_of for i in inputs):  # never rebind a buffer the caller fills
             raise ModelFormatError(f"{self.backend} backend: a view op writes a partition input")
         return inputs, outputs, {self.root(v) for v in (*inputs, *outputs, *self.host)}
+
+    def _shaped(self, v: int, shape: tuple) -> None:
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise SpecializationError(
+                f"{self.backend} backend: value {v} of shape {list(shape)} has more than "
+                f"{MAX_ELEMENTS} elements (kernels index with int32)"
+            )
+        self.shapes[v] = shape
+
+    def _fold(self, step: dict) -> np.ndarray | None:
+        """The value of a step whose inputs are all known on the host and whose result is small
+        (shape arithmetic: ``ir.inference.fold_op``), or None: it then runs as kernels."""
+        from offload.ir import DataType, Operation, TensorType, Value
+        from offload.ir.inference import fold_op
+
+        outs = [v for v in step["outputs"] if v is not None]
+        if len(outs) != 1 or step["outputs"][0] is None or outs[0] in self.host:
+            return None
+        leaves = [None if i is None else self.const(i) for i in step["inputs"]]
+        if any(x is None for i, x in zip(step["inputs"], leaves) if i is not None):
+            return None
+
+        def fold(op_type: str, attrs: dict, args: list, out: int) -> np.ndarray | None:
+            values = [None if a is None else Value("x", None, np.asarray(a)) for a in args]
+            for x in values:
+                if x is not None:
+                    x.type = TensorType(DataType.from_numpy(x.const_value.dtype), x.const_value.shape)
+            op = Operation(op_type, values, {k: attribute(a) for k, a in attrs.items()}, num_outputs=1)
+            op.outputs[0].type = TensorType(DataType.from_numpy(self.dtypes[out]), self.shapes[out])
+            return fold_op(op)
+
+        (out,) = outs
+        if step["type"] != "Fused":
+            value = fold(step["type"], step.get("attributes", {}), leaves, out)
+        else:  # the tree node by node (elementwise: no node reads its output's type)
+            nodes: list = []
+            for node in step["nodes"]:
+                refs = node["args"]
+                args = [None if r is None else (leaves[r[1]] if r[0] == "in" else nodes[r[1]]) for r in refs]
+                if any(a is None for a, r in zip(args, refs) if r is not None):
+                    return None
+                nodes.append(fold(node["type"], node.get("attributes", {}), args, out))
+            value = nodes[-1] if nodes else None
+        if value is None or value.shape != self.shapes[out] or value.dtype != self.dtypes[out]:
+            return None
+        return value
 
     def ref(self, a):
         """A launch argument as recorded: a view's buffer is its root's, a Scratch gets a
@@ -134,10 +198,14 @@ class PlanValues:
             return self.scratch_bytes[v]
         return math.prod(self.shapes[v]) * self.storage(v).itemsize
 
-    def place(self, pinned: set[int], alloc: Callable[[int], object] | None = None) -> dict[int, object]:
+    def place(
+        self, pinned: set[int], alloc: Callable[[int], object] | None = None, given: dict | None = None
+    ) -> dict[int, object]:
         """A buffer for every value, from the arguments of the recorded ``self.launches`` (each has
-        ``args``), allocated by ``alloc`` (default: the builder's device allocator)."""
+        ``args``), allocated by ``alloc`` (default: the builder's device allocator); ``given``
+        holds buffers placed already (the weights, shared by every specialization of a plan)."""
         alloc = alloc or self.device.allocator.alloc
+        given = given or {}
         uses = [launch.args for launch in self.launches]
         first: dict[int, int] = {}
         last: dict[int, int] = {}
@@ -146,7 +214,7 @@ class PlanValues:
                 if isinstance(a, Buf) and a.id not in pinned:
                     first.setdefault(a.id, k)
                     last[a.id] = k
-        placed: dict[int, object] = {v: alloc(self.nbytes(v)) for v in pinned}
+        placed: dict[int, object] = {v: given[v] if v in given else alloc(self.nbytes(v)) for v in pinned}
         starts: dict[int, list[int]] = {}
         ends: dict[int, list[int]] = {}
         for v in first:

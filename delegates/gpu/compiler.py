@@ -15,8 +15,10 @@ from offload.errors import UnsupportedOpError
 from offload.ir import Operation, Program, TensorType, Value, lookup
 
 from ..backend import BackendCompiler, CompileSpec, CompileSpecError, PreprocessResult, Support
-from .ops import CAPABILITIES, CHECKS, ELEMENTWISE, MULTI_OUTPUT
+from .host import host_inputs
+from .ops import CAPABILITIES, CHECKS, ELEMENTWISE, HOST_INPUTS, MULTI_OUTPUT
 from .plan import FORMAT, MAX_ELEMENTS, PRECISIONS
+from .specialize import max_shapes, shape_sets
 
 PRECISION_SPEC = (
     "fp32 (default) | fp16: store every float32 value on the device as half (kernels compute in float32)"
@@ -31,6 +33,8 @@ def _attr(v):
         return v
     if isinstance(v, np.ndarray) and v.dtype.kind in "biuf":  # a tensor attribute keeps its dtype
         return {"array": v.ravel().tolist(), "dtype": v.dtype.name, "shape": list(v.shape)}
+    if isinstance(v, list | tuple) and v and all(isinstance(x, str) for x in v):  # e.g. RNN activations
+        return list(v)
     if isinstance(v, list | tuple) and all(isinstance(x, int | float | np.integer | np.floating) for x in v):
         return [x.item() if hasattr(x, "item") else x for x in v]
     return None
@@ -51,8 +55,13 @@ class _Ids:
         return id(v) in self._ids
 
 
-def _static(v: Value) -> bool:
-    return isinstance(v.type, TensorType) and v.type.is_static
+def _ranked(v: Value) -> bool:
+    return isinstance(v.type, TensorType) and v.type.shape is not None
+
+
+def _dim(d) -> int | str | None:
+    """A dim as the plan holds it: a size, a symbol's name, or None (unknown until run time)."""
+    return int(d) if isinstance(d, int) else d
 
 
 def _attrs(op: Operation) -> dict:
@@ -148,15 +157,17 @@ class GPUCompiler(BackendCompiler):
     def check_specs(self, specs: list[CompileSpec]) -> None:
         super().check_specs(specs)
         precision(specs, self.name)
+        max_shapes(specs, self.name)
+        shape_sets(specs, self.name)
 
     def supports(self, op: Operation, ctx=None) -> Support:
         found = super().supports(op, ctx)
         if not found:
             return found
         for v in [*op.inputs, *op.outputs]:
-            if v is not None and not _static(v):
-                return Support(False, f"shape of '{v.name}' is not static")
-            if v is not None and math.prod(v.type.shape) > MAX_ELEMENTS:
+            if v is not None and not _ranked(v):
+                return Support(False, f"rank of '{v.name}' is not known")
+            if v is not None and v.type.is_static and math.prod(v.type.shape) > MAX_ELEMENTS:
                 return Support(
                     False, f"'{v.name}' has more than {MAX_ELEMENTS} elements (kernels index with int32)"
                 )
@@ -164,7 +175,10 @@ class GPUCompiler(BackendCompiler):
         if not outputs or (len(outputs) > 1 and op.op_type not in MULTI_OUTPUT):
             return Support(False, "ops with more than one output are not supported")
         check = CHECKS.get(op.op_type)
-        found = check(op) if check is not None else None
+        try:
+            found = check(op) if check is not None else None
+        except TypeError:  # a check that does arithmetic on a dim that is a symbol
+            return Support(False, f"{op.op_type} needs static sizes where this op has symbolic dims")
         return found if found is not None else Support(True)
 
     def preprocess(self, subprogram: Program, compile_specs: list[CompileSpec]) -> PreprocessResult:
@@ -177,7 +191,7 @@ class GPUCompiler(BackendCompiler):
         def vid(v: Value | None) -> int | None:
             i = ids(v)
             if v is not None:
-                shapes[str(i)] = [int(d) for d in v.type.shape]
+                shapes[str(i)] = [_dim(d) for d in v.type.shape]
                 dtypes[str(i)] = np.dtype(v.type.dtype.numpy).name
             return i
 
@@ -213,6 +227,10 @@ class GPUCompiler(BackendCompiler):
                 plan["ops"].append(_fused(ops, vid))
             debug_map[len(plan["ops"]) - 1] = tuple(steps)
         plan["outputs"] = [vid(v) for v in body.outputs]
+        # Small partition inputs that shape-deciding inputs are computed from: read on the host
+        # when the runtime specializes, their values part of its key.
+        plan["names"] = [v.name for v in body.inputs]  # what the ``shapes`` spec names inputs by
+        plan["host_inputs"] = [vid(v) for v in host_inputs(body, HOST_INPUTS)]
         plan["shapes"] = shapes
         plan["dtypes"] = dtypes
         return PreprocessResult(json.dumps(plan).encode(), debug_map)

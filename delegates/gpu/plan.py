@@ -3,11 +3,18 @@
 {"format": FORMAT,
  "inputs": [value id, ...],                  # the partition's non-constant inputs, in order
  "weights": {"value id": "tensor name"},     # constants, given by name to init
- "shapes": {"value id": [dim, ...]},         # every value's static shape
+ "shapes": {"value id": [dim, ...]},         # every value's shape; a dim is a size, a symbol's
+                                             # name or null (unknown): known when specialized
  "dtypes": {"value id": "float32" | ...},    # every value's numpy dtype name (format 3)
  "ops": [{"type", "name", "attributes", "inputs": [id | null], "outputs": [id | null]}],
  "outputs": [value id, ...],
+ "host_inputs": [value id, ...],             # inputs read on the host: shape-deciding values
  "precision": "fp16"}                        # optional (absent: fp32): float32 values stored as half
+
+A plan whose shapes are all sizes is specialized once, at init. Otherwise the runtime specializes
+it for each input signature (the inputs' shapes, the host inputs' values) it meets: it infers every
+value's shape from the inputs' (``step_shapes``), folds shape arithmetic on the host, then records
+launches as for a static plan (``specialize.py``).
 
 The step type "Fused" is a tree of elementwise ops run as one generated kernel, its
 intermediates never stored. Its "inputs" are the tree's leaf values (each broadcast to the output
@@ -15,7 +22,7 @@ shape through its own stride table), "outputs" the root's value, and
  "nodes": [{"type", "name", "attributes", "args": [["in", leaf index] | ["node", j] | null]}]
 in evaluation order, the root last. The runtime generates the kernel source from the plan at init,
 deterministically (the same plan gives the same source, so the build cache hits).
-Formats 1 and 2 (float32 only, no "dtypes") still load.
+Formats 1 and 2 (float32 only, no "dtypes") and 3 (static shapes, no "host_inputs") still load.
 """
 
 import json
@@ -24,9 +31,10 @@ import numpy as np
 
 from offload.errors import ModelFormatError
 
-FORMAT = "offload-gpu-plan/3"
+FORMAT = "offload-gpu-plan/4"
 PRECISIONS = ("fp32", "fp16")  # how float32 values are stored on the device
-FORMATS = ("offload-opencl-plan/1", "offload-opencl-plan/2", FORMAT)
+FORMATS = ("offload-opencl-plan/1", "offload-opencl-plan/2", "offload-gpu-plan/3", FORMAT)
+MAX_SYMBOL = 128  # characters of a symbolic dim's name
 
 
 # Kernels index elements with 32-bit ints: a tensor must stay below this many elements.
@@ -73,11 +81,11 @@ def parse(processed: bytes | dict, backend: str) -> dict:
     if not isinstance(shapes, dict) or not isinstance(dtypes, dict):
         raise bad("'shapes' / 'dtypes' are not tables")
     for i, s in shapes.items():
-        if not (str(i).isdigit() and isinstance(s, list) and all(type(d) is int and d >= 0 for d in s)):
+        if not (str(i).isdigit() and isinstance(s, list) and all(_dim(d) for d in s)):
             raise bad(f"value {i!r} has shape {s!r}")
         n = 1
         for d in s:
-            n *= d
+            n *= d if type(d) is int else 1
         if len(s) > 16 or n > MAX_ELEMENTS:
             raise bad(f"value {i} of shape {s} is too large (at most {MAX_ELEMENTS} elements, rank 16)")
     for i, t in dtypes.items():
@@ -92,6 +100,9 @@ def parse(processed: bytes | dict, backend: str) -> dict:
     for key in ("inputs", "outputs"):
         if not isinstance(plan.get(key), list) or not all(known(v) for v in plan[key]):
             raise bad(f"'{key}' names unknown values")
+    host = plan.setdefault("host_inputs", [])
+    if not isinstance(host, list) or not all(known(v) and v in plan["inputs"] for v in host):
+        raise bad("'host_inputs' names values that are not inputs")
     weights = plan.get("weights")
     if not isinstance(weights, dict) or not all(
         i in shapes and isinstance(n, str) for i, n in weights.items()
@@ -115,6 +126,16 @@ def parse(processed: bytes | dict, backend: str) -> dict:
     return plan
 
 
+def _dim(d) -> bool:
+    """Whether ``d`` is a dim a plan may hold: a size, a symbol's name, or None (unknown)."""
+    return (type(d) is int and d >= 0) or d is None or (isinstance(d, str) and 0 < len(d) <= MAX_SYMBOL)
+
+
+def is_static(plan: dict) -> bool:
+    """Whether every value's shape in ``plan`` is known: then one specialization serves every run."""
+    return all(type(d) is int for s in plan["shapes"].values() for d in s)
+
+
 def attribute(value):
     """A plan attribute as a launcher or shape inference wants it: tensor attributes (stored as
     {"array", "dtype", "shape"}) become numpy arrays; numbers, text and lists stay as they are."""
@@ -126,12 +147,15 @@ def attribute(value):
     return value
 
 
-def check_step(step: dict, shapes: dict, dtypes: dict, host: dict, backend: str) -> None:
-    """Refuse a step whose output shapes are not what its op makes of its input shapes.
+def step_shapes(step: dict, shapes: dict, dtypes: dict, host: dict, backend: str) -> list:
+    """The shape of each of ``step``'s outputs (None for an absent one) that its op makes of its
+    input shapes (``shapes``, all known) and host values; a ModelFormatError when they disagree
+    with the shapes the plan states.
 
-    Launchers size their index ranges from these shapes; a blob whose shapes disagree with each
-    other would make a kernel read or write out of bounds. Ops are checked with offload's own
-    shape inference (constants given by value); a fused tree's leaves must broadcast to its output.
+    Launchers size their index ranges from these shapes: a blob whose shapes disagree with each
+    other would make a kernel read or write out of bounds, and a symbolic plan learns its shapes
+    here. Ops are inferred with offload's own shape inference (host values given as constants); a
+    fused tree's output is its leaves broadcast.
     """
     from offload.ir import DataType, Operation, TensorType, Value
     from offload.ir.inference import infer_op
@@ -139,29 +163,41 @@ def check_step(step: dict, shapes: dict, dtypes: dict, host: dict, backend: str)
     def bad(what: str):
         return ModelFormatError(f"{backend} backend: plan step {step.get('name') or step['type']}: {what}")
 
-    outs = [v for v in step["outputs"] if v is not None]
+    outs = step["outputs"]
     if step["type"] == "Fused":
-        if len(outs) != 1:
+        if len([v for v in outs if v is not None]) != 1 or outs[0] is None:
             raise bad(f"a fused step has {len(outs)} outputs")
-        (out,) = outs
+        try:
+            inferred = [tuple(np.broadcast_shapes(*(shapes[i] for i in step["inputs"])))]
+        except ValueError:
+            raise bad(f"leaves of shapes {[shapes[i] for i in step['inputs']]} do not broadcast") from None
+    else:
+        values = []
         for i in step["inputs"]:
-            s, o = shapes[i], shapes[out]
-            if len(s) > len(o) or any(d not in (1, e) for d, e in zip(s[::-1], o[::-1])):
-                raise bad(f"leaf of shape {s} does not broadcast to {o}")
-        return
-    values = []
-    for i in step["inputs"]:
-        if i is None:
-            values.append(None)
+            if i is None:
+                values.append(None)
+                continue
+            t = TensorType(DataType.from_numpy(dtypes[i]), tuple(shapes[i]))
+            values.append(Value(f"v{i}", t, host.get(i)))
+        attrs = {k: attribute(a) for k, a in step.get("attributes", {}).items()}
+        op = Operation(step["type"], values, attrs, num_outputs=len(outs))
+        inferred = []
+        for got, want in zip(infer_op(op), outs):
+            if want is not None and isinstance(got, TensorType) and np.dtype(got.dtype.numpy) != dtypes[want]:
+                raise bad(f"output {want} is {dtypes[want]}, the op makes {got}")
+            known = isinstance(got, TensorType) and got.shape is not None
+            inferred.append(tuple(got.shape) if known and all(type(d) is int for d in got.shape) else None)
+    result = []
+    for got, want in zip(inferred, outs):
+        if want is None:
+            result.append(None)
             continue
-        t = TensorType(DataType.from_numpy(dtypes[i]), tuple(shapes[i]))
-        values.append(Value(f"v{i}", t, host.get(i)))
-    attrs = {k: attribute(a) for k, a in step.get("attributes", {}).items()}
-    op = Operation(step["type"], values, attrs, num_outputs=len(step["outputs"]))
-    for got, want in zip(infer_op(op), step["outputs"]):
-        if want is None or not isinstance(got, TensorType) or got.shape is None:
-            continue
-        if any(not isinstance(d, int) for d in got.shape):
-            continue
-        if tuple(got.shape) != tuple(shapes[want]) or np.dtype(got.dtype.numpy) != dtypes[want]:
-            raise bad(f"output {want} is {dtypes[want]}{list(shapes[want])}, the op makes {got}")
+        stated = tuple(shapes[want])
+        if got is None:  # inference cannot say: the plan's shape stands when it is known
+            if not all(type(d) is int for d in stated):
+                raise bad(f"the shape of output {want} {list(stated)} is not known from its inputs")
+            got = stated
+        if len(got) != len(stated) or any(type(d) is int and d != g for d, g in zip(stated, got)):
+            raise bad(f"output {want} is {dtypes[want]}{list(stated)}, the op makes {list(got)}")
+        result.append(got)
+    return result

@@ -1,27 +1,31 @@
 """The runtime half of the `opencl` backend: a plan → kernels built, buffers placed, launches bound.
 
-It imports nothing from ``compiler.py``. At init every plan step's launcher (``gpu.ops``) records
-its launches through ``PlanBuilder``; then intermediate buffers are assigned from a pool by
-lifetime (a buffer is reused once the last launch reading its value has been enqueued) and every
-kernel's arguments are bound once, so ``execute`` only copies inputs in, enqueues and copies
-outputs out. Intermediates never leave the device.
+It imports nothing from ``compiler.py``. At init the weights are uploaded once. For each input
+signature (``gpu/specialize.py``; a static plan has one, built at init) every plan step's launcher
+(``gpu.ops``) records its launches through ``PlanBuilder``; then intermediate buffers are assigned
+from a pool by lifetime (a buffer is reused once the last launch reading its value has been
+enqueued) and every kernel's arguments are bound once, so ``execute`` only finds its
+specialization, copies inputs in, enqueues and copies outputs out. Intermediates never leave the
+device.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from offload.errors import KernelError, OffloadError
+from offload.errors import DTypeError, KernelError, OffloadError
 
 from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch
 from ..gpu.builder import PlanValues, host_weights
 from ..gpu.plan import parse
+from ..gpu.specialize import Specializations, host_values, input_shapes, max_shapes, planned_shapes, signature
 from .device import IMPORT_ERROR, Device, OpenCLBuildError, all_devices, build, cl, device_for, tuning_choice
 
 __all__ = ["OpenCLBuildError", "OpenCLRuntime", "build", "device_for"]
@@ -38,16 +42,28 @@ class Launch:
 
 
 @dataclass
-class Handle:
-    device: Device
+class Specialized:
+    """A plan specialized to one input signature: its buffers placed and its launches bound."""
+
     inputs: list[int]
     outputs: list[int]
     shapes: dict[int, tuple[int, ...]]
-    dtypes: dict[int, np.dtype]
     buffers: dict[int, object]  # every value id → its buffer (aliases share one)
     launches: list[Launch]
-    storage: dict[int, np.dtype] = field(default_factory=dict)  # device dtype where it differs (fp16)
-    keep: list = field(default_factory=list)  # tables and step buffers the launches use
+    own: list = field(default_factory=list)  # buffers and tables this specialization allocated
+
+
+@dataclass
+class Handle:
+    device: Device
+    plan: dict
+    dtypes: dict[int, np.dtype]
+    storage: dict[int, np.dtype]  # device dtype of inputs and outputs where it differs (fp16)
+    tuning: str
+    host: dict[int, np.ndarray]  # the weights on the host, by value id
+    weights: dict[int, object]  # their device buffers, uploaded once, shared by every specialization
+    specializations: Specializations
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per handle
 
 
 class PlanBuilder(PlanValues):
@@ -56,8 +72,10 @@ class PlanBuilder(PlanValues):
 
     backend = "opencl"
 
-    def __init__(self, device: Device, plan: dict, host: dict[int, np.ndarray], tuning: str = "none"):
-        super().__init__(plan, host)
+    def __init__(
+        self, device: Device, plan: dict, host: dict[int, np.ndarray], tuning: str = "none", inputs=None
+    ):
+        super().__init__(plan, host, inputs)
         self.device = device
         self.tuning = tuning
         self.max_local_size = int(device.device.max_work_group_size)
@@ -142,14 +160,43 @@ class OpenCLRuntime(BackendRuntime):
         spec = _spec(compile_specs, "device")
         device = device_for(spec.text() if spec is not None else None)
         tuning = _spec(compile_specs, "tuning")
-        b = PlanBuilder(device, plan, host, tuning.text() if tuning is not None else "none")
-        inputs, outputs, pinned = b.record(plan)
-        buffers = b.place(pinned)
+        values = PlanValues(plan, {})
+        buffers = {}
+        for i, w in host.items():  # uploaded once; float32 → half under fp16
+            buffers[i] = device.allocator.alloc(max(values.nbytes(i), 4))
+            device.allocator.copyin(buffers[i], np.asarray(w, values.dtypes[i]), values.storage(i))
+        ends = (*plan["inputs"], *plan["outputs"])
+        storage = {i: values.storage(i) for i in ends if values.storage(i) != values.dtypes[i]}
+        cache = Specializations(max_shapes(compile_specs, "opencl"), _release)
+        handle = Handle(
+            device,
+            plan,
+            values.dtypes,
+            storage,
+            tuning.text() if tuning is not None else "none",
+            host,
+            buffers,
+            cache,
+        )
+        for shapes in planned_shapes(plan, compile_specs, "opencl"):
+            cache.get(shapes, lambda shapes=shapes: self._specialize(handle, list(shapes)))
+        device.queue.finish()
+        return handle
+
+    def _specialize(self, handle: Handle, inputs: list) -> Specialized:
+        """The plan's launches recorded for these inputs (arrays, or shapes), buffers placed, args bound."""
+        plan, device = handle.plan, handle.device
+        shapes = input_shapes(plan, inputs, "opencl")
+        b = PlanBuilder(device, plan, {**handle.host, **host_values(plan, inputs)}, handle.tuning, shapes)
+        ins, outs, pinned = b.record(plan)
+        buffers = b.place(pinned, given=handle.weights)
         alloc = device.allocator
-        for i, w in host.items():  # float32 → half under fp16
-            alloc.copyin(buffers[i], np.asarray(w, b.dtypes[i]), b.storage(i))
-        storage = {i: b.storage(i) for i in (*inputs, *outputs) if b.storage(i) != b.dtypes[i]}
-        handle = Handle(device, inputs, outputs, b.shapes, b.dtypes, buffers, b.launches, storage=storage)
+        shared = {id(x) for x in handle.weights.values()}  # a view of a weight holds its buffer
+        own = list({id(x): x for x in buffers.values() if id(x) not in shared}.values())
+        for i, w in b.host.items():  # folded shape values and host inputs (weights are uploaded)
+            if i not in handle.weights:
+                alloc.copyin(buffers[i], np.asarray(w, b.dtypes[i]), b.storage(i))
+        spec = Specialized(ins, outs, b.shapes, buffers, b.launches, own)
         for launch in b.launches:
             args = []
             for a in launch.args:
@@ -158,42 +205,45 @@ class OpenCLRuntime(BackendRuntime):
                 elif isinstance(a, Ints):
                     table = alloc.alloc(4 * max(len(a.values), 1))
                     alloc.copyin(table, np.asarray(a.values, np.int32))
-                    handle.keep.append(table)
+                    spec.own.append(table)
                     args.append(table)
                 else:
                     args.append(a)
             launch.kernel.set_args(*args)
-        device.queue.finish()
-        return handle
+        return spec
 
     def execute(self, handle: Handle, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        if len(inputs) != len(handle.inputs):
-            raise OffloadError(f"opencl backend: expected {len(handle.inputs)} inputs, got {len(inputs)}")
-        alloc = handle.device.allocator
-        for i, x in zip(handle.inputs, inputs):
-            x = np.asarray(x)
-            if x.dtype != handle.dtypes[i] or x.shape != handle.shapes[i]:
-                raise OffloadError(
-                    f"opencl backend: input {i} is {x.dtype}{list(x.shape)}, "
-                    f"expected {handle.dtypes[i]}{list(handle.shapes[i])}"
-                )
-            alloc.copyin(handle.buffers[i], x, handle.storage.get(i))
-        queue = handle.device.queue
-        try:
-            for launch in handle.launches:
-                cl.enqueue_nd_range_kernel(queue, launch.kernel, launch.global_size, launch.local_size)
-            return [
-                alloc.copyout(handle.buffers[i], handle.shapes[i], handle.dtypes[i], handle.storage.get(i))
-                for i in handle.outputs
-            ]
-        except cl.Error as e:
-            raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e
+        inputs = [np.asarray(x) for x in inputs]
+        with handle.lock:
+            key = signature(handle.plan, inputs)
+            spec = handle.specializations.get(key, lambda: self._specialize(handle, inputs))
+            alloc = handle.device.allocator
+            for i, x in zip(spec.inputs, inputs):
+                if x.dtype != handle.dtypes[i]:
+                    raise DTypeError(f"opencl backend: input {i} is {x.dtype}, expected {handle.dtypes[i]}")
+                alloc.copyin(spec.buffers[i], x, handle.storage.get(i))
+            queue = handle.device.queue
+            try:
+                for launch in spec.launches:
+                    cl.enqueue_nd_range_kernel(queue, launch.kernel, launch.global_size, launch.local_size)
+                return [
+                    alloc.copyout(spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i))
+                    for i in spec.outputs
+                ]
+            except cl.Error as e:
+                raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e
 
     def destroy(self, handle: Handle) -> None:
-        for buf in {id(b): b for b in handle.buffers.values()}.values():  # aliases share buffers
-            buf.release()
-        for buf in handle.keep:
-            buf.release()
-        handle.buffers.clear()
-        handle.launches.clear()
-        handle.keep.clear()
+        with handle.lock:
+            handle.specializations.clear()
+            for buf in handle.weights.values():
+                buf.release()
+            handle.weights.clear()
+
+
+def _release(spec: Specialized) -> None:
+    for buf in spec.own:
+        buf.release()
+    spec.own.clear()
+    spec.buffers.clear()
+    spec.launches.clear()

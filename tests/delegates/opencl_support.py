@@ -102,3 +102,9 @@ def plan_and_handle(program):
     blob = delegate.attributes["processed"]
     weights = {n: v.const_value for n, v in delegate.attributes["fallback"].constants.items()}
     return json.loads(blob), OpenCLRuntime().init(blob, [], weights)
+
+
+def specialized(handle):
+    """The one specialization of a static plan's OpenCL handle (built at init)."""
+    (spec,) = handle.specializations.entries.values()
+    return spec

@@ -174,7 +174,13 @@ def test_cuda_is_a_builtin_backend():
     entry = next(e for e in registry.backends() if e.name == "cuda")
     assert entry.source == "built-in"
     compiler = registry.get("cuda").compiler()
-    assert compiler.name == "cuda" and set(compiler.spec_keys) == {"device", "arch", "precision"}
+    assert compiler.name == "cuda" and set(compiler.spec_keys) == {
+        "device",
+        "arch",
+        "precision",
+        "max_shapes",
+        "shapes",
+    }
 
 
 def test_without_arch_the_blob_carries_the_plan_alone():
@@ -245,10 +251,20 @@ def test_an_arch_nvrtc_cannot_target_is_refused():
         offload.to_backend(_mlp(), "cuda", compile_specs={"cuda": [CompileSpec.of("arch", "sm_10")]})
 
 
-def test_a_dynamic_shape_stays_on_the_cpu():
+def test_a_symbolic_dim_is_delegated_and_a_data_dependent_shape_is_not():
     p = model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["N", 4])], ["y"])
-    lowered = offload.to_backend(p, "cuda")
-    assert all(op.op_type != "Delegate" for op in lowered.main.body.operations)
+    (op,) = offload.to_backend(p, "cuda").main.body.operations
+    assert op.op_type == "Delegate"
+    nodes = [  # the shape is read from the maxima of a tensor: data, not shapes
+        helper.make_node("ReduceMax", ["data", "one"], ["m"], keepdims=0),
+        helper.make_node("Slice", ["m", "zero", "two"], ["s"]),
+        helper.make_node("Reshape", ["x", "s"], ["y"]),
+    ]
+    ints = [("one", np.array([1])), ("zero", np.array([0])), ("two", np.array([2]))]
+    p = model(nodes, [("data", [16, 8], np.int64), ("x", [4, 4])], ["y"], ints)
+    reshape = p.main.body.operations[-1]
+    support = registry.get("cuda").compiler().supports(reshape)
+    assert not support and "data-dependent" in support.reason and "ReduceMax" in support.reason
 
 
 # ---- .pte through the runtime: the device when there is one, else the CPU fallback ---------------

@@ -106,12 +106,6 @@ def test_small_model_runs_on_the_backend(tmp_path):
     np.testing.assert_allclose(got["y"], offload.evaluate(p, {"x": x})["y"], rtol=1e-5, atol=1e-6)
 
 
-def test_dynamic_shapes_stay_on_the_cpu():
-    p = model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["n", 3])], ["y"])
-    lowered = offload.to_backend(p, "opencl")
-    assert all(op.op_type != "Delegate" for op in lowered.main.body.operations)
-
-
 def test_build_failure_carries_the_build_log():
     from offload.delegates.opencl.runtime import OpenCLBuildError, build, device_for
 

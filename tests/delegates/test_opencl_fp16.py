@@ -29,7 +29,7 @@ from offload.delegates.gpu.ops import linalg
 from offload.delegates.opencl.runtime import OpenCLRuntime
 from offload.errors import ModelFormatError
 
-from .opencl_support import model, needs_opencl, reference
+from .opencl_support import model, needs_opencl, reference, specialized
 
 pytestmark = needs_opencl
 RNG = np.random.default_rng(16)
@@ -122,7 +122,7 @@ def test_plan_records_precision_and_buffers_are_half():
         assert plan["precision"] == "fp16"
         for v, dtype in plan["dtypes"].items():
             n = int(np.prod(plan["shapes"][v]))
-            assert h.buffers[int(v)].size == n * {"float32": 2, "int64": 8}[dtype], (v, dtype)
+            assert specialized(h).buffers[int(v)].size == n * {"float32": 2, "int64": 8}[dtype], (v, dtype)
     finally:
         OpenCLRuntime().destroy(h)
     # fp32 (the default) writes the plan as before: no "precision" key
@@ -188,7 +188,7 @@ def test_fused_tree_with_broadcast(tmp_path):
     ]
     p = model(nodes, [("x", [2, 3, 4]), ("s", [3, 1])], ["y"], [("b", _h((4,)))])
     _, h = handle(p)
-    assert len(h.launches) == 1
+    assert len(specialized(h).launches) == 1
     OpenCLRuntime().destroy(h)
     check(p, {"x": _h((2, 3, 4)), "s": _h((3, 1))}, tmp_path, **TOL1)
 
@@ -314,7 +314,8 @@ def test_gemm_of_inexact_values(tmp_path):
 def _kernels(program) -> set[str]:
     _, h = handle(program)
     names = {
-        "gemm" if k.kernel.function_name.startswith("gemm") else k.kernel.function_name for k in h.launches
+        "gemm" if k.kernel.function_name.startswith("gemm") else k.kernel.function_name
+        for k in specialized(h).launches
     }
     OpenCLRuntime().destroy(h)
     return names

@@ -294,3 +294,24 @@ def test_declared_types_must_agree_with_the_ops():
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])
     with pytest.raises(ModelFormatError, match=r"'%y' is declared \(3,2,fp32\) but Relu gives \(2,3,fp32\)"):
         offload.load(model.SerializeToString())
+
+
+def test_a_dim_value_of_minus_one_is_an_unknown_dim_and_runs_as_onnxruntime_runs_it():
+    # Several exporters write dim_value -1 for "unknown"; onnxruntime accepts any size there.
+    import onnxruntime as ort
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3])
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])
+    program = offload.load(model.SerializeToString())
+    assert program.main.body.inputs[0].type.shape == (None, 3)
+    feeds = {"x": np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    np.testing.assert_array_equal(offload.evaluate(program, feeds)["y"], want[0])
+    model.graph.input[0].type.tensor_type.shape.dim[
+        0
+    ].dim_value = -2  # not the exporters' "unknown": still malformed
+    with pytest.raises(ModelFormatError, match="negative dimension -2"):
+        offload.load(model.SerializeToString())

@@ -16,6 +16,7 @@ from offload.ir import DataType
 
 from ...backend import OpCapability, Support
 from ..api import Builder
+from ..host import check_host_inputs
 from ..plan import attribute
 
 _ANY = frozenset({DataType.FLOAT, DataType.INT32, DataType.INT64, DataType.BOOL})
@@ -27,10 +28,12 @@ CAPS = {
 }
 
 
+# Inputs that decide the output shape: read on the host when the runtime specializes (host.py).
+HOST_INPUTS = {"ConstantOfShape": {0: "input"}}
+
+
 def _check_constant_of_shape(op) -> Support | None:
-    if not op.inputs[0].is_constant:
-        return Support(False, "ConstantOfShape of a shape that is not a constant")
-    return None
+    return check_host_inputs(op, HOST_INPUTS["ConstantOfShape"])
 
 
 CHECKS = {"ConstantOfShape": _check_constant_of_shape}

@@ -15,7 +15,7 @@ from offload.ir import DataType
 
 from ...backend import OpCapability, Support
 from ..api import MAX_RANK, Buf, Builder, Ints, ctype, move_ctype, options, pad, source
-from .layout import check_constant
+from ..host import check_host_inputs
 
 _ANY = frozenset({DataType.FLOAT, DataType.INT32, DataType.INT64, DataType.BOOL})
 _INDICES = (DataType.INT32, DataType.INT64)
@@ -43,6 +43,10 @@ CAPS = {
 }
 
 
+# Inputs that decide the output shape: read on the host when the runtime specializes (host.py).
+HOST_INPUTS = {"Pad": {1: "pads", 3: "axes"}, "Resize": {1: "roi", 2: "scales", 3: "sizes"}}
+
+
 def _check_gather(op) -> Support | None:
     if op.inputs[1].type.dtype not in _INDICES:
         return Support(False, f"{op.op_type} indices of type {op.inputs[1].type.dtype.short}")
@@ -52,14 +56,18 @@ def _check_gather(op) -> Support | None:
 def _check_pad(op) -> Support | None:
     if len(op.inputs) < 2 or op.inputs[1] is None:
         return Support(False, "Pad without a pads input (opset < 11)")
-    found = check_constant(op, {1: "pads", 3: "axes"})
+    found = check_host_inputs(op, HOST_INPUTS["Pad"])
     if found is not None:
         return found
     mode = op.attributes.get("mode", "constant")
     x, y = op.inputs[0].type.shape, op.outputs[0].type.shape
+    if mode != "constant" and not (op.inputs[0].type.is_static and op.outputs[0].type.is_static):
+        return Support(False, f"Pad mode {mode} of a tensor whose shape is not static")
     if mode != "constant" and math.prod(x) == 0 and math.prod(y) > 0:
         return Support(False, f"Pad mode {mode} of an empty tensor")
     if mode == "reflect":  # onnxruntime rejects reflecting further than once: so do we
+        if not all(v is None or v.is_constant for v in op.inputs[1:4:2]):
+            return Support(False, "Pad reflect with pads that are not constants")
         pads = [int(p) for p in op.inputs[1].const_value.reshape(-1)]
         axes = op.inputs[3].const_value.reshape(-1) if len(op.inputs) > 3 and op.inputs[3] else range(len(x))
         for j, a in enumerate(axes):
@@ -79,13 +87,15 @@ def _check_resize(op) -> Support | None:
         return Support(False, f"Resize of {op.inputs[0].type.dtype.short} data (takes float32)")
     if len(op.inputs) < 3:
         return Support(False, "Resize without scales or sizes after roi (the opset-10 form)")
-    found = check_constant(op, {1: "roi", 2: "scales", 3: "sizes"})
+    found = check_host_inputs(op, HOST_INPUTS["Resize"])
     if found is not None:
         return found
     if _present(op, 2) == _present(op, 3):
         return Support(False, "Resize takes exactly one of scales and sizes")
     mode = op.attributes.get("coordinate_transformation_mode", "half_pixel")
     if _present(op, 2) and mode in ("align_corners", "pytorch_half_pixel"):
+        if not (op.inputs[2].is_constant and op.inputs[0].type.is_static and op.outputs[0].type.is_static):
+            return Support(False, f"Resize {mode} with scales that are not constants")
         # These modes read the resized length; ONNX takes it as input size · scale, onnxruntime
         # as the (floored) output size: the device follows both only where the two agree.
         shape, out = op.inputs[0].type.shape, op.outputs[0].type.shape
@@ -161,7 +171,7 @@ def _gather_elements(b: Builder, step: dict) -> None:
 def _const_ints(b: Builder, v: int, what: str) -> list[int]:
     value = b.const(v)
     if value is None:
-        raise ModelFormatError(f"gpu backend: {what} input is not a constant")
+        raise ModelFormatError(f"gpu backend: {what} input is not known on the host")
     return [int(i) for i in np.asarray(value).reshape(-1)]
 
 

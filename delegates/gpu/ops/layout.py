@@ -12,6 +12,7 @@ from offload.ir import DataType
 
 from ...backend import OpCapability, Support
 from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, move_ctype, options, pad, source
+from ..host import check_host_inputs
 from ..plan import MAX_ELEMENTS
 
 _ANY = frozenset({DataType.FLOAT, DataType.INT32, DataType.INT64, DataType.BOOL})
@@ -30,22 +31,6 @@ CAPS = {
 }
 
 
-def check_constant(op, names: dict[int, str]) -> Support | None:
-    """Refuses an op whose inputs ``names`` (index → ONNX name) are given but not plan weights.
-
-    A value folded to a constant whose producer is another op may be computed by that op inside
-    the partition, and then no launcher sees it at init: only initializers and Constant outputs
-    are sure to become weights.
-    """
-    for i, name in names.items():
-        v = op.inputs[i] if i < len(op.inputs) else None
-        if v is None:
-            continue
-        if not v.is_constant or (v.producer is not None and v.producer.op_type != "Constant"):
-            return Support(False, f"{op.op_type} with a '{name}' input that is not a constant")
-    return None
-
-
 def _read(v) -> bool:
     """Whether an op's output is used: read by an op or an output of its block."""
     if v.uses:
@@ -55,7 +40,12 @@ def _read(v) -> bool:
 
 
 def _check_alias(op) -> Support | None:
-    """View ops need no value of their shape / axes input: the output's static shape says it all."""
+    """A view op needs the value of its shape / axes input only when its output shape is not
+    static: then the runtime infers that shape from the value when it specializes."""
+    if not all(v is None or v.type.is_static for v in op.outputs):
+        found = check_host_inputs(op, HOST_INPUTS.get(op.op_type, {}))
+        if found is not None:
+            return found
     if op.op_type == "Dropout":
         if len(op.outputs) > 1 and op.outputs[1] is not None and _read(op.outputs[1]):
             return Support(False, "Dropout whose mask output is read")
@@ -71,18 +61,22 @@ def _check_concat(op) -> Support | None:
     return None
 
 
-_CONSTANT_INPUTS = {
+# Inputs that decide the output shape: read on the host when the runtime specializes (host.py).
+HOST_INPUTS = {
     "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"},
     "Split": {1: "split"},
     "Expand": {1: "shape"},
     "Tile": {1: "repeats"},
+    "Reshape": {1: "shape"},
+    "Squeeze": {1: "axes"},
+    "Unsqueeze": {1: "axes"},
 }
 
 
 def _check_strided(op) -> Support | None:
     if op.op_type in ("DepthToSpace", "SpaceToDepth") and op.inputs[0].type.rank != 4:
         return Support(False, f"{op.op_type} of a rank-{op.inputs[0].type.rank} tensor (takes rank 4)")
-    return check_constant(op, _CONSTANT_INPUTS.get(op.op_type, {}))
+    return check_host_inputs(op, HOST_INPUTS.get(op.op_type, {}))
 
 
 CHECKS = {
@@ -150,7 +144,7 @@ def _const_ints(b: Builder, v: int | None, what: str, default=None) -> list[int]
         return default
     value = b.const(v)
     if value is None:
-        raise ModelFormatError(f"gpu backend: {what} input is not a constant")
+        raise ModelFormatError(f"gpu backend: {what} input is not known on the host")
     return [int(i) for i in np.asarray(value).reshape(-1)]
 
 

@@ -18,6 +18,7 @@ from offload.ir import DataType
 
 from ...backend import OpCapability, Support
 from ..api import MAX_RANK, Buf, Builder, Ints, ctype, options, pad, source
+from ..host import check_host_inputs
 
 # Work-items of one work-group of ``reduce_rows`` (a power of two).
 WG = 128
@@ -67,8 +68,8 @@ def check_reduce(op) -> Support | None:
     if x.type.dtype not in allowed:
         return Support(False, f"{op.op_type} of {x.type.dtype.short} is not supported")
     axes = _axes_of(op)
-    if axes is None:
-        return Support(False, f"{op.op_type} with axes that are not a constant")
+    if axes is None:  # computed axes: known on the host when the runtime specializes
+        return check_host_inputs(op, HOST_INPUTS[op.op_type])
     rank = x.type.rank
     if any(not -rank <= a < rank for a in axes):
         return Support(False, f"{op.op_type} axes {axes} out of range for rank {rank}")
@@ -95,6 +96,9 @@ def check_arg(op) -> Support | None:
     return None
 
 
+# Inputs that decide the output shape: read on the host when the runtime specializes (host.py).
+HOST_INPUTS = {op: {1: "axes"} for op in CODES}
+
 CHECKS = {**dict.fromkeys(CODES, check_reduce), "ArgMax": check_arg, "ArgMin": check_arg}
 
 
@@ -106,7 +110,9 @@ def _reduced_axes(b: Builder, step: dict) -> list[int] | None:
     if rest and rest[0] is not None:
         axes = b.const(rest[0])
         if axes is None:
-            raise ModelFormatError(f"gpu backend: {step['type']} '{step.get('name')}' has computed axes")
+            raise ModelFormatError(
+                f"gpu backend: {step['type']} '{step.get('name')}' axes are not known on the host"
+            )
         axes = [int(a) for a in np.asarray(axes).reshape(-1)]
     else:
         axes = [int(a) for a in attrs.get("axes", None) or []]

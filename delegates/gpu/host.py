@@ -1,0 +1,91 @@
+"""Which small values a GPU partition knows on the host when it specializes, and which it cannot.
+
+Some inputs decide an op's output shape (Reshape's shape, Slice's starts, Pad's pads, Resize's
+sizes, Reduce axes …: each family's ``HOST_INPUTS``). A GPU delegate takes such an op when the
+value is known on the host at specialization, that is when it is
+
+- a constant;
+- computed from shapes and constants only (``Shape → Gather → Concat`` chains, through the ops
+  ``ir.inference`` folds): the runtime folds it from the concrete input shapes;
+- a small tensor with no producer in the graph (a graph input): read on the host, its value part
+  of the specialization key;
+- computed by an op the partition does not take: it then arrives as a small partition input, read
+  on the host like a graph input.
+
+A value computed from tensor data (NonZero, a Conv, a ReduceMax of activations) would make the
+shape depend on data: the op stays on the CPU with that reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+from offload.ir import Operation, TensorType, Value
+from offload.ir.inference import FOLDABLE
+
+# A host-read value is a shape vector or a scalar: anything larger is data.
+MAX_HOST_ELEMENTS = 64
+_MAX_DEPTH = 64  # producer chains longer than this are not shape arithmetic
+
+
+def _small(v: Value) -> bool:
+    t = v.type
+    return isinstance(t, TensorType) and t.is_static and math.prod(t.shape) <= MAX_HOST_ELEMENTS
+
+
+def host_reason(v: Value, depth: int = 0) -> str | None:
+    """None when ``v`` can be known on the host at specialization; otherwise why not."""
+    if v.is_constant:
+        return None
+    op = v.producer
+    if op is None:  # a graph input or a body parameter: read on the host when small
+        return None if _small(v) else f"'{v.name}' is not a small tensor (read on the host as a shape)"
+    if op.op_type in ("Shape", "Size"):
+        return None
+    if op.op_type not in FOLDABLE or op.domain or depth > _MAX_DEPTH or not _small(v):
+        return f"'{v.name}' depends on tensor data (computed by {op.op_type})"
+    for x in op.inputs:
+        if x is not None:
+            reason = host_reason(x, depth + 1)
+            if reason is not None:
+                return reason
+    return None
+
+
+def check_host_inputs(op: Operation, names: dict[int, str]):
+    """A refusal (``Support``) when one of the inputs ``names`` (index → ONNX name) of ``op`` is not
+    known on the host at specialization; None when all are (or are absent)."""
+    from ..backend import Support
+
+    for i, name in names.items():
+        v = op.inputs[i] if i < len(op.inputs) else None
+        if v is None:
+            continue
+        reason = host_reason(v)
+        if reason is not None:
+            return Support(False, f"{op.op_type} '{name}' is data-dependent: {reason}")
+    return None
+
+
+def host_inputs(body, table: dict[str, dict[int, str]]) -> list[Value]:
+    """The partition inputs of ``body`` that the runtime reads on the host: the small ones from
+    which a shape-deciding input (``table``: op type → input index → name) is computed."""
+    inputs = {id(v) for v in body.inputs}
+    found: dict[int, Value] = {}
+
+    def walk(v: Value, depth: int) -> None:
+        if v is None or v.is_constant or depth > _MAX_DEPTH:
+            return
+        if id(v) in inputs:
+            found[id(v)] = v
+            return
+        op = v.producer
+        if op is not None and op.op_type in FOLDABLE and op.op_type not in ("Shape", "Size"):
+            for x in op.inputs:
+                walk(x, depth + 1)
+
+    for op in body.operations:
+        for i in table.get(op.op_type, {}):
+            if i < len(op.inputs):
+                walk(op.inputs[i], 0)
+    return [v for v in body.inputs if id(v) in found and _small(v)]
