@@ -181,6 +181,10 @@ class BackendRuntime(abc.ABC):
     def destroy(self, handle: Any) -> None:  # noqa: B027 - optional: most backends hold nothing to free
         """Release what ``init`` acquired."""
 
+    def describe(self, handle: Any) -> str:
+        """One line on how a handle runs (e.g. what a new input shape costs), for `offload inspect`."""
+        return ""
+
 
 @dataclass(frozen=True)
 class Backend:

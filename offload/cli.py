@@ -298,6 +298,8 @@ def _inspect(args, progress: Progress) -> int:
         print(f"  delegates: {len(delegates)}")
         for d in delegates:
             print(f"    {d.backend}: {d.runs_on}" + (f" ({d.reason})" if d.reason else ""))
+            if d.detail:
+                print(f"      {d.detail}")
         counts = _op_counts(method.plan)
         print(f"  kernel calls: {sum(counts.values())}")
         for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):

@@ -39,6 +39,7 @@ class DelegateInfo(NamedTuple):
     backend: str
     runs_on: str  # "backend" or "cpu fallback"
     reason: str
+    detail: str = ""  # the backend's own line on how it runs (BackendRuntime.describe)
 
 
 def find_backend(name: str):
@@ -66,7 +67,13 @@ class Delegate:
         return self.runtime is not None
 
     def info(self) -> DelegateInfo:
-        return DelegateInfo(self.backend, ON_BACKEND if self.on_backend else ON_CPU, self.reason)
+        if not self.on_backend:
+            return DelegateInfo(self.backend, ON_CPU, self.reason)
+        try:
+            detail = self.runtime.describe(self.handle)
+        except Exception:  # third-party code: a description is never worth a failure
+            detail = ""
+        return DelegateInfo(self.backend, ON_BACKEND, self.reason, detail)
 
     def run(self, inputs: list, declared: list) -> list:
         """The delegate's outputs for ``inputs``; ``declared`` are the output slots' Tensor decls."""

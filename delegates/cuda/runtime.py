@@ -24,7 +24,15 @@ from ..gpu.api import Buf, Ints, Scratch, storage_dtype
 from ..gpu.builder import PlanValues, host_weights
 from ..gpu.ops.linalg import GemmCall
 from ..gpu.plan import parse
-from ..gpu.specialize import Specializations, host_values, input_shapes, max_shapes, planned_shapes, signature
+from ..gpu.specialize import (
+    Specializations,
+    describe,
+    host_values,
+    input_shapes,
+    max_shapes,
+    planned_shapes,
+    signature,
+)
 from . import blob
 from .device import IMPORT_ERROR, MAX_BLOCK, Device, build, cp, device_for, device_names, launch_shape
 
@@ -248,6 +256,9 @@ class CUDARuntime(BackendRuntime):
                 return [np.array(p, handle.dtypes[i], copy=True) for i, p in zip(spec.outputs, spec.host_out)]
         except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
             raise KernelError(f"cuda backend: {type(e).__name__}: {e}") from e
+
+    def describe(self, handle: Handle) -> str:
+        return describe(handle.plan, handle.specializations)
 
     def destroy(self, handle: Handle) -> None:
         # CuPy returns the arrays to its pool when the last reference goes.

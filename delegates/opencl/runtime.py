@@ -25,7 +25,15 @@ from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch
 from ..gpu.builder import PlanValues, host_weights
 from ..gpu.plan import parse
-from ..gpu.specialize import Specializations, host_values, input_shapes, max_shapes, planned_shapes, signature
+from ..gpu.specialize import (
+    Specializations,
+    describe,
+    host_values,
+    input_shapes,
+    max_shapes,
+    planned_shapes,
+    signature,
+)
 from .device import IMPORT_ERROR, Device, OpenCLBuildError, all_devices, build, cl, device_for, tuning_choice
 
 __all__ = ["OpenCLBuildError", "OpenCLRuntime", "build", "device_for"]
@@ -232,6 +240,9 @@ class OpenCLRuntime(BackendRuntime):
                 ]
             except cl.Error as e:
                 raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e
+
+    def describe(self, handle: Handle) -> str:
+        return describe(handle.plan, handle.specializations)
 
     def destroy(self, handle: Handle) -> None:
         with handle.lock:
