@@ -14,7 +14,7 @@ from offload.ir import Program
 
 from ..backend import CompileSpec, CompileSpecError, PreprocessResult
 from ..gpu.compiler import PRECISION_SPEC, GPUCompiler
-from ..gpu.specialize import MAX_SHAPES_SPEC, SHAPES_SPEC
+from ..gpu.specialize import MAX_SHAPES_SPEC, SHAPES_SPEC, planned_shapes
 from . import blob, nvrtc
 from .record import record
 from .source import ARCH, kernel_key
@@ -49,9 +49,9 @@ def parse_device(spec: CompileSpec) -> int:
     return index
 
 
-def compile_kernels(plan: dict, host: dict, archs: list[str]) -> list[blob.Binary]:
+def compile_kernels(plan: dict, host: dict, archs: list[str], signatures=((),)) -> list[blob.Binary]:
     """A cubin per architecture, and PTX for the newest, of every kernel the plan's launchers ask
-    for (GEMMs go to cuBLAS, so matmul.cl is not among them)."""
+    for at each input signature (GEMMs go to cuBLAS, so matmul.cl is not among them)."""
     if not nvrtc.available():
         raise CompileSpecError(f"cuda backend: compile spec 'arch' needs NVRTC: {nvrtc.IMPORT_ERROR}")
     supported = set(nvrtc.supported_archs())
@@ -63,7 +63,11 @@ def compile_kernels(plan: dict, host: dict, archs: list[str]) -> list[blob.Binar
         )
     newest = max((a for a in archs if not ARCH.match(a).group(2)), key=blob.arch_number, default=None)
     out = []
-    for p in record(plan, host, blas=True).programs:
+    programs: dict = {}
+    for shapes in signatures:
+        inputs = dict(zip(plan["inputs"], shapes)) if shapes else None
+        programs.update(record(plan, host, blas=True, inputs=inputs).programs)
+    for p in programs:
         key = kernel_key(p.source, p.options)
         for a in archs:
             out.append(blob.Binary(key, a, "cubin", nvrtc.compile(p.source, p.options, a, "cubin", key[:12])))
@@ -96,5 +100,7 @@ class CUDACompiler(GPUCompiler):
                     if v is not None and v.is_constant:
                         consts[v.name] = v.const_value
             host = {int(i): consts[name] for i, name in plan["weights"].items() if name in consts}
-            binaries = compile_kernels(plan, host, archs)
+            # A symbolic plan's kernels are known at the signatures the ``shapes`` spec lists; other
+            # signatures compile at init (NVRTC through CuPy, cached).
+            binaries = compile_kernels(plan, host, archs, planned_shapes(plan, compile_specs, "cuda"))
         return PreprocessResult(blob.pack(plan, binaries), result.debug_handle_map)

@@ -43,8 +43,8 @@ class RecordingBuilder(PlanValues):
     ``blas``: offer ``gemm(call)`` as the CUDA builder does (GEMMs are then recorded as calls, not
     as matmul.cl launches)."""
 
-    def __init__(self, plan: dict, host: dict[int, np.ndarray] | None = None, blas: bool = False):
-        super().__init__(plan, dict(host or {}))
+    def __init__(self, plan: dict, host: dict[int, np.ndarray] | None = None, blas: bool = False, inputs=None):
+        super().__init__(plan, dict(host or {}), inputs)
         self.launches: list[Recorded] = []
         self.gemms: list = []
         self.programs: dict[Program, None] = {}  # in first-asked order
@@ -67,10 +67,13 @@ class RecordingBuilder(PlanValues):
         self.launches.append(Recorded(program, kernel, tuple(global_size), local, tuple(args)))
 
 
-def record(plan: dict, host: dict[int, np.ndarray] | None = None, blas: bool = False) -> RecordingBuilder:
-    """Every plan step's launcher run on a RecordingBuilder; the builder holds what they asked."""
+def record(
+    plan: dict, host: dict[int, np.ndarray] | None = None, blas: bool = False, inputs: dict | None = None
+) -> RecordingBuilder:
+    """Every plan step's launcher run on a RecordingBuilder (a symbolic plan specialized to the
+    input shapes ``inputs``, value id → shape); the builder holds what they asked."""
     if not isinstance(plan, dict) or plan.get("format") not in FORMATS:
         raise ModelFormatError(f"gpu backend: not a plan (format {plan.get('format')!r})")
-    b = RecordingBuilder(plan, host, blas)
+    b = RecordingBuilder(plan, host, blas, inputs)
     b.record(plan)
     return b

@@ -212,6 +212,20 @@ def test_arch_stores_a_cubin_per_arch_and_ptx_for_the_newest():
 
 
 @needs_nvrtc
+def test_arch_of_a_symbolic_plan_compiles_the_kernels_of_the_listed_shapes():
+    nodes = [helper.make_node("Transpose", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
+    p = model(nodes, [("x", ["N", 3])], ["y"])
+    alone = offload.to_backend(p, "cuda", compile_specs={"cuda": {"arch": "sm_80"}})
+    assert blob.unpack(_delegate(alone).attributes["processed"])[1] == []  # compiled at init instead
+    specs = {"arch": "sm_80", "shapes": json.dumps([{"x": [2, 3]}, {"x": [5, 3]}])}
+    lowered = offload.to_backend(p, "cuda", compile_specs={"cuda": specs})
+    plan, binaries = blob.unpack(_delegate(lowered).attributes["processed"])
+    recorded = record(plan, {}, blas=True, inputs={plan["inputs"][0]: (2, 3)})
+    keys = {kernel_key(q.source, q.options) for q in recorded.programs}
+    assert len(keys) == 2 and {b.key for b in binaries} == keys  # Transpose and the fused Relu
+
+
+@needs_nvrtc
 def test_arch_with_fp16_stores_the_half_storage_kernels():
     specs = {"cuda": {"arch": "sm_80", "precision": "fp16"}}
     d = _delegate(offload.to_backend(_mlp(), "cuda", compile_specs=specs))
