@@ -43,7 +43,9 @@ class RecordingBuilder(PlanValues):
     ``blas``: offer ``gemm(call)`` as the CUDA builder does (GEMMs are then recorded as calls, not
     as matmul.cl launches)."""
 
-    def __init__(self, plan: dict, host: dict[int, np.ndarray] | None = None, blas: bool = False, inputs=None):
+    def __init__(
+        self, plan: dict, host: dict[int, np.ndarray] | None = None, blas: bool = False, inputs=None
+    ):
         super().__init__(plan, dict(host or {}), inputs)
         self.launches: list[Recorded] = []
         self.gemms: list = []
