@@ -12,9 +12,37 @@ halves read LAUNCH.
 
 from __future__ import annotations
 
-from . import constant, conv, elementwise, indexing, layout, linalg, norm, pool, recurrent, reduce
+from . import (
+    cast,
+    constant,
+    conv,
+    elementwise,
+    generate,
+    indexing,
+    layout,
+    linalg,
+    norm,
+    pool,
+    recurrent,
+    reduce,
+    scan,
+)
 
-FAMILIES = (elementwise, linalg, conv, pool, norm, reduce, layout, indexing, constant, recurrent)
+FAMILIES = (
+    elementwise,
+    linalg,
+    conv,
+    pool,
+    norm,
+    reduce,
+    layout,
+    indexing,
+    constant,
+    recurrent,
+    cast,
+    generate,
+    scan,
+)
 
 CAPABILITIES = {op: cap for f in FAMILIES for op, cap in f.CAPS.items()}
 CHECKS = {op: check for f in FAMILIES for op, check in f.CHECKS.items()}

@@ -2,7 +2,9 @@
 
 Each leaf is read through its own stride table (numpy broadcasting, rank ≤ 6); intermediates
 live in registers. Values are typed: a leaf or the output is float32, int32, int64 or bool (one
-byte, 0 or 1), and every node has a result type (``result_type``: comparisons and logic give
+byte, 0 or 1) — integer arithmetic, comparisons and bit ops also take int8, int16 and uint8 …
+uint64, computed with C's promotions and cast back, so they wrap as numpy's do — and every node
+has a result type (``result_type``: comparisons and logic give
 bool, Cast its ``to``, Where its x/y type, the rest their first input's type), so a tree may mix
 types (Greater → Where → Mul → Cast is one kernel). The source is generated from the plan step
 and the leaf / output dtypes alone, deterministically, so the same step always hits the build
@@ -23,9 +25,20 @@ from ...backend import OpCapability, Support
 from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, common, ctype, float_options, pad
 
 F32, I32, I64, BOOL = "float32", "int32", "int64", "bool"
+I8, I16, U8, U16, U32, U64 = "int8", "int16", "uint8", "uint16", "uint32", "uint64"
 NUM = (F32, I32, I64)
 ANY = (*NUM, BOOL)
-_DATATYPE = {F32: DataType.FLOAT, I32: DataType.INT32, I64: DataType.INT64, BOOL: DataType.BOOL}
+# The integer types beyond int32 / int64 that arithmetic, comparisons and bit ops take (Cast does
+# not: a float out of their range has no defined conversion in C).
+SMALL = (I8, I16, U8, U16, U32, U64)
+INTS = (I32, I64, *SMALL)
+UNSIGNED = (U8, U16, U32, U64)
+WIDE = (*NUM, *SMALL)
+_DATATYPE = {
+    F32: DataType.FLOAT, I32: DataType.INT32, I64: DataType.INT64, BOOL: DataType.BOOL,
+    I8: DataType.INT8, I16: DataType.INT16, U8: DataType.UINT8, U16: DataType.UINT16,
+    U32: DataType.UINT32, U64: DataType.UINT64,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -48,19 +61,23 @@ _FLOAT_UNARY = (
 
 SIGNATURES = {
     **{op: Signature((F32,), (1, 1)) for op in _FLOAT_UNARY},
-    **{op: Signature(NUM, (1, 1)) for op in ("Abs", "Neg", "Sign")},
-    **{op: Signature(NUM, (2, 2)) for op in ("Add", "Sub", "Mul", "Div", "Mod")},
+    **{op: Signature(WIDE, (1, 1)) for op in ("Abs", "Sign")},
+    "Neg": Signature((*NUM, I8, I16), (1, 1)),  # ONNX's Neg takes no unsigned type
+    **{op: Signature(WIDE, (2, 2)) for op in ("Add", "Sub", "Mul", "Div", "Mod")},
     "PRelu": Signature((F32,), (2, 2)),
-    "Max": Signature(NUM, (1, None)),
-    "Min": Signature(NUM, (1, None)),
+    "Max": Signature(WIDE, (1, None)),
+    "Min": Signature(WIDE, (1, None)),
     "Sum": Signature((F32,), (1, None)),
     "Mean": Signature((F32,), (1, None)),
-    "Clip": Signature(NUM, (1, 3)),
-    "Equal": Signature(ANY, (2, 2), to_bool=True),
+    "Clip": Signature(WIDE, (1, 3)),
+    "Equal": Signature((*WIDE, BOOL), (2, 2), to_bool=True),
     **{
-        op: Signature(NUM, (2, 2), to_bool=True)
+        op: Signature(WIDE, (2, 2), to_bool=True)
         for op in ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
     },
+    **{op: Signature(INTS, (2, 2)) for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor")},
+    "BitwiseNot": Signature(INTS, (1, 1)),
+    "BitShift": Signature(INTS, (2, 2)),
     **{op: Signature((BOOL,), (2, 2)) for op in ("And", "Or", "Xor")},
     "Not": Signature((BOOL,), (1, 1)),
     "IsNaN": Signature((F32,), (1, 1), to_bool=True),
@@ -68,15 +85,16 @@ SIGNATURES = {
 }
 # Ops whose inputs do not share one dtype: the dtypes each input position takes.
 MIXED = {
-    "Pow": ((F32,), NUM),  # a float32 base, an exponent of any (ONNX's T1)
+    "Pow": ((F32,), WIDE),  # a float32 base, an exponent of any (ONNX's T1)
     # x and y share one dtype; not bool, which onnxruntime has no kernel to check against
-    "Where": ((BOOL,), NUM, NUM),
+    "Where": ((BOOL,), WIDE, WIDE),
     "Cast": (ANY,),  # to float32 / int32 / int64 / bool (attribute ``to``)
 }
 _ATTRIBUTES = {
     "Gelu": {"approximate": ("none", "tanh")},
     "Mod": {"fmod": (0, 1)},
     "IsInf": {"detect_positive": (0, 1), "detect_negative": (0, 1)},
+    "BitShift": {"direction": ("LEFT", "RIGHT")},
 }
 
 
@@ -109,7 +127,7 @@ def result_type(op_type: str, attrs: dict, ins: list[str | None]) -> str:
                 raise UnsupportedOpError(f"Where of {_list(ins)}: x and y differ")
             return ins[1]
         if op_type == "Cast":
-            to = next((t for t, d in _DATATYPE.items() if d == attrs.get("to")), None)
+            to = next((t for t in ANY if _DATATYPE[t] == attrs.get("to")), None)
             if to is None:
                 raise UnsupportedOpError(f"Cast to {attrs.get('to')!r} (takes {', '.join(ANY)})")
             return to
@@ -200,6 +218,29 @@ _INT = {
     "Max": "max(x0, x1)",
     "Min": "min(x0, x1)",
 }
+# The integer types added after int32 / int64 (their sources stay as they were): comparisons for
+# Max / Min, as CUDA has no max() of its own for char or short.
+_SMALL = {
+    "Max": "(x0 > x1 ? x0 : x1)",
+    "Min": "(x0 < x1 ? x0 : x1)",
+}
+# Unsigned types: there is no -1 to guard against, and x1 == -1 would compare with the maximum.
+_UINT = {
+    **_SMALL,
+    "Abs": "x0",
+    "Div": "(x1 == 0 ? 0 : x0 / x1)",
+    "Mod": "(x1 == 0 ? 0 : x0 % x1)",
+}
+# Bit ops of any integer type. A shift by the type's width or more gives 0 (numpy, the ONNX
+# reference), where C leaves it undefined; char and short are promoted to int first, and the
+# result is cast back to the element type, which drops the bits shifted out.
+_BITS = {
+    "BitwiseAnd": "(x0 & x1)",
+    "BitwiseOr": "(x0 | x1)",
+    "BitwiseXor": "(x0 ^ x1)",
+    "BitwiseNot": "(~x0)",
+}
+_WIDTH = {I8: 8, U8: 8, I16: 16, U16: 16, I32: 32, U32: 32, I64: 64, U64: 64}
 # Any numeric type.
 _NUM = {
     "Neg": "(-x0)",
@@ -230,7 +271,8 @@ def body(op_type: str, attrs: dict, ins: list[str | None], rtype: str) -> str:
     if op_type in _VARIADIC:
         # a left fold, one statement per input, so that the source grows linearly with them
         fl = ins[0] == F32
-        pair = _NUM["Add"] if op_type in ("Sum", "Mean") else (_FLOAT if fl else _INT)[op_type]
+        ints = _SMALL if ins[0] in SMALL else _INT
+        pair = _NUM["Add"] if op_type in ("Sum", "Mean") else (_FLOAT if fl else ints)[op_type]
         lines = [f"{ctype(rtype)} r = x0;"]
         lines += [f"r = {pair.replace('x0', 'r').replace('x1', f'x{k}')};" for k in range(1, len(ins))]
         result = f"r / {_f(len(ins))}" if op_type == "Mean" else "r"
@@ -247,12 +289,33 @@ def expr(op_type: str, attrs: dict, ins: list[str | None], rtype: str) -> str:
         # an absent bound is the type's lowest / highest value (ONNX): ±FLT_MAX clips ±inf
         lo = "x1" if len(ins) > 1 and ins[1] is not None else "(-3.4028234663852886e38f)" if fl else None
         hi = "x2" if len(ins) > 2 and ins[2] is not None else "(3.4028234663852886e38f)" if fl else None
+        if not fl and t in SMALL:
+            code = "x0" if lo is None else f"(x0 < {lo} ? {lo} : x0)"
+            return code if hi is None else f"(({code}) > {hi} ? {hi} : ({code}))"
         if not fl:
             code = "x0" if lo is None else f"max(x0, {lo})"
             return code if hi is None else f"min({code}, {hi})"
         return f"(isnan(x0) ? x0 : fmin(fmax(x0, {lo}), {hi}))"
     if op_type == "Cast":
         return "(x0 != 0)" if rtype == BOOL else f"(({ctype(rtype)})x0)"
+    if op_type == "BitShift":
+        w, left = _WIDTH[t], attrs.get("direction") == "LEFT"
+        if t in UNSIGNED:
+            return f"(x1 < {w} ? x0 {'<<' if left else '>>'} x1 : 0)"
+        # Signed (ONNX 26): out of [0, width) a shift gives 0 or, rightwards, the sign (-1 for a
+        # negative x); a left shift runs unsigned, where C defines the bits shifted out.
+        fits = f"(x1 >= 0 && x1 < {w})"
+        if left:
+            return f"({fits} ? ({'ulong' if w == 64 else 'uint'})x0 << x1 : 0)"
+        return f"({fits} ? x0 >> x1 : x0 < 0 ? -1 : 0)"
+    if op_type in _BITS:
+        return _BITS[op_type]
+    if t in UNSIGNED and op_type in _UINT:
+        return _UINT[op_type]
+    if op_type == "Mul" and t == U16:  # ushort · ushort promotes to int, which may overflow
+        return "((uint)x0 * (uint)x1)"
+    if t in SMALL and op_type in _SMALL:
+        return _SMALL[op_type]
     if op_type == "Mod" and not fl:
         if attrs.get("fmod"):  # the sign of the dividend, like C
             return "(x1 == 0 || x1 == -1 ? 0 : x0 % x1)"
