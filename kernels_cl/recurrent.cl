@@ -28,6 +28,8 @@
 
 // Y element (t, d, b, j) is y[t * y_t + d * y_d + b * y_b + j] (layout 0 or 1); has_y = 0: no Y.
 #define Y_ARGS __global stype* y, const int has_y, const int y_t, const int y_d, const int y_b
+// Y[t, d, b, j] = v when Y is an output.
+#define STORE_Y(v) if (has_y) STOREF(y, t * y_t + d * y_d + b * y_b + j, v)
 
 inline float rnn_pick(const int k, const float v0, const float v1, const float v2, const float v3,
                       const float v4, const float v5) {
@@ -119,13 +121,13 @@ __kernel void rnn_step(STEP_ARGS, __global const stype* xw, const int xw_t, cons
     STEP_BEGIN
     if (!live) {
         h_out[i] = h_in[i];
-        if (has_y) STOREF(y, t * y_t + d * y_d + b * y_b + j, 0.0f);
+        STORE_Y(0.0f);
         return;
     }
     const int GH = H;
     const float h = ACT(d, rnn_clip(GATE(j, h_in), has_clip, clip));
     h_out[i] = h;
-    if (has_y) STOREF(y, t * y_t + d * y_d + b * y_b + j, h);
+    STORE_Y(h);
 }
 
 // LSTM, gates i, o, f, c (rows g * H + j of W, R, B), peepholes i, o, f; functions f, g, h:
@@ -141,7 +143,7 @@ __kernel void lstm_step(STEP_ARGS, __global const stype* xw, const int xw_t, con
     if (!live) {
         h_out[i] = h_in[i];
         c_out[i] = c_in[i];
-        if (has_y) STOREF(y, t * y_t + d * y_d + b * y_b + j, 0.0f);
+        STORE_Y(0.0f);
         return;
     }
     const int GH = 4 * H;
@@ -161,7 +163,7 @@ __kernel void lstm_step(STEP_ARGS, __global const stype* xw, const int xw_t, con
     const float h = gate_o * ACT(3 * d + 2, c_new);
     c_out[i] = c_new;
     h_out[i] = h;
-    if (has_y) STOREF(y, t * y_t + d * y_d + b * y_b + j, h);
+    STORE_Y(h);
 }
 
 // GRU with linear_before_reset, gates z, r, h: z = f(clip(..)), r = f(clip(..)),
@@ -173,7 +175,7 @@ __kernel void gru_step(STEP_ARGS, __global const stype* xw, const int xw_t, cons
     STEP_BEGIN
     if (!live) {
         h_out[i] = h_in[i];
-        if (has_y) STOREF(y, t * y_t + d * y_d + b * y_b + j, 0.0f);
+        STORE_Y(0.0f);
         return;
     }
     const int GH = 3 * H, row = d * GH + 2 * H + j;
@@ -189,7 +191,7 @@ __kernel void gru_step(STEP_ARGS, __global const stype* xw, const int xw_t, cons
     const float n = ACT(2 * d + 1, rnn_clip(outer + r * inner, has_clip, clip));
     const float h = (1.0f - z) * n + z * h_in[i];
     h_out[i] = h;
-    if (has_y) STOREF(y, t * y_t + d * y_d + b * y_b + j, h);
+    STORE_Y(h);
 }
 
 // GRU without linear_before_reset, first half of a step: z and r h_{t-1} (which every unit's
@@ -214,7 +216,7 @@ __kernel void gru_state(STEP_ARGS, __global const stype* xw, const int xw_t, con
     STEP_BEGIN
     if (!live) {
         h_out[i] = h_in[i];
-        if (has_y) STOREF(y, t * y_t + d * y_d + b * y_b + j, 0.0f);
+        STORE_Y(0.0f);
         return;
     }
     const int GH = 3 * H;
@@ -222,5 +224,5 @@ __kernel void gru_state(STEP_ARGS, __global const stype* xw, const int xw_t, con
     const float z = zs[i];
     const float h = (1.0f - z) * n + z * h_in[i];
     h_out[i] = h;
-    if (has_y) STOREF(y, t * y_t + d * y_d + b * y_b + j, h);
+    STORE_Y(h);
 }

@@ -81,11 +81,12 @@ def _shapes_of_sets(program: Program, specs: dict[str, list[CompileSpec]]) -> di
             continue
         try:
             sets = json.loads(spec.text())
-            assert isinstance(sets, list) and all(isinstance(x, dict) for x in sets)
-        except (ValueError, UnicodeDecodeError, AssertionError):
+        except (ValueError, UnicodeDecodeError):
+            sets = None
+        if not isinstance(sets, list) or not all(isinstance(x, dict) for x in sets):
             raise CompileSpecError(
                 f"backend '{backend}': compile spec 'shapes' must be a JSON list of {{input name: [dims]}}"
-            ) from None
+            )
         found = []
         for shapes in sets:
             copy = clone_program(program)

@@ -15,7 +15,6 @@ specialization.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -164,34 +163,31 @@ class Stats:
 @dataclass
 class Specializations:
     """A handle's specialized plans by signature, least recently used first; ``release`` frees an
-    evicted one's device memory. Safe to share between threads (one builds at a time)."""
+    evicted one's device memory. Not locked: its handle runs one call at a time."""
 
     limit: int
     release: Callable[[object], None]
     entries: OrderedDict = field(default_factory=OrderedDict)
     stats: Stats = field(default_factory=Stats)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, key: tuple, build: Callable[[], object]) -> object:
-        with self.lock:
-            found = self.entries.get(key)
-            if found is not None:
-                self.entries.move_to_end(key)
-                self.stats.hits += 1
-                return found
-            start = time.perf_counter()
-            found = build()
-            self.stats.last_seconds = time.perf_counter() - start
-            self.stats.seconds += self.stats.last_seconds
-            self.stats.built += 1
-            self.entries[key] = found
-            while len(self.entries) > self.limit:
-                _, old = self.entries.popitem(last=False)
-                self.stats.evicted += 1
-                self.release(old)
+        found = self.entries.get(key)
+        if found is not None:
+            self.entries.move_to_end(key)
+            self.stats.hits += 1
             return found
+        start = time.perf_counter()
+        found = build()
+        self.stats.last_seconds = time.perf_counter() - start
+        self.stats.seconds += self.stats.last_seconds
+        self.stats.built += 1
+        self.entries[key] = found
+        while len(self.entries) > self.limit:
+            _, old = self.entries.popitem(last=False)
+            self.stats.evicted += 1
+            self.release(old)
+        return found
 
     def clear(self) -> None:
-        with self.lock:
-            while self.entries:
-                self.release(self.entries.popitem()[1])
+        while self.entries:
+            self.release(self.entries.popitem()[1])
