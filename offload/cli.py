@@ -296,10 +296,10 @@ def _inspect(args, progress: Progress) -> int:
         print(f"  arena bytes: {arena}{share}")
         delegates = method.delegates
         print(f"  delegates: {len(delegates)}")
-        for d in delegates:
+        for d, detail in zip(delegates, method.delegate_details):
             print(f"    {d.backend}: {d.runs_on}" + (f" ({d.reason})" if d.reason else ""))
-            if d.detail:
-                print(f"      {d.detail}")
+            if detail:
+                print(f"      {detail}")
         counts = _op_counts(method.plan)
         print(f"  kernel calls: {sum(counts.values())}")
         for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):

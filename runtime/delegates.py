@@ -39,7 +39,6 @@ class DelegateInfo(NamedTuple):
     backend: str
     runs_on: str  # "backend" or "cpu fallback"
     reason: str
-    detail: str = ""  # the backend's own line on how it runs (BackendRuntime.describe)
 
 
 def find_backend(name: str):
@@ -67,13 +66,16 @@ class Delegate:
         return self.runtime is not None
 
     def info(self) -> DelegateInfo:
+        return DelegateInfo(self.backend, ON_BACKEND if self.on_backend else ON_CPU, self.reason)
+
+    def detail(self) -> str:
+        """The backend's own line on how this delegate runs (``BackendRuntime.describe``)."""
         if not self.on_backend:
-            return DelegateInfo(self.backend, ON_CPU, self.reason)
+            return ""
         try:
-            detail = self.runtime.describe(self.handle)
+            return self.runtime.describe(self.handle)
         except Exception:  # third-party code: a description is never worth a failure
-            detail = ""
-        return DelegateInfo(self.backend, ON_BACKEND, self.reason, detail)
+            return ""
 
     def run(self, inputs: list, declared: list) -> list:
         """The delegate's outputs for ``inputs``; ``declared`` are the output slots' Tensor decls."""

@@ -333,6 +333,15 @@ class Method:
     def delegates(self) -> list[dl.DelegateInfo]:
         """(backend id, 'backend' | 'cpu fallback', reason) of each delegate this method runs,
         those of its sub-plans included."""
+        return [d.info() for d in self._all_delegates()]
+
+    @property
+    def delegate_details(self) -> list[str]:
+        """Each backend's own line on how its delegate runs (e.g. what a new input shape costs),
+        in the order of ``delegates``; empty where a backend says nothing."""
+        return [d.detail() for d in self._all_delegates()]
+
+    def _all_delegates(self) -> list[dl.Delegate]:
         out, seen, todo = [], set(), [self.index]
         while todo:
             i = todo.pop(0)
@@ -340,7 +349,7 @@ class Method:
                 continue
             seen.add(i)
             m = self.module._plans[i]
-            out.extend(d.info() for _, d in sorted(m._delegates.items()))
+            out.extend(d for _, d in sorted(m._delegates.items()))
             todo.extend(sorted(m._callees))
         return out
 

@@ -77,3 +77,19 @@ def test_cli_bad_usage_exits_2():
     with pytest.raises(SystemExit) as e:
         main(["frobnicate"])
     assert e.value.code == 2
+
+
+def test_cli_inspect_says_what_a_new_shape_costs_a_symbolic_delegate(tmp_path, capsys):
+    from offload.delegates import registry
+
+    if not registry.get("opencl").runtime().is_available():
+        pytest.skip("no OpenCL platform")
+    model = os.path.join(os.path.dirname(__file__), "..", "models", "gru_model.onnx")
+    pte = str(tmp_path / "gru.pte")
+    assert main(["compile", model, "--backend", "opencl", "-o", pte]) == 0
+    capsys.readouterr()
+    assert main(["inspect", pte]) == 0
+    printed = capsys.readouterr().out
+    assert "opencl: backend" in printed
+    assert "symbolic dims batch, seq: specialized per input signature" in printed
+    assert "a new signature costs" in printed
