@@ -22,6 +22,7 @@ from offload.errors import DTypeError, KernelError, OffloadError
 from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch, storage_dtype
 from ..gpu.builder import PlanValues, host_weights
+from ..gpu.control import has_control, run
 from ..gpu.ops.linalg import GemmCall
 from ..gpu.plan import parse
 from ..gpu.specialize import (
@@ -100,6 +101,7 @@ class Specialized:
     host_in: list = field(default_factory=list)
     host_out: list = field(default_factory=list)
     keep: list = field(default_factory=list)  # int tables the launches use
+    control: bool = False  # whether ``launches`` holds If / Loop items (run by ``gpu.control.run``)
 
 
 @dataclass
@@ -211,8 +213,10 @@ class CUDARuntime(BackendRuntime):
         for i, w in b.host.items():  # folded shape values and host inputs (weights are uploaded)
             if i not in handle.weights:
                 _upload(device, buffers[i], w, b.dtypes[i], b.storage(i), handle.stream)
-        spec = Specialized(ins, outs, buffers, b.launches)
+        spec = Specialized(ins, outs, buffers, b.launches, control=has_control(b.launches))
         for launch in b.launches:
+            if not isinstance(launch, Launch | Gemm):
+                continue
             if isinstance(launch, Gemm):
                 launch.bind(buffers, alloc.view)
                 continue
@@ -246,8 +250,11 @@ class CUDARuntime(BackendRuntime):
                         with np.errstate(over="ignore"):
                             np.copyto(pinned, x, casting="same_kind")
                         view(spec.buffers[i], x.shape, pinned.dtype).set(pinned, stream)
-                for launch in spec.launches:
-                    launch.run(stream)
+                if spec.control:
+                    _run_control(spec, stream)
+                else:
+                    for launch in spec.launches:
+                        launch.run(stream)
                 for i, pinned in zip(spec.outputs, spec.host_out):
                     if pinned.size:
                         view(spec.buffers[i], pinned.shape, pinned.dtype).get(stream, out=pinned)
@@ -272,6 +279,24 @@ def _upload(device: Device, buffer, w: np.ndarray, dtype, storage, stream) -> No
         with np.errstate(over="ignore"):
             w = np.ascontiguousarray(np.asarray(w, dtype).astype(storage))
         device.allocator.view(buffer, w.shape, w.dtype).set(w, stream)
+
+
+def _run_control(spec: Specialized, stream) -> None:
+    """A specialization with If / Loop: its items interpreted on ``stream`` (the current one),
+    conditions read as they come."""
+    buffers = spec.buffers
+
+    def copy(src: int, dst: int, nbytes: int, offset: int) -> None:
+        buffers[dst][offset : offset + nbytes] = buffers[src][:nbytes]
+
+    def read(v: int) -> bool:
+        return bool(buffers[v][:1].get(stream=stream)[0])
+
+    def write(v: int, value: np.ndarray) -> None:
+        raw = np.ascontiguousarray(value).view(np.uint8).ravel()
+        buffers[v][: raw.size].set(raw, stream=stream)
+
+    run(spec.launches, lambda item: item.run(stream), copy, read, write)
 
 
 def _release(spec: Specialized) -> None:

@@ -24,12 +24,14 @@ from offload.errors import (
 )
 
 from .api import Buf, Scratch, storage_dtype
+from .control import RECORD, loop_lifetimes
 from .ops import LAUNCH
 from .plan import MAX_ELEMENTS, PRECISIONS, attribute, step_shapes
 
 
 def host_weights(plan: dict, weights, backend: str) -> dict[int, np.ndarray]:
-    """The plan's weights by value id, from the tensors init was given by name."""
+    """The plan's weights by value id, from the tensors init was given by name, and the small
+    constants of its branches and loop bodies, which the plan holds itself."""
     missing = sorted(set(plan["weights"].values()) - set(weights))
     if missing:
         raise ModelFormatError(f"{backend} backend: weights not given: {', '.join(missing)}")
@@ -39,6 +41,8 @@ def host_weights(plan: dict, weights, backend: str) -> dict[int, np.ndarray]:
             raise ModelFormatError(
                 f"{backend} backend: weight {i} has shape {list(w.shape)}, the plan says {plan['shapes'][str(i)]}"
             )
+    for i, value in plan.get("constants", {}).items():
+        host[int(i)] = attribute(value)
     return host
 
 
@@ -61,7 +65,8 @@ class PlanValues:
             )
         self.host = host  # weights, then init-time constants: uploaded once
         self.alias_of: dict[int, int] = {}
-        self.step = 0  # the plan step whose launcher runs (scratch buffers are per step)
+        self.step = 0  # counts the steps recorded (nested ones too): scratch buffers are per step
+        self.pinned: set[int] = set()  # values a control step keeps in buffers of their own
         self._scratch: dict[tuple[int, str], int] = {}
         self.scratch_bytes: dict[int, int] = {}  # scratch id (negative) → bytes
 
@@ -103,12 +108,28 @@ class PlanValues:
     def record(self, plan: dict) -> tuple[list[int], list[int], set[int]]:
         """Every step's launcher run on this builder, each step's shapes checked first; gives the
         partition's inputs, outputs, and the values whose buffers are pinned (never pooled)."""
-        for k, step in enumerate(plan["ops"]):
-            launcher = LAUNCH.get(step["type"])
-            if launcher is None:
-                raise UnsupportedOpError(f"{self.backend} backend: no kernel for plan step {step['type']!r}")
-            self.step = k
+        self.record_steps(plan["ops"])
+        inputs, outputs = [int(i) for i in plan["inputs"]], [int(i) for i in plan["outputs"]]
+        if any(i in self.alias_of for i in inputs):  # never rebind a buffer the caller fills
+            raise ModelFormatError(f"{self.backend} backend: a view op writes a partition input")
+        pinned = (*inputs, *outputs, *self.host, *self.pinned)
+        return inputs, outputs, {self.root(v) for v in pinned}
+
+    def record_steps(self, steps: list[dict]) -> None:
+        """``steps`` recorded in order: If / Loop by ``control``, a step whose inputs are all known
+        on the host folded into a constant, any other by its launcher."""
+        for step in steps:
+            self.step += 1
             try:
+                control = RECORD.get(step["type"])
+                if control is not None:
+                    control(self, step)
+                    continue
+                launcher = LAUNCH.get(step["type"])
+                if launcher is None:
+                    raise UnsupportedOpError(
+                        f"{self.backend} backend: no kernel for plan step {step['type']!r}"
+                    )
                 for v, shape in zip(
                     step["outputs"], step_shapes(step, self.shapes, self.dtypes, self.host, self.backend)
                 ):
@@ -124,12 +145,8 @@ class PlanValues:
             except Exception as e:  # whatever a damaged step makes a launcher trip on
                 name = step.get("name") or step["type"]
                 raise ModelFormatError(
-                    f"{self.backend} backend: plan step {k} ({name}) is malformed: {e!r}"
+                    f"{self.backend} backend: plan step {self.step} ({name}) is malformed: {e!r}"
                 ) from None
-        inputs, outputs = [int(i) for i in plan["inputs"]], [int(i) for i in plan["outputs"]]
-        if any(i in self.alias_of for i in inputs):  # never rebind a buffer the caller fills
-            raise ModelFormatError(f"{self.backend} backend: a view op writes a partition input")
-        return inputs, outputs, {self.root(v) for v in (*inputs, *outputs, *self.host)}
 
     def _shaped(self, v: int, shape: tuple) -> None:
         if math.prod(shape) > MAX_ELEMENTS:
@@ -214,6 +231,7 @@ class PlanValues:
                 if isinstance(a, Buf) and a.id not in pinned:
                     first.setdefault(a.id, k)
                     last[a.id] = k
+        loop_lifetimes(self.launches, first, last)
         placed: dict[int, object] = {v: given[v] if v in given else alloc(self.nbytes(v)) for v in pinned}
         starts: dict[int, list[int]] = {}
         ends: dict[int, list[int]] = {}
@@ -236,7 +254,9 @@ class PlanValues:
             for v in ends.get(k, ()):
                 free.append(slot[v])
                 free.sort(key=lambda p: pool[p][0])
-        for v in self.shapes:  # values no launch touches (e.g. empty tensors)
+        for v, shape in self.shapes.items():  # values no launch touches (e.g. empty tensors)
+            if not all(type(d) is int for d in shape):
+                continue  # in an If branch this specialization does not take: never shaped
             r = self.root(v)
             if r not in placed:
                 placed[r] = alloc(self.nbytes(r))

@@ -15,10 +15,17 @@ from offload.errors import UnsupportedOpError
 from offload.ir import Operation, Program, TensorType, Value, lookup
 
 from ..backend import BackendCompiler, CompileSpec, CompileSpecError, PreprocessResult, Support
+from . import control, ops
 from .host import host_inputs
-from .ops import CAPABILITIES, CHECKS, ELEMENTWISE, HOST_INPUTS, MULTI_OUTPUT
+from .ops import ELEMENTWISE
 from .plan import FORMAT, MAX_ELEMENTS, PRECISIONS
 from .specialize import max_shapes, shape_sets
+
+# The op tables of the families, and If / Loop (``control.py``: recorded by the builder itself).
+CAPABILITIES = {**ops.CAPABILITIES, **control.CAPS}
+CHECKS = {**ops.CHECKS, **control.CHECKS}
+HOST_INPUTS = {**ops.HOST_INPUTS, **control.HOST_INPUTS}
+MULTI_OUTPUT = ops.MULTI_OUTPUT | frozenset(control.MULTI_OUTPUT)
 
 PRECISION_SPEC = (
     "fp32 (default) | fp16: store every float32 value on the device as half (kernels compute in float32)"
@@ -70,19 +77,31 @@ def _attrs(op: Operation) -> dict:
     return {k: _attr(a) for k, a in attrs.items() if _attr(a) is not None}
 
 
+def _reads(op: Operation) -> list[Value]:
+    """The values ``op`` reads: its inputs and, for an If or Loop, every value its branches or body
+    name (a superset of what they capture from outside, which is all fusion needs)."""
+    found = [v for v in op.inputs if v is not None]
+    for block in op.blocks:
+        found.extend(block.outputs)
+        for inner in block.walk():
+            found.extend(v for v in inner.inputs if v is not None)
+            found.extend(v for b in inner.blocks for v in b.outputs)
+    return found
+
+
 def _fusion_groups(body) -> list[list[int]]:
     """The partition's ops as groups of step indices, in plan order.
 
     An elementwise op joins the group of the elementwise op producing one of its inputs when that
-    value is used by this op alone and is not a partition output: each group is then a tree whose
-    intermediates are read only inside it, and it is emitted at its root (its last op).
+    value is used by this op alone (a branch or loop body reading it counts as a use) and is not a
+    result of the block: each group is then a tree whose intermediates are read only inside it,
+    and it is emitted at its root (its last op).
     """
     ops = body.operations
     users: dict[int, set[int]] = {}
     for s, op in enumerate(ops):
-        for v in op.inputs:
-            if v is not None:
-                users.setdefault(id(v), set()).add(s)
+        for v in _reads(op):
+            users.setdefault(id(v), set()).add(s)
     outputs = {id(v) for v in body.outputs}
     producer = {id(v): s for s, op in enumerate(ops) for v in op.outputs if v is not None}
     group_of: dict[int, list[int]] = {}  # step → its group (shared list)
@@ -179,7 +198,16 @@ class GPUCompiler(BackendCompiler):
             found = check(op) if check is not None else None
         except TypeError:  # a check that does arithmetic on a dim that is a symbol
             return Support(False, f"{op.op_type} needs static sizes where this op has symbolic dims")
-        return found if found is not None else Support(True)
+        if found is not None:
+            return found
+        for block in op.blocks:  # an If's branches, a Loop's body: every op runs on the device
+            for inner in block.operations:
+                found = self.supports(inner, ctx)
+                if not found:
+                    return Support(
+                        False, f"{op.op_type} body op '{inner.name or inner.op_type}': {found.reason}"
+                    )
+        return Support(True)
 
     def preprocess(self, subprogram: Program, compile_specs: list[CompileSpec]) -> PreprocessResult:
         self.check_specs(compile_specs)
@@ -205,27 +233,57 @@ class GPUCompiler(BackendCompiler):
                 raise UnsupportedOpError(
                     f"{self.name} backend: op '{op.name or op.op_type}': {support.reason}"
                 )
-        debug_map: dict[int, tuple[int, ...]] = {}
-        for steps in _fusion_groups(body):
-            ops = [body.operations[s] for s in steps]
-            for op in ops:
-                for v in op.inputs:
-                    if v is not None and v.is_constant and not ids.known(v):
-                        plan["weights"][str(vid(v))] = v.name
-            if len(ops) == 1:
-                (op,) = ops
-                plan["ops"].append(
-                    {
-                        "type": op.op_type,
-                        "name": op.name,
-                        "attributes": _attrs(op),
-                        "inputs": [vid(v) for v in op.inputs],
-                        "outputs": [vid(v) for v in op.outputs],
-                    }
-                )
+
+        def register(v: Value) -> None:
+            """A constant the plan reads: a weight of the partition (given to init by name), or a
+            small constant of a branch or body, which the plan holds itself."""
+            if v is None or not v.is_constant or ids.known(v):
+                return
+            if body.constants.get(v.name) is v:
+                plan["weights"][str(vid(v))] = v.name
             else:
-                plan["ops"].append(_fused(ops, vid))
-            debug_map[len(plan["ops"]) - 1] = tuple(steps)
+                plan["constants"][str(vid(v))] = _attr(v.const_value)
+
+        def steps(block) -> list[tuple[list[int], dict]]:
+            """The block's plan steps, each with the indices of the ops it runs."""
+            out = []
+            for group in _fusion_groups(block):
+                ops = [block.operations[s] for s in group]
+                for op in ops:
+                    for v in op.inputs:
+                        register(v)
+                if len(ops) > 1:
+                    out.append((group, _fused(ops, vid)))
+                    continue
+                (op,) = ops
+                step = {
+                    "type": op.op_type,
+                    "name": op.name,
+                    "attributes": _attrs(op),
+                    "inputs": [vid(v) for v in op.inputs],
+                    "outputs": [vid(v) for v in op.outputs],
+                }
+                if op.op_type == "If":
+                    step["branches"] = [sub(op.attributes[k]) for k in ("then_branch", "else_branch")]
+                elif op.op_type == "Loop":
+                    step["body"] = sub(op.attributes["body"])
+                out.append((group, step))
+            return out
+
+        def sub(block) -> dict:
+            for v in block.outputs:
+                register(v)
+            return {
+                "inputs": [vid(v) for v in block.inputs],
+                "ops": [step for _, step in steps(block)],
+                "outputs": [vid(v) for v in block.outputs],
+            }
+
+        plan["constants"] = {}
+        debug_map: dict[int, tuple[int, ...]] = {}
+        for group, step in steps(body):
+            plan["ops"].append(step)
+            debug_map[len(plan["ops"]) - 1] = tuple(group)
         plan["outputs"] = [vid(v) for v in body.outputs]
         # Small partition inputs that shape-deciding inputs are computed from: read on the host
         # when the runtime specializes, their values part of its key.

@@ -84,7 +84,7 @@ def host_inputs(body, table: dict[str, dict[int, str]]) -> list[Value]:
             for x in op.inputs:
                 walk(x, depth + 1)
 
-    for op in body.operations:
+    for op in body.walk():  # ops in branches and loop bodies too
         for i in table.get(op.op_type, {}):
             if i < len(op.inputs):
                 walk(op.inputs[i], 0)

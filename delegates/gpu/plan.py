@@ -9,6 +9,7 @@
  "ops": [{"type", "name", "attributes", "inputs": [id | null], "outputs": [id | null]}],
  "outputs": [value id, ...],
  "host_inputs": [value id, ...],             # inputs read on the host: shape-deciding values
+ "constants": {"value id": tensor},          # small constants of branches and bodies (format 5)
  "precision": "fp16"}                        # optional (absent: fp32): float32 values stored as half
 
 A plan whose shapes are all sizes is specialized once, at init. Otherwise the runtime specializes
@@ -22,7 +23,12 @@ shape through its own stride table), "outputs" the root's value, and
  "nodes": [{"type", "name", "attributes", "args": [["in", leaf index] | ["node", j] | null]}]
 in evaluation order, the root last. The runtime generates the kernel source from the plan at init,
 deterministically (the same plan gives the same source, so the build cache hits).
-Formats 1 and 2 (float32 only, no "dtypes") and 3 (static shapes, no "host_inputs") still load.
+
+Control steps (``control.py``) hold sub-plans {"inputs": [id], "ops": [step], "outputs": [id]}
+over the same value ids: "If" has "branches": [then, else], "Loop" has "body". A tensor (an
+attribute or a constant) is {"array": [...], "dtype", "shape"}.
+Formats 1 and 2 (float32 only, no "dtypes"), 3 (static shapes, no "host_inputs") and 4 (no
+control steps) still load.
 """
 
 import json
@@ -31,9 +37,16 @@ import numpy as np
 
 from offload.errors import ModelFormatError
 
-FORMAT = "offload-gpu-plan/4"
+FORMAT = "offload-gpu-plan/5"
 PRECISIONS = ("fp32", "fp16")  # how float32 values are stored on the device
-FORMATS = ("offload-opencl-plan/1", "offload-opencl-plan/2", "offload-gpu-plan/3", FORMAT)
+FORMATS = (
+    "offload-opencl-plan/1",
+    "offload-opencl-plan/2",
+    "offload-gpu-plan/3",
+    "offload-gpu-plan/4",
+    FORMAT,
+)
+MAX_NESTING = 16  # control steps inside control steps
 MAX_SYMBOL = 128  # characters of a symbolic dim's name
 
 
@@ -108,21 +121,56 @@ def parse(processed: bytes | dict, backend: str) -> dict:
         i in shapes and isinstance(n, str) for i, n in weights.items()
     ):
         raise bad("'weights' is not a table of known values to tensor names")
-    ops = plan.get("ops")
-    if not isinstance(ops, list):
-        raise bad("'ops' is not a list")
-    for k, step in enumerate(ops):
-        if not (
-            isinstance(step, dict)
-            and isinstance(step.get("type"), str)
-            and isinstance(step.get("attributes", {}), dict)
-            and isinstance(step.get("inputs"), list)
-            and isinstance(step.get("outputs"), list)
-            and all(known(v, optional=True) for v in step["inputs"] + step["outputs"])
-        ):
-            raise bad(f"step {k} is not a step of known values")
-        if step["type"] == "Fused" and not isinstance(step.get("nodes"), list):
-            raise bad(f"fused step {k} has no nodes")
+    constants = plan.setdefault("constants", {})
+    if not isinstance(constants, dict) or not all(
+        i in shapes
+        and isinstance(t, dict)
+        and t.get("dtype") == dtypes.get(i)
+        and t.get("shape") == shapes[i]
+        for i, t in constants.items()
+    ):
+        raise bad("'constants' is not a table of known values to tensors of their dtype and shape")
+
+    def check_steps(ops, depth: int, where: str) -> None:
+        if not isinstance(ops, list):
+            raise bad(f"{where}'ops' is not a list")
+        if depth > MAX_NESTING:
+            raise bad(f"control steps nest deeper than {MAX_NESTING}")
+        for k, step in enumerate(ops):
+            if not (
+                isinstance(step, dict)
+                and isinstance(step.get("type"), str)
+                and isinstance(step.get("attributes", {}), dict)
+                and isinstance(step.get("inputs"), list)
+                and isinstance(step.get("outputs"), list)
+                and all(known(v, optional=True) for v in step["inputs"] + step["outputs"])
+            ):
+                raise bad(f"{where}step {k} is not a step of known values")
+            if step["type"] == "Fused" and not isinstance(step.get("nodes"), list):
+                raise bad(f"{where}fused step {k} has no nodes")
+            subs = {"If": step.get("branches"), "Loop": [step.get("body")]}.get(step["type"])
+            if subs is None:
+                continue
+            arity = {"If": (2, 1, 0), "Loop": (1, 2, 1)}[step["type"]]  # sub-plans, inputs, outputs
+            if not isinstance(subs, list) or len(subs) != arity[0]:
+                raise bad(f"{where}{step['type']} step {k} has no sub-plans")
+            for sub in subs:
+                if not (
+                    isinstance(sub, dict)
+                    and all(isinstance(sub.get(key), list) for key in ("inputs", "outputs"))
+                    and all(known(v) for v in sub["inputs"] + sub["outputs"])
+                ):
+                    raise bad(f"{where}{step['type']} step {k} has a malformed sub-plan")
+                n_in, n_out = len(step["inputs"]), len(step["outputs"])
+                if step["type"] == "If" and (len(sub["inputs"]) != 0 or len(sub["outputs"]) != n_out):
+                    raise bad(f"{where}If step {k}: a branch does not give one result per output")
+                if step["type"] == "Loop" and (
+                    len(sub["inputs"]) != n_in or len(sub["outputs"]) != 1 + n_out or n_in < 2
+                ):
+                    raise bad(f"{where}Loop step {k}: its body does not match its inputs and outputs")
+                check_steps(sub.get("ops"), depth + 1, f"{where}{step['type']} step {k}: ")
+
+    check_steps(plan.get("ops"), 0, "")
     return plan
 
 

@@ -24,6 +24,7 @@ from offload.errors import DTypeError, KernelError, OffloadError
 from ..backend import Availability, BackendRuntime, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch
 from ..gpu.builder import PlanValues, host_weights
+from ..gpu.control import has_control, run
 from ..gpu.plan import parse
 from ..gpu.specialize import (
     Specializations,
@@ -57,8 +58,9 @@ class Specialized:
     outputs: list[int]
     shapes: dict[int, tuple[int, ...]]
     buffers: dict[int, object]  # every value id → its buffer (aliases share one)
-    launches: list[Launch]
+    launches: list[Launch]  # and, for a plan with If / Loop, the control items of ``gpu.control``
     own: list = field(default_factory=list)  # buffers and tables this specialization allocated
+    control: bool = False  # whether ``launches`` holds control items (run by ``gpu.control.run``)
 
 
 @dataclass
@@ -204,8 +206,10 @@ class OpenCLRuntime(BackendRuntime):
         for i, w in b.host.items():  # folded shape values and host inputs (weights are uploaded)
             if i not in handle.weights:
                 alloc.copyin(buffers[i], np.asarray(w, b.dtypes[i]), b.storage(i))
-        spec = Specialized(ins, outs, b.shapes, buffers, b.launches, own)
+        spec = Specialized(ins, outs, b.shapes, buffers, b.launches, own, has_control(b.launches))
         for launch in b.launches:
+            if not isinstance(launch, Launch):
+                continue
             args = []
             for a in launch.args:
                 if isinstance(a, Buf):
@@ -232,8 +236,13 @@ class OpenCLRuntime(BackendRuntime):
                 alloc.copyin(spec.buffers[i], x, handle.storage.get(i))
             queue = handle.device.queue
             try:
-                for launch in spec.launches:
-                    cl.enqueue_nd_range_kernel(queue, launch.kernel, launch.global_size, launch.local_size)
+                if spec.control:
+                    _run_control(handle.device, spec)
+                else:
+                    for launch in spec.launches:
+                        cl.enqueue_nd_range_kernel(
+                            queue, launch.kernel, launch.global_size, launch.local_size
+                        )
                 return [
                     alloc.copyout(spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i))
                     for i in spec.outputs
@@ -250,6 +259,27 @@ class OpenCLRuntime(BackendRuntime):
             for buf in handle.weights.values():
                 buf.release()
             handle.weights.clear()
+
+
+def _run_control(device: Device, spec: Specialized) -> None:
+    """A specialization with If / Loop: its items interpreted, conditions read as they come."""
+    queue, buffers = device.queue, spec.buffers
+
+    def launch(item: Launch) -> None:
+        cl.enqueue_nd_range_kernel(queue, item.kernel, item.global_size, item.local_size)
+
+    def copy(src: int, dst: int, nbytes: int, offset: int) -> None:
+        cl.enqueue_copy(queue, buffers[dst], buffers[src], byte_count=nbytes, dst_offset=offset)
+
+    def read(v: int) -> bool:
+        flag = np.zeros(1, np.uint8)
+        cl.enqueue_copy(queue, flag, buffers[v], is_blocking=True)
+        return bool(flag[0])
+
+    def write(v: int, value: np.ndarray) -> None:
+        cl.enqueue_copy(queue, buffers[v], np.ascontiguousarray(value), is_blocking=True)
+
+    run(spec.launches, launch, copy, read, write)
 
 
 def _release(spec: Specialized) -> None:

@@ -17,9 +17,7 @@ pytestmark = needs_opencl
 
 # Fixtures whose ops the GPU backends do not all take yet: the reason, each xfail(strict=True) on
 # the delegated share (their outputs are still compared with onnxruntime below).
-NOT_YET_DELEGATED = {
-    "control_flow": "If and Loop do not run on the GPU backends yet (issue 10)",
-}
+NOT_YET_DELEGATED: dict[str, str] = {}
 MIN_DELEGATED = 0.95  # share of the model's ops (nested bodies included) that must run on opencl
 
 
