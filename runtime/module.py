@@ -4,8 +4,10 @@
 views into the mapped constant segment, planned tensors views into one arena per memory id,
 and each instruction a step with its arguments already split and decoded (docs/pte.md).
 Kernels are the same CPU kernels ``offload.evaluate`` calls, called the same way, so results
-match it bit for bit. A Module is not safe to run from several threads at once (the arenas
-are shared by every run of a Method).
+match it bit for bit. A Module may be run from several threads at once: each run of a Method
+takes a set of arenas from the Method's pool (a new set is allocated when every set is in use, so
+a Method holds as many as it has had concurrent runs) and gives it back when its outputs are
+copied out; backends serialize the runs of a delegate handle themselves.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import mmap
 import os
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -238,7 +241,7 @@ class MethodContext:
 
     def out(self, i: int) -> np.ndarray | None:
         """The preallocated arena view for output ``i`` (a kernel may write its result there)."""
-        return self._site.out_views[i] if i < self.num_outputs else None
+        return self._frame.planned[self._site.out_slots[i]] if i < self.num_outputs else None
 
     def run_block(self, block, args: list) -> list:
         if not isinstance(block, SubPlan):
@@ -265,6 +268,11 @@ class Method:
         self._initial: list = [None] * len(self._values)
         self._planned: list = [None] * len(self._values)
         self._arenas: dict[int, np.ndarray] = {}
+        self._layout: dict[int, tuple[int, int]] = {}  # planned value → (memory id, byte offset)
+        # Arena sets (planned views, initial frame) that no run holds: the one made at load, and
+        # one more for each run that found them all taken.
+        self._pool: list[tuple[list, list]] = [(self._planned, self._initial)]
+        self._pool_lock = threading.Lock()
         self._decode_values()
         self._input_slots = self._slots(plan.inputs, "inputs")
         self._output_slots = self._slots(plan.outputs, "outputs")
@@ -399,6 +407,11 @@ class Method:
         elif t.allocationInfo is not None:
             view = planned_view(t, self._arenas, buffer_sizes, t.allocationInfo, where)
             self._initial[i] = self._planned[i] = view
+            alloc = t.allocationInfo
+            self._layout[i] = (
+                int(alloc.memoryId),
+                int(alloc.memoryOffsetHigh) << 32 | int(alloc.memoryOffsetLow),
+            )
         else:
             tensor_decl(t, where)  # a bad declaration is an error even when nothing is stored
 
@@ -492,21 +505,42 @@ class Method:
 
     def _call(self, args: list) -> list:
         self.allocated_results = 0
-        frame = list(self._initial)
-        for slot, value in zip(self._input_slots, args):
-            if self._planned[slot] is not None:
-                self._store(frame, slot, value)
-            else:
-                frame[slot] = value
-        steps, pc, n = self._steps, 0, len(self._steps)
-        while pc < n:
-            nxt = steps[pc].run(frame)
-            pc = pc + 1 if nxt is None else nxt
-        return [self.module._detach(frame[i]) for i in self._output_slots]
+        planned, initial = self._acquire()
+        try:
+            frame = _Frame(initial)
+            frame.planned = planned
+            for slot, value in zip(self._input_slots, args):
+                if planned[slot] is not None:
+                    self._store(frame, slot, value)
+                else:
+                    frame[slot] = value
+            steps, pc, n = self._steps, 0, len(self._steps)
+            while pc < n:
+                nxt = steps[pc].run(frame)
+                pc = pc + 1 if nxt is None else nxt
+            return [self.module._detach(frame[i]) for i in self._output_slots]
+        finally:
+            with self._pool_lock:
+                self._pool.append((planned, initial))
+
+    def _acquire(self) -> tuple[list, list]:
+        """An arena set no other run holds: (planned views by value, the initial frame)."""
+        with self._pool_lock:
+            if self._pool:
+                return self._pool.pop()
+        arenas = {k: np.zeros(a.nbytes, np.uint8) for k, a in self._arenas.items()}
+        self.module._arena_ids.update(id(a) for a in arenas.values())
+        planned, initial = [None] * len(self._values), list(self._initial)
+        for i, (memory_id, offset) in self._layout.items():
+            view = self._planned[i]
+            planned[i] = initial[i] = (
+                arenas[memory_id][offset : offset + view.nbytes].view(view.dtype).reshape(view.shape)
+            )
+        return planned, initial
 
     def _store(self, frame: list, slot: int, value) -> None:
         """A result into its slot: copied into the planned view when it fits, else bound."""
-        view = self._planned[slot]
+        view = frame.planned[slot]
         if view is not None:
             if _fits(value, view):
                 if value is not view:
@@ -525,6 +559,12 @@ class Method:
         if getattr(value, "dtype", None) != view.dtype:
             raise DTypeError(f"{where}: a result of dtype {got} for a tensor declared {view.dtype}")
         raise ShapeError(f"{where}: a result of shape {np.shape(value)} for a tensor declared {view.shape}")
+
+
+class _Frame(list):
+    """The values of one run of a Method by slot, with the arena views of the set it holds."""
+
+    __slots__ = ("planned",)
 
 
 def _fits(value, view: np.ndarray) -> bool:
@@ -563,7 +603,6 @@ class _KernelStep:
         "method",
         "op_name",
         "out_slots",
-        "out_views",
         "where",
     )
 
@@ -621,7 +660,6 @@ def _prepare_kernel(m: Method, call, pc: int, where: str, label: str, operators,
         for spec, i in zip(schema.attributes.values(), args[n_in : n_in + n_attr])
     }
     step.out_slots = args[n_in + n_attr :]
-    step.out_views = tuple(m._planned[i] if i else None for i in step.out_slots)
     fn = kernels.find(domain, op_type)
     if fn is None:
         m._unsupported.append(name)
@@ -712,7 +750,7 @@ class _FreeStep:
     __slots__ = ("method", "slot")
 
     def run(self, frame: list) -> None:
-        if self.method._planned[self.slot] is None:
+        if frame.planned[self.slot] is None:
             frame[self.slot] = None
 
     def info(self) -> StepInfo:
