@@ -4,6 +4,16 @@ from .core import Block, Function, Operation, Program, Value
 from .inference import infer_op, infer_types
 from .printer import dump
 from .registry import AttrSpec, OpSchema, Param, all_schemas, lookup, register
+from .rewrite import (
+    Namer,
+    build,
+    insert_after,
+    insert_before,
+    remove_dead_ops,
+    replace_all_uses,
+    substitute,
+    toposort,
+)
 from .types import DataType, OptionalType, QuantParams, SequenceType, TensorType
 from .verifier import verify
 
@@ -12,6 +22,7 @@ __all__ = [
     "Block",
     "DataType",
     "Function",
+    "Namer",
     "OpSchema",
     "Operation",
     "OptionalType",
@@ -22,10 +33,17 @@ __all__ = [
     "TensorType",
     "Value",
     "all_schemas",
+    "build",
     "dump",
     "infer_op",
     "infer_types",
+    "insert_after",
+    "insert_before",
     "lookup",
     "register",
+    "remove_dead_ops",
+    "replace_all_uses",
+    "substitute",
+    "toposort",
     "verify",
 ]

@@ -1,14 +1,14 @@
 """offload: run trained neural networks on GPUs through backend delegates.
 
-The public facade: ``load`` a model into an ``ir.Program``, ``evaluate`` it on the CPU kernels,
-``save`` it as a .pte file that ``offload.runtime.load`` runs; ``to_backend`` hands the
-parts a backend supports to its delegate.
+The public facade: ``load`` a model into an ``ir.Program``, ``optimize`` it with graph passes,
+``evaluate`` it on the CPU kernels, ``save`` it as a .pte file that ``offload.runtime.load``
+runs; ``to_backend`` hands the parts a backend supports to its delegate.
 """
 
 from offload import errors
-from offload.api import save, to_backend
+from offload.api import optimize, save, to_backend
 from offload.frontends import load
 from offload.runtime import evaluate
 
-__all__ = ["errors", "evaluate", "load", "save", "to_backend"]
+__all__ = ["errors", "evaluate", "load", "optimize", "save", "to_backend"]
 __version__ = "0.1.0"

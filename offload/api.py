@@ -43,3 +43,44 @@ def to_backend(program: Program, backend, compile_specs=None) -> Program:
 
 def _as_list(backend) -> list:
     return [backend] if isinstance(backend, str) or not isinstance(backend, (list, tuple)) else list(backend)
+
+
+def optimize(
+    program: Program, passes="default", *, fixed_point: bool | None = None, verify_each: bool | None = None
+) -> Program:
+    """A copy of ``program`` rewritten by graph passes; the input is left unchanged.
+
+    ``passes`` is ``"default"`` (the default pipeline, run to a fixed point), ``"none"`` (a
+    plain copy) or a list of pass names ``group::name`` run in that order (see
+    ``offload.passes.known_passes()``; docs/passes.md), once unless ``fixed_point``. An unknown
+    name raises ``UnknownPassError`` listing the known ones. ``verify_each`` verifies the
+    program after every pass (default: when ``OFFLOAD_VERIFY_PASSES`` is set).
+    """
+    from offload.ir import verify
+    from offload.ir.clone import clone_program
+    from offload.passes import run_passes
+
+    names = _pass_names(passes)
+    copy = clone_program(program)
+    if names:
+        if fixed_point is None:
+            fixed_point = passes == "default"
+        run_passes(copy, names, fixed_point=fixed_point, verify_each=verify_each)
+        verify(copy)
+    return copy
+
+
+def _pass_names(passes) -> list[str]:
+    from offload.errors import OffloadError
+    from offload.passes import DEFAULT, resolve
+
+    if isinstance(passes, str):
+        if passes == "default":
+            return list(DEFAULT)
+        if passes == "none":
+            return []
+        raise OffloadError(f"passes must be 'default', 'none' or a list of pass names, not {passes!r}")
+    names = list(passes)
+    for name in names:
+        resolve(name)  # fails on an unknown name before any work
+    return names

@@ -9,8 +9,9 @@ from offload.delegates.backend import CompileSpec, CompileSpecError
 from offload.errors import OffloadError
 from offload.ir import Block, Function, Operation, Program, Value
 from offload.ir.clone import clone_block, clone_value
+from offload.ir.rewrite import Namer, replace_results, top_level_op, toposort
 
-from .partition import Partition, Partitioner, reads, top_level_op
+from .partition import Partition, Partitioner
 
 SpecsArg = Mapping[str, list[CompileSpec] | Mapping[str, object]] | None
 
@@ -34,35 +35,18 @@ def lower_partitions(program: Program, partitioner: Partitioner, specs: dict[str
     """Partition ``program`` in place and replace each partition by a Delegate op."""
     shapes = _shapes_of_sets(program, specs)
     report = partitioner.partition(program)
-    names = _all_names(program)
+    names = Namer(program)
     touched: dict[int, Function] = {}
     for part in report.partitions:
         _delegate(part, specs.get(part.backend.name, []), names, shapes)
         touched[id(part.fn)] = part.fn
     for fn in touched.values():
-        _toposort(fn.body)
+        toposort(fn.body)
 
 
-def _all_names(program: Program) -> set[str]:
-    names: set[str] = set()
-    for fn in program.functions.values():
-        names.update(fn.body.constants)
-        names.update(v.name for v in fn.body.inputs)
-        for op in fn.body.walk():
-            names.update(v.name for v in op.outputs)
-            for b in op.blocks:
-                names.update(v.name for v in b.inputs)
-                names.update(b.constants)
-    return names
-
-
-def _fresh(name: str, names: set[str]) -> str:
-    candidate, i = name, 0
-    while candidate in names:
-        i += 1
-        candidate = f"{name}.{i}" if i > 1 else f"{name}.d"
-    names.add(candidate)
-    return candidate
+def _fresh(name: str, names: Namer) -> str:
+    """``name`` if free, else ``name.d`` ("the delegate's copy"), else a numbered one."""
+    return names.fresh(name if name not in names else f"{name}.d")
 
 
 SHAPES_KEY = "shapes"
@@ -122,7 +106,7 @@ def _partition_shapes(specs: list[CompileSpec], sets: list[dict], inputs, params
     return [CompileSpec.of(SHAPES_KEY, json.dumps(mine)) if s.key == SHAPES_KEY else s for s in specs]
 
 
-def _delegate(part: Partition, specs: list[CompileSpec], names: set[str], shapes: dict) -> Operation:
+def _delegate(part: Partition, specs: list[CompileSpec], names: Namer, shapes: dict) -> Operation:
     body = part.fn.body
     inputs, weights, outputs = part.inputs(), part.weights(), part.outputs()
     inside = _inside(part)
@@ -156,24 +140,16 @@ def _delegate(part: Partition, specs: list[CompileSpec], names: set[str], shapes
         outer.type = inner.type
         for user, i in uses:
             user.set_input(i, outer)
-        _replace_result(body, inner, outer, fallback)
-    # The delegate stands where the partition's first op was; _toposort fixes the order after.
+        # Function results and results of CPU ops' nested blocks that were ``inner``.
+        replace_results(inner, outer, body, skip=fallback)
+    # The delegate stands where the partition's first op was; toposort fixes the order after.
     body.operations.insert(position, op)
     op.block = body
     return op
 
 
-def _replace_result(body: Block, old: Value, new: Value, fallback: Block) -> None:
-    """Function results (and results of CPU ops' nested blocks) that were ``old`` become ``new``."""
-    body.outputs = [new if v is old else v for v in body.outputs]
-    for op in body.walk():
-        for b in op.blocks:
-            if b is not fallback:
-                b.outputs = [new if v is old else v for v in b.outputs]
-
-
 def _fallback_block(
-    part: Partition, inputs: list[Value], weights: list[Value], outputs: list[Value], names: set[str]
+    part: Partition, inputs: list[Value], weights: list[Value], outputs: list[Value], names: Namer
 ) -> Block:
     """The partition as a Block: fresh parameters, its weights, its ops (appended by the caller)."""
     block = Block(f"delegate{part.id}_fallback")
@@ -223,36 +199,3 @@ def _only_used_inside(v: Value, inside: set[int], fn: Function) -> bool:
 def _subprogram(fallback: Block, fn: Function) -> Program:
     """What the backend compiles: one function "forward", a copy of the fallback block."""
     return Program({"forward": Function("forward", clone_block(fallback), dict(fn.opset_imports))})
-
-
-def _toposort(block: Block) -> None:
-    """Reorder ``block`` so every op follows the ops it reads from (stable where it can be)."""
-    done: set[int] = set()
-    entered: set[int] = set()  # expanded, its producers not all placed yet
-    order: list[Operation] = []
-    in_block = {id(op) for op in block.operations}
-
-    def visit(op: Operation) -> None:
-        stack = [(op, False)]
-        while stack:
-            current, expanded = stack.pop()
-            if id(current) in done:
-                continue
-            if expanded:
-                done.add(id(current))
-                order.append(current)
-                continue
-            if id(current) in entered:
-                # Reached again while its own producers are being placed: the partitions
-                # formed a cycle, which the grouping rule is there to make impossible.
-                raise AssertionError(f"partitioning made a cycle through {current.qualified_type}")
-            entered.add(id(current))
-            stack.append((current, True))
-            for v in reversed(reads(current)):
-                producer = v.producer and top_level_op(v.producer)
-                if producer is not None and id(producer) in in_block and id(producer) not in done:
-                    stack.append((producer, False))
-
-    for op in list(block.operations):
-        visit(op)
-    block.operations[:] = order

@@ -1,0 +1,1 @@
+"""Passes that fold following ops (bias, batch norm, scale, padding) into a convolution."""

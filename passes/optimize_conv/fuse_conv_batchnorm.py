@@ -1,0 +1,65 @@
+"""optimize_conv::fuse_conv_batchnorm — fold an inference BatchNormalization into the Conv before it.
+
+Rule: ``BatchNormalization(Conv(x, W, B), scale, bias, mean, var)`` in inference mode
+(training_mode=0, only Y read), all four statistics constant, the Conv output read by nothing
+else, becomes ``Conv(x, W', B')`` with, per output channel k,
+``a_k = scale_k / sqrt(var_k + epsilon)``, ``W'_k = W_k · a_k``, ``B'_k = (B_k - mean_k) · a_k + bias_k``.
+The arithmetic is done in float64 and rounded once to the weight dtype.
+
+Before::
+
+    %c: (1,8,5,5,fp32) = Conv(X=%x, W=%w, B=%b)
+    %y: (1,8,5,5,fp32) = BatchNormalization(X=%c, scale=%s, B=%t, input_mean=%m, input_var=%v)
+
+After::
+
+    %y: (1,8,5,5,fp32) = Conv(X=%x, W=%y_w, B=%y_b)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from offload.ir import Program
+
+from ..pattern import Rewriter, const, same_type
+from ..registry import graph_pass
+from ._fold import bias_of, conv_with_weights
+
+
+@graph_pass("optimize_conv::fuse_conv_batchnorm")
+def fuse_conv_batchnorm(program: Program) -> bool:
+    rw = Rewriter(program)
+    changed = False
+    for block, conv in rw.ops():
+        if not rw.alive(conv) or not conv_with_weights(conv):
+            continue
+        out = conv.outputs[0]
+        bn = rw.only_user(out)
+        if bn is None or bn.op_type != "BatchNormalization" or bn.domain or bn.inputs[0] is not out:
+            continue
+        if bn.attributes.get("training_mode", 0) or any(o.uses for o in bn.outputs[1:]):
+            continue
+        stats = [const(v) for v in bn.inputs[1:5]]
+        if any(s is None for s in stats) or not same_type(out, bn.outputs[0]):
+            continue
+        scale, shift, mean, var = (s.astype(np.float64).reshape(-1) for s in stats)
+        eps = float(bn.attributes.get("epsilon", 1e-5))
+        w = const(conv.inputs[1])
+        channels = w.shape[0]
+        if not all(len(s) == channels for s in (scale, shift, mean, var)):
+            continue
+        a = scale / np.sqrt(var + eps)
+        new_w = (w.astype(np.float64) * a.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        b = bias_of(conv, channels, w.dtype).astype(np.float64)
+        new_b = ((b - mean) * a + shift).astype(w.dtype)
+        inputs = [
+            conv.inputs[0],
+            rw.constant(block, new_w, stem=f"{out.name}_w"),
+            rw.constant(block, new_b, stem=f"{out.name}_b"),
+        ]
+        fused = rw.build(block, "Conv", inputs, dict(conv.attributes), before=bn, stem=out.name)
+        if rw.replace_op(bn, fused):
+            rw.drop(conv, bn)
+            changed = True
+    return changed

@@ -1,0 +1,98 @@
+"""Running passes: in order, optionally to a fixed point, with per-pass op counts and time.
+
+With ``verify=True`` (tests) or ``OFFLOAD_VERIFY_PASSES=1`` in the environment (debug mode)
+the program is verified after every pass, so a broken rewrite is caught at the pass that made it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from offload.errors import VerificationError
+from offload.ir import Program, verify
+
+from .registry import resolve
+
+# The default pipeline: cleanup first (folding makes patterns visible), fusions, cleanup after.
+DEFAULT: tuple[str, ...] = (
+    "cleanup::const_elimination",
+    "cleanup::noop_elimination",
+    "cleanup::dead_code_elimination",
+    "cleanup::const_deduplication",
+    "cleanup::remove_redundant_ops",
+    "cleanup::fuse_reduce_mean",
+    "optimize_repeat_ops::merge_consecutive_reshapes",
+    "optimize_repeat_ops::merge_consecutive_transposes",
+    "optimize_repeat_ops::merge_consecutive_relus",
+    "optimize_repeat_ops::merge_consecutive_paddings",
+    "optimize_conv::fuse_conv_batchnorm",
+    "optimize_conv::fuse_conv_bias",
+    "optimize_conv::fuse_conv_scale",
+    "optimize_conv::fuse_pad_conv",
+    "optimize_elementwise_binary::divide_to_multiply",
+    "cleanup::dead_code_elimination",
+)
+
+ENV_VERIFY = "OFFLOAD_VERIFY_PASSES"
+MAX_ROUNDS = 8  # a fixed point is normally reached in two or three rounds
+
+
+@dataclass
+class PassRecord:
+    """What one pass did in one round: whether it changed the program, op counts, time."""
+
+    name: str
+    round: int
+    changed: bool
+    seconds: float
+    before: Counter = field(default_factory=Counter)
+    after: Counter = field(default_factory=Counter)
+
+    def delta(self) -> dict[str, int]:
+        """Op type → change in count (only the types that changed)."""
+        keys = set(self.before) | set(self.after)
+        return {k: self.after[k] - self.before[k] for k in sorted(keys) if self.after[k] != self.before[k]}
+
+
+def op_counts(program: Program) -> Counter:
+    """Op type → how many ops of it the program has, nested blocks included."""
+    counts: Counter = Counter()
+    for fn in program.functions.values():
+        for op in fn.body.walk():
+            counts[op.qualified_type] += 1
+    return counts
+
+
+def run_passes(
+    program: Program,
+    names: list[str] | tuple[str, ...],
+    *,
+    fixed_point: bool = False,
+    verify_each: bool | None = None,
+) -> list[PassRecord]:
+    """Run the named passes on ``program`` in place, in order; with ``fixed_point``, repeat the
+    list until a round changes nothing (at most MAX_ROUNDS). Returns one record per pass run."""
+    fns = [(name, resolve(name)) for name in names]  # unknown names fail before anything runs
+    if verify_each is None:
+        verify_each = os.environ.get(ENV_VERIFY, "") not in ("", "0")
+    records: list[PassRecord] = []
+    for round_ in range(1, (MAX_ROUNDS if fixed_point else 1) + 1):
+        any_change = False
+        for name, fn in fns:
+            before = op_counts(program)
+            start = time.perf_counter()
+            changed = bool(fn(program))
+            seconds = time.perf_counter() - start
+            if verify_each:
+                try:
+                    verify(program)
+                except VerificationError as e:
+                    raise VerificationError(f"after pass {name}: {e}") from e
+            records.append(PassRecord(name, round_, changed, seconds, before, op_counts(program)))
+            any_change |= changed
+        if not any_change:
+            break
+    return records
