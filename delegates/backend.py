@@ -155,9 +155,14 @@ class Availability:
 
 
 class BackendRuntime(abc.ABC):
-    """The runtime half: turns a blob into a ready handle at load, runs it per call."""
+    """The runtime half: turns a blob into a ready handle at load, runs it per call.
+
+    ``thread_safe``: whether ``execute`` may be called on one handle from several threads at
+    once. When False (the default, for plugins that never thought about it) the runtime calls
+    ``execute`` on a handle from one thread at a time."""
 
     name: str = ""
+    thread_safe: bool = False
 
     @abc.abstractmethod
     def is_available(self) -> Availability:

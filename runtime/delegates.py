@@ -9,6 +9,8 @@ fails, the delegate runs its fallback plan on the CPU kernels instead (docs/pte.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import warnings
 from typing import Any, NamedTuple
 
@@ -60,6 +62,8 @@ class Delegate:
         self.handle: Any = None
         self.reason = ""
         self._said: set[str] = set()  # specialization refusals already warned about
+        # Serializes ``execute`` for backends that do not say they are thread-safe.
+        self._lock = contextlib.nullcontext()
 
     @property
     def on_backend(self) -> bool:
@@ -82,7 +86,8 @@ class Delegate:
         if not self.on_backend:
             return self.fallback._call(inputs)
         try:
-            outputs = self.runtime.execute(self.handle, inputs)
+            with self._lock:
+                outputs = self.runtime.execute(self.handle, inputs)
         except SpecializationError as e:
             # These input shapes (or shape values) are beyond what the backend runs: this call
             # runs on the CPU fallback, said once per delegate and reason.
@@ -153,6 +158,8 @@ def bind(method, k: int, entry, strict: bool) -> Delegate:
         try:
             delegate.handle = runtime.init(processed, specs, weights(delegate.fallback))
             delegate.runtime = runtime
+            if not getattr(runtime, "thread_safe", False):
+                delegate._lock = threading.Lock()
         except Exception as e:  # a backend's failure to initialize means: run on the CPU
             reason = f"init failed: {type(e).__name__}: {e}"
     if delegate.runtime is None:

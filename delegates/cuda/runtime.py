@@ -161,6 +161,7 @@ def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
 
 class CUDARuntime(BackendRuntime):
     name = "cuda"
+    thread_safe = True  # each handle runs one call at a time under its own lock
 
     def is_available(self) -> Availability:
         if cp is None:

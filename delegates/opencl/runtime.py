@@ -142,6 +142,7 @@ def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
 
 class OpenCLRuntime(BackendRuntime):
     name = "opencl"
+    thread_safe = True  # each handle runs one call at a time under its own lock
 
     def is_available(self) -> Availability:
         if cl is None:

@@ -1,6 +1,8 @@
 """Running delegates: on their backend (init once, execute, destroy), or on the CPU fallback."""
 
 import mmap
+import threading
+import time
 import warnings
 
 import numpy as np
@@ -205,3 +207,51 @@ def test_cli_spec_flags_are_checked(example_model, tmp_path, capsys):
         capsys, "compile", example_model, "--backend", "example", "--spec", "nodot=1", "-o", out
     )
     assert rc == 2 and "NAME.key=value" in err
+
+
+class _Overlaps(FakeRuntime):
+    """Counts how many threads are inside ``execute`` on one handle at once (a sleep widens the
+    window)."""
+
+    def __init__(self, thread_safe: bool):
+        super().__init__()
+        self.thread_safe = thread_safe
+        self.inside: dict[int, int] = {}
+        self.most = 0
+        self.guard = threading.Lock()
+
+    def execute(self, handle, inputs):
+        with self.guard:
+            self.inside[handle["id"]] = self.inside.get(handle["id"], 0) + 1
+            self.most = max(self.most, self.inside[handle["id"]])
+        time.sleep(0.002)
+        try:
+            return super().execute(handle, inputs)
+        finally:
+            with self.guard:
+                self.inside[handle["id"]] -= 1
+
+
+@pytest.mark.parametrize("thread_safe", [False, True])
+def test_a_backend_not_declared_thread_safe_runs_one_call_per_handle_at_a_time(
+    backends, pte_file, thread_safe
+):
+    fake = _Overlaps(thread_safe)
+    backends(fake)
+    module, _ = _load_quietly(pte_file)
+    want = _evaluate_reference()
+    results = []
+
+    def work():
+        results.extend(module.run({"x": X})["z"] for _ in range(20))
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 120 and all(np.array_equal(z, want) for z in results)
+    if thread_safe:
+        assert fake.most > 1  # the runtime adds no lock of its own
+    else:
+        assert fake.most == 1
