@@ -12,7 +12,9 @@ import contextlib
 import hashlib
 import json
 import os
+import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -52,25 +54,56 @@ def cache_key(device: Device, source: str, options: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
+# A cache entry: this tag, the SHA-256 of the binary, the binary. A truncated, bit-flipped or
+# foreign file fails the check and is rebuilt (a driver handed a damaged binary may crash or
+# mis-compute rather than refuse it).
+_ENTRY_TAG = b"offload-opencl-binary/1\0"
+_DIGEST = 32
+_UNWRITABLE: set[str] = set()  # cache folders already warned about
+
+
 def _from_disk(device: Device, path: Path, options: str):
     try:
-        binary = path.read_bytes()
+        entry = path.read_bytes()
+    except OSError:
+        return None
+    head, digest = entry[: len(_ENTRY_TAG)], entry[len(_ENTRY_TAG) : len(_ENTRY_TAG) + _DIGEST]
+    binary = entry[len(_ENTRY_TAG) + _DIGEST :]
+    if head != _ENTRY_TAG or not binary or hashlib.sha256(binary).digest() != digest:
+        return None  # damaged or from another version: build from source and overwrite it
+    try:
         return cl.Program(device.context, [device.device], [binary]).build(options=options)
-    except (OSError, cl.Error):
-        return None  # unreadable or stale: build from source and overwrite it
+    except cl.Error:
+        return None  # stale for this driver: rebuilt likewise
 
 
 def _to_disk(program, path: Path) -> None:
+    """Write the entry whole or not at all: to a file of this thread, then renamed over the
+    entry (atomic), so that processes sharing the folder never read half an entry."""
     try:
         (binary,) = program.get_info(cl.program_info.BINARIES)
-        if not binary:
-            return
+    except (cl.Error, ValueError):
+        return
+    if not binary:
+        return
+    tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(bytes(binary))
+        tmp.write_bytes(_ENTRY_TAG + hashlib.sha256(bytes(binary)).digest() + bytes(binary))
         os.replace(tmp, path)
-    except (OSError, cl.Error, ValueError):
-        pass  # a cache that cannot be written only costs a rebuild next time
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        folder = str(path.parent)
+        if folder not in _UNWRITABLE:  # said once per folder: every later build just skips it
+            _UNWRITABLE.add(folder)
+            warnings.warn(
+                f"opencl backend: cannot write the kernel cache in {folder} ({e.strerror or e}); "
+                "kernels are rebuilt in each new process. Set OFFLOAD_CACHE_DIR to a writable "
+                "folder, or to an empty value to turn the disk cache off.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 def clear_memory_cache() -> None:
@@ -134,7 +167,7 @@ def tuning_choice(device: Device, key: str, candidates: list, trial):
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
             tmp.write_text(json.dumps(_TUNED, sort_keys=True))
             os.replace(tmp, path)
         except OSError:

@@ -129,3 +129,40 @@ def test_unknown_tuning_value_is_refused():
 
     with pytest.raises(offload.errors.OffloadError, match="tuning"):
         offload.to_backend(_matmul_program(), "opencl", compile_specs={"opencl": {"tuning": "slow"}})
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
+def test_a_damaged_entry_fails_its_checksum_and_is_rebuilt(fresh, tmp_path, damage):
+    dev = fresh.device_for(None)
+    fresh.build(dev, SOURCE)
+    (path,) = (tmp_path / "opencl").iterdir()
+    good = path.read_bytes()
+    data = bytearray(good)
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":
+        data[len(data) - 7] ^= 0x20  # inside the binary, past the tag and checksum
+    else:
+        data = bytearray()
+    path.write_bytes(bytes(data))
+    fresh.clear_memory_cache()
+    before = dict(fresh.BUILD_STATS)
+    _run(fresh, fresh.build(dev, SOURCE))
+    assert fresh.BUILD_STATS["built"] == before["built"] + 1  # rebuilt, not loaded
+    assert fresh.BUILD_STATS["disk_hits"] == before["disk_hits"]
+    assert path.read_bytes() == good  # and the entry written whole again
+
+
+def test_an_unwritable_cache_folder_warns_once_and_builds_anyway(fresh, tmp_path, monkeypatch):
+    blocked = tmp_path / "a file"
+    blocked.write_bytes(b"")  # the cache folder would have to be inside a file
+    monkeypatch.setenv("OFFLOAD_CACHE_DIR", str(blocked))
+    dev = fresh.device_for(None)
+    with pytest.warns(RuntimeWarning, match="cannot write the kernel cache"):
+        _run(fresh, fresh.build(dev, SOURCE))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fresh.build(dev, SOURCE + " ")  # another program: no second warning
+    assert not list(tmp_path.glob("**/*.tmp"))
