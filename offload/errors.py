@@ -36,3 +36,8 @@ class KernelError(OffloadError):
 class SpecializationError(OffloadError):
     """A backend cannot run a delegate for these input shapes or shape values (e.g. an input past
     its int32 indexing); the runtime runs that call on the delegate's CPU fallback instead."""
+
+
+class RunTerminated(OffloadError):
+    """A run stopped before its end: its deadline passed, or another thread asked it to stop
+    (``runtime.RunOptions``). Nothing it computed is returned."""

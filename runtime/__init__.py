@@ -2,5 +2,6 @@
 
 from .evaluate import KernelContext, evaluate
 from .module import Method, Module, load
+from .options import RunOptions
 
-__all__ = ["KernelContext", "Method", "Module", "evaluate", "load"]
+__all__ = ["KernelContext", "Method", "Module", "RunOptions", "evaluate", "load"]

@@ -81,10 +81,11 @@ class Delegate:
         except Exception:  # third-party code: a description is never worth a failure
             return ""
 
-    def run(self, inputs: list, declared: list) -> list:
-        """The delegate's outputs for ``inputs``; ``declared`` are the output slots' Tensor decls."""
+    def run(self, inputs: list, declared: list, options=None) -> list:
+        """The delegate's outputs for ``inputs``; ``declared`` are the output slots' Tensor decls;
+        ``options`` (``RunOptions``) are checked again once the backend returns."""
         if not self.on_backend:
-            return self.fallback._call(inputs)
+            return self.fallback._call(inputs, options)
         try:
             with self._lock:
                 outputs = self.runtime.execute(self.handle, inputs)
@@ -98,13 +99,15 @@ class Delegate:
                 warnings.warn(
                     f"{self.where}: {e}; this call runs on the CPU fallback", RuntimeWarning, stacklevel=6
                 )
-            return self.fallback._call(inputs)
+            return self.fallback._call(inputs, options)
         except OffloadError:
             raise
         except Exception as e:
             raise KernelError(
                 f"{self.where}: backend '{self.backend}' failed in execute: {type(e).__name__}: {e}"
             ) from e
+        if options is not None:
+            options.check(self.where)
         return self._checked(outputs, declared)
 
     def _checked(self, outputs, declared: list) -> list:

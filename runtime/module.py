@@ -37,6 +37,7 @@ from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTy
 from . import delegates as dl
 from . import kernels
 from .inputs import check_inputs
+from .options import RunOptions
 from .pte_values import (
     AttributeReader,
     constant_array,
@@ -120,8 +121,8 @@ class Module:
             raise OffloadError(f"{self.origin}: no method '{name}'; the file has {self.method_names}")
         return m
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        return self._plans[0].run(inputs)
+    def run(self, inputs: Mapping[str, Any], options: RunOptions | None = None) -> dict[str, Any]:
+        return self._plans[0].run(inputs, options)
 
     def close(self) -> None:
         """Destroy every backend handle (once; the CPU fallbacks need nothing released)."""
@@ -252,7 +253,7 @@ class MethodContext:
                 f"{self._site.where}: sub-plan '{block.name}' takes {len(block.method._input_slots)} inputs, "
                 f"got {len(args)} (captured values included)"
             )
-        return block.method._call(args)
+        return block.method._call(args, self._frame.options)
 
 
 class Method:
@@ -479,8 +480,9 @@ class Method:
 
     # ---- running -----------------------------------------------------------------------------
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """Run the method on named inputs (checked against the declared dtypes and shapes)."""
+    def run(self, inputs: Mapping[str, Any], options: RunOptions | None = None) -> dict[str, Any]:
+        """Run the method on named inputs (checked against the declared dtypes and shapes);
+        ``options`` bound it by a deadline or a stop flag (``RunTerminated``)."""
         if self._missing_cache is None:
             self._missing_cache = self._missing()
         missing = self._missing_cache
@@ -489,7 +491,7 @@ class Method:
                 f"{self.where}: no CPU kernel for {', '.join(missing)}; these ops cannot run in this version of offload"
             )
         args = check_inputs([(p.name, p.type) for p in self.inputs], inputs)
-        return dict(zip(self.output_names, self._call(args)))
+        return dict(zip(self.output_names, self._call(args, options.start() if options else None)))
 
     def _missing(self) -> list[str]:
         seen, todo, out = set(), [self.index], set()
@@ -503,21 +505,28 @@ class Method:
             todo.extend(m._callees)
         return sorted(out)
 
-    def _call(self, args: list) -> list:
+    def _call(self, args: list, options: RunOptions | None = None) -> list:
         self.allocated_results = 0
         planned, initial = self._acquire()
         try:
             frame = _Frame(initial)
-            frame.planned = planned
+            frame.planned, frame.options = planned, options
             for slot, value in zip(self._input_slots, args):
                 if planned[slot] is not None:
                     self._store(frame, slot, value)
                 else:
                     frame[slot] = value
             steps, pc, n = self._steps, 0, len(self._steps)
-            while pc < n:
-                nxt = steps[pc].run(frame)
-                pc = pc + 1 if nxt is None else nxt
+            if options is None:
+                while pc < n:
+                    nxt = steps[pc].run(frame)
+                    pc = pc + 1 if nxt is None else nxt
+            else:
+                options.check(self.where)
+                while pc < n:
+                    options.check(self.where)
+                    nxt = steps[pc].run(frame)
+                    pc = pc + 1 if nxt is None else nxt
             return [self.module._detach(frame[i]) for i in self._output_slots]
         finally:
             with self._pool_lock:
@@ -564,7 +573,7 @@ class Method:
 class _Frame(list):
     """The values of one run of a Method by slot, with the arena views of the set it holds."""
 
-    __slots__ = ("planned",)
+    __slots__ = ("options", "planned")
 
 
 def _fits(value, view: np.ndarray) -> bool:
@@ -770,7 +779,7 @@ class _DelegateStep:
     __slots__ = ("declared", "delegate", "in_slots", "method", "out_slots")
 
     def run(self, frame: list) -> None:
-        outputs = self.delegate.run([frame[i] for i in self.in_slots], self.declared)
+        outputs = self.delegate.run([frame[i] for i in self.in_slots], self.declared, frame.options)
         for slot, value in zip(self.out_slots, outputs):
             if slot:
                 self.method._store(frame, slot, value)
