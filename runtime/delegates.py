@@ -25,6 +25,7 @@ from offload.errors import (
     ShapeError,
     SpecializationError,
 )
+from offload.profile import active
 from offload.schemas.generated.executorch_flatbuffer.DataLocation import DataLocation
 from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
 
@@ -85,7 +86,7 @@ class Delegate:
         """The delegate's outputs for ``inputs``; ``declared`` are the output slots' Tensor decls;
         ``options`` (``RunOptions``) are checked again once the backend returns."""
         if not self.on_backend:
-            return self.fallback._call(inputs, options)
+            return self.fallback._call(inputs, options, active())
         try:
             with self._lock:
                 outputs = self.runtime.execute(self.handle, inputs)
@@ -99,7 +100,7 @@ class Delegate:
                 warnings.warn(
                     f"{self.where}: {e}; this call runs on the CPU fallback", RuntimeWarning, stacklevel=6
                 )
-            return self.fallback._call(inputs, options)
+            return self.fallback._call(inputs, options, active())
         except OffloadError:
             raise
         except Exception as e:

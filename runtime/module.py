@@ -30,6 +30,7 @@ from offload.errors import (
     UnsupportedOpError,
 )
 from offload.ir import lookup
+from offload.profile import Profile, now, profiling
 from offload.schemas import pte as pte_format
 from offload.schemas.generated.executorch_flatbuffer.InstructionArguments import InstructionArguments
 from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
@@ -121,8 +122,10 @@ class Module:
             raise OffloadError(f"{self.origin}: no method '{name}'; the file has {self.method_names}")
         return m
 
-    def run(self, inputs: Mapping[str, Any], options: RunOptions | None = None) -> dict[str, Any]:
-        return self._plans[0].run(inputs, options)
+    def run(
+        self, inputs: Mapping[str, Any], options: RunOptions | None = None, profile: Profile | None = None
+    ) -> dict[str, Any]:
+        return self._plans[0].run(inputs, options, profile)
 
     def close(self) -> None:
         """Destroy every backend handle (once; the CPU fallbacks need nothing released)."""
@@ -253,7 +256,7 @@ class MethodContext:
                 f"{self._site.where}: sub-plan '{block.name}' takes {len(block.method._input_slots)} inputs, "
                 f"got {len(args)} (captured values included)"
             )
-        return block.method._call(args, self._frame.options)
+        return block.method._call(args, self._frame.options, self._frame.profile)
 
 
 class Method:
@@ -480,9 +483,12 @@ class Method:
 
     # ---- running -----------------------------------------------------------------------------
 
-    def run(self, inputs: Mapping[str, Any], options: RunOptions | None = None) -> dict[str, Any]:
+    def run(
+        self, inputs: Mapping[str, Any], options: RunOptions | None = None, profile: Profile | None = None
+    ) -> dict[str, Any]:
         """Run the method on named inputs (checked against the declared dtypes and shapes);
-        ``options`` bound it by a deadline or a stop flag (``RunTerminated``)."""
+        ``options`` bound it by a deadline or a stop flag (``RunTerminated``); ``profile``
+        records where its time goes (``runtime.profile``)."""
         if self._missing_cache is None:
             self._missing_cache = self._missing()
         missing = self._missing_cache
@@ -491,7 +497,11 @@ class Method:
                 f"{self.where}: no CPU kernel for {', '.join(missing)}; these ops cannot run in this version of offload"
             )
         args = check_inputs([(p.name, p.type) for p in self.inputs], inputs)
-        return dict(zip(self.output_names, self._call(args, options.start() if options else None)))
+        options = options.start() if options else None
+        if profile is None:
+            return dict(zip(self.output_names, self._call(args, options)))
+        with profiling(profile):
+            return dict(zip(self.output_names, self._call(args, options, profile)))
 
     def _missing(self) -> list[str]:
         seen, todo, out = set(), [self.index], set()
@@ -505,19 +515,22 @@ class Method:
             todo.extend(m._callees)
         return sorted(out)
 
-    def _call(self, args: list, options: RunOptions | None = None) -> list:
+    def _call(self, args: list, options: RunOptions | None = None, profile: Profile | None = None) -> list:
         self.allocated_results = 0
         planned, initial = self._acquire()
+        start = now() if profile is not None else 0
         try:
             frame = _Frame(initial)
-            frame.planned, frame.options = planned, options
+            frame.planned, frame.options, frame.profile = planned, options, profile
             for slot, value in zip(self._input_slots, args):
                 if planned[slot] is not None:
                     self._store(frame, slot, value)
                 else:
                     frame[slot] = value
             steps, pc, n = self._steps, 0, len(self._steps)
-            if options is None:
+            if profile is not None:
+                self._profiled(frame, profile, options)
+            elif options is None:
                 while pc < n:
                     nxt = steps[pc].run(frame)
                     pc = pc + 1 if nxt is None else nxt
@@ -531,6 +544,21 @@ class Method:
         finally:
             with self._pool_lock:
                 self._pool.append((planned, initial))
+            if profile is not None:
+                profile.add(f"plan {self.name}", "plan", start, now())
+
+    def _profiled(self, frame: _Frame, profile: Profile, options: RunOptions | None) -> None:
+        """The chain run with an event per instruction (its time on this thread)."""
+        steps, pc, n = self._steps, 0, len(self._steps)
+        while pc < n:
+            if options is not None:
+                options.check(self.where)
+            step = steps[pc]
+            start = now()
+            nxt = step.run(frame)
+            name, cat, args = _describe(step)
+            profile.add(name, cat, start, now(), pc=pc, **args)
+            pc = pc + 1 if nxt is None else nxt
 
     def _acquire(self) -> tuple[list, list]:
         """An arena set no other run holds: (planned views by value, the initial frame)."""
@@ -573,7 +601,17 @@ class Method:
 class _Frame(list):
     """The values of one run of a Method by slot, with the arena views of the set it holds."""
 
-    __slots__ = ("options", "planned")
+    __slots__ = ("options", "planned", "profile")
+
+
+def _describe(step) -> tuple[str, str, dict]:
+    """(name, category, arguments) of a step's profile event."""
+    if isinstance(step, _KernelStep):
+        return step.label or step.op_name, "kernel", {"op": step.op_name}
+    if isinstance(step, _DelegateStep):
+        return f"delegate {step.delegate.backend}", "delegate", {}
+    kind = step.info().kind
+    return kind, kind, {}
 
 
 def _fits(value, view: np.ndarray) -> bool:

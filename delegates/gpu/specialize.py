@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from offload import profile
 from offload.errors import DTypeError, ShapeError
 
 from ..backend import CompileSpec, CompileSpecError
@@ -177,8 +178,12 @@ class Specializations:
             self.stats.hits += 1
             return found
         start = time.perf_counter()
+        started = profile.now()
         found = build()
         self.stats.last_seconds = time.perf_counter() - start
+        run = profile.active()
+        if run is not None:  # a profiled run: the specialization is an event of its own
+            run.add("specialize", "specialize", started, profile.now(), signature=repr(key)[:200])
         self.stats.seconds += self.stats.last_seconds
         self.stats.built += 1
         self.entries[key] = found

@@ -241,6 +241,15 @@ class Device:
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context, device)
         self.allocator = Allocator(self.context, self.queue)
+        self._profiling_queue = None
+
+    @property
+    def profiling_queue(self):
+        """A queue with profiling events, for profiled runs only (made on first use)."""
+        if self._profiling_queue is None:
+            props = cl.command_queue_properties.PROFILING_ENABLE
+            self._profiling_queue = cl.CommandQueue(self.context, self.device, properties=props)
+        return self._profiling_queue
 
 
 _DEVICES: dict[str, Device] = {}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from offload import profile
 from offload.errors import DTypeError, KernelError, OffloadError
 
 from ..backend import Availability, BackendRuntime, CompileSpec
@@ -231,23 +232,35 @@ class OpenCLRuntime(BackendRuntime):
             key = signature(handle.plan, inputs)
             spec = handle.specializations.get(key, lambda: self._specialize(handle, inputs))
             alloc = handle.device.allocator
+            run = profile.active()
+            started = profile.now() if run is not None else 0
             for i, x in zip(spec.inputs, inputs):
                 if x.dtype != handle.dtypes[i]:
                     raise DTypeError(f"opencl backend: input {i} is {x.dtype}, expected {handle.dtypes[i]}")
                 alloc.copyin(spec.buffers[i], x, handle.storage.get(i))
+            if run is not None:
+                run.add("copy to device", "copy", started, profile.now(), bytes=sum(x.nbytes for x in inputs))
             queue = handle.device.queue
             try:
-                if spec.control:
+                if run is not None and not spec.control:
+                    _launch_profiled(handle.device, spec, run)
+                elif spec.control:
                     _run_control(handle.device, spec)
                 else:
                     for launch in spec.launches:
                         cl.enqueue_nd_range_kernel(
                             queue, launch.kernel, launch.global_size, launch.local_size
                         )
-                return [
+                started = profile.now() if run is not None else 0
+                outputs = [
                     alloc.copyout(spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i))
                     for i in spec.outputs
                 ]
+                if run is not None:
+                    run.add(
+                        "copy to host", "copy", started, profile.now(), bytes=sum(x.nbytes for x in outputs)
+                    )
+                return outputs
             except cl.Error as e:
                 raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e
 
@@ -260,6 +273,29 @@ class OpenCLRuntime(BackendRuntime):
             for buf in handle.weights.values():
                 buf.release()
             handle.weights.clear()
+
+
+def _launch_profiled(device: Device, spec: Specialized, run) -> None:
+    """The launches on the device's profiling queue, each kernel's device time an event of
+    ``run`` (placed on the host clock from the first launch's enqueue)."""
+    device.queue.finish()  # the inputs' copies were enqueued there
+    queue = device.profiling_queue
+    host_start = profile.now()
+    events = [
+        (
+            launch.kernel.function_name,
+            cl.enqueue_nd_range_kernel(queue, launch.kernel, launch.global_size, launch.local_size),
+        )
+        for launch in spec.launches
+    ]
+    queue.finish()
+    if not events:
+        return
+    origin = events[0][1].profile.queued
+    track = f"opencl {device.device.name}"
+    for name, event in events:
+        start, end = event.profile.start - origin, event.profile.end - origin
+        run.add(name, "device", host_start + start, host_start + end, track=track)
 
 
 def _run_control(device: Device, spec: Specialized) -> None:
