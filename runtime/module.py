@@ -578,6 +578,9 @@ class Method:
     def _store(self, frame: list, slot: int, value) -> None:
         """A result into its slot: copied into the planned view when it fits, else bound."""
         view = frame.planned[slot]
+        if value is view:  # the kernel wrote into ctx.out
+            frame[slot] = view
+            return
         if view is not None:
             if _fits(value, view):
                 if value is not view:
@@ -650,17 +653,25 @@ class _KernelStep:
         "method",
         "op_name",
         "out_slots",
+        "what",
         "where",
     )
 
     def run(self, frame: list) -> None:
+        # kernels.invoke inlined: this is the executor's innermost loop.
         args = [frame[i] for i in self.in_slots]
-        ctx = MethodContext(self, frame)
-        what = f"{self.where}: op '{self.label or self.op_name}' ({self.op_name})"
-        result = kernels.invoke(self.fn, ctx, args, self.attrs, what)
+        try:
+            result = self.fn(MethodContext(self, frame), *args, **self.attrs)
+        except OffloadError:
+            raise
+        except Exception as e:
+            raise kernels.failure(self.what, args, e) from e
+        if type(result) is not tuple:
+            result = (result,)
+        store = self.method._store
         for slot, value in zip(self.out_slots, result):
             if slot:
-                self.method._store(frame, slot, value)
+                store(frame, slot, value)
 
     def info(self) -> StepInfo:
         captured = [i for a in self.attrs.values() if isinstance(a, SubPlan) for i in a.captured]
@@ -695,6 +706,7 @@ def _prepare_kernel(m: Method, call, pc: int, where: str, label: str, operators,
     step = _KernelStep()
     step.method, step.label, step.op_name = m, label, name
     step.where = where
+    step.what = f"{where}: op '{label or name}' ({name})"
     in_slots = args[:n_in]
     if not any(p.variadic for p in schema.inputs):
         # Trailing omitted inputs are left out, as evaluate passes them.

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
+from offload.errors import KernelError, OffloadError
+
 KERNELS: dict[tuple[str, str], Callable] = {}
 
 # Modules that register kernels; imported on first lookup.
@@ -64,16 +66,19 @@ def _load_all() -> None:
 def invoke(fn: Callable, ctx, args: list, attrs: dict, what: str) -> tuple:
     """Run one kernel; its results as a tuple. A crash inside it becomes a KernelError naming
     ``what`` (the op) and the inputs it got; offload's own errors pass through unchanged."""
-    from offload.errors import KernelError, OffloadError
-
     try:
         result = fn(ctx, *args, **attrs)
     except OffloadError:
         raise
     except Exception as e:
-        shapes = ", ".join(_describe(a) for a in args)
-        raise KernelError(f"{what} failed on inputs ({shapes}): {type(e).__name__}: {e}") from e
+        raise failure(what, args, e) from e
     return result if isinstance(result, tuple) else (result,)
+
+
+def failure(what: str, args: list, e: Exception) -> KernelError:
+    """The KernelError for a kernel that raised ``e`` on ``args``."""
+    shapes = ", ".join(_describe(a) for a in args)
+    return KernelError(f"{what} failed on inputs ({shapes}): {type(e).__name__}: {e}")
 
 
 def _describe(a) -> str:

@@ -51,11 +51,11 @@ def _writes_c_order(*xs) -> bool:
     one: the narrow floats widen first, and a non-contiguous operand gives numpy's result its
     own layout, which the kernels after it (a matmul's summation order) can tell apart.
     """
-    return all(
-        x.flags.c_contiguous
-        and (x.dtype.kind in "iu" or (x.dtype.kind == "f" and x.dtype not in _NARROW_FLOATS))
-        for x in xs
-    )
+    for x in xs:  # a loop, not all(...): this runs once per elementwise op
+        kind = x.dtype.kind
+        if not x.flags.c_contiguous or not (kind in "iu" or (kind == "f" and x.dtype not in _NARROW_FLOATS)):
+            return False
+    return True
 
 
 def _up(x) -> np.ndarray:
