@@ -1,5 +1,5 @@
-// Inference BatchNormalization, Softmax / LogSoftmax and the row normalizations (Layer-, Instance-,
-// GroupNormalization), float32 values (stored as stype, see common.h; local memory stays float). -DWG=<work-group size, a power of two> for the row kernels.
+// Inference BatchNormalization, Softmax / LogSoftmax and the row normalizations (Layer-, RMS-,
+// Instance-, GroupNormalization), float32 values (stored as stype, see common.h; local memory stays float). -DWG=<work-group size, a power of two> for the row kernels.
 #ifndef WG
 #define WG 128
 #endif
@@ -79,13 +79,18 @@ __kernel void softmax_rows(__global const stype* X, __global stype* Y, const lon
 
 // Normalizes contiguous rows of length L to zero mean and unit variance (two passes: the mean,
 // then the mean squared deviation), then applies scale and bias. One work-group per row.
+// centered = 0 is RMSNormalization: the mean is taken as 0, so the variance is the mean square.
+// has_stats: LayerNormalization's Mean and InvStdDev outputs, one element per row.
 // The scale / bias element of row r, position k is [(r % G) * CG + (k / D) % S]:
-//   LayerNormalization: G = 1, CG = 0, D = 1, S = the scale's size (a suffix of the row's shape);
+//   LayerNormalization, RMSNormalization: G = 1, CG = 0, D = 1, S = the scale's size (a suffix of
+//   the row's shape);
 //   InstanceNormalization: G = C, CG = 1, D = L, S = 1 (one channel per row);
 //   GroupNormalization: G = groups, CG = C / groups, D = spatial size, S = CG.
 __kernel void row_norm(__global const stype* X, __global const stype* scale, __global const stype* bias,
                        __global stype* Y, const long rows, const long L, const float eps, const int has_bias,
-                       const long G, const long CG, const long D, const long S_scale, const long S_bias)
+                       const long G, const long CG, const long D, const long S_scale, const long S_bias,
+                       const int centered, const int has_stats, __global stype* mean_out,
+                       __global stype* inv_out)
 {
     __local float buf[WG];
     const long row = get_group_id(0);
@@ -94,7 +99,7 @@ __kernel void row_norm(__global const stype* X, __global const stype* scale, __g
     __global const stype* x = X + row * L;
     __global stype* y = Y + row * L;
     float s = 0.0f;
-    for (long k = lid; k < n; k += WG) s += LOADF(x, k);
+    for (long k = lid; centered && k < n; k += WG) s += LOADF(x, k);
     buf[lid] = s;
     TREE(ADD)
     const float mean = buf[0] / (float)L;
@@ -107,6 +112,10 @@ __kernel void row_norm(__global const stype* X, __global const stype* scale, __g
     buf[lid] = s;
     TREE(ADD)
     const float inv = 1.0f / sqrt(buf[0] / (float)L + eps);
+    if (has_stats && lid == 0 && n > 0) {
+        STOREF(mean_out, row, mean);
+        STOREF(inv_out, row, inv);
+    }
     const long base = (row % G) * CG;
     for (long k = lid; k < n; k += WG) {
         const long j = k / D;

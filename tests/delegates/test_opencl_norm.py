@@ -1,11 +1,12 @@
-"""The `opencl` backend's Softmax / LogSoftmax and Layer-, Instance-, GroupNormalization on PoCL,
-against onnxruntime."""
+"""The `opencl` backend's Softmax / LogSoftmax and Layer-, RMS-, Instance-, GroupNormalization on
+PoCL, against onnxruntime."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import offload
 
@@ -91,11 +92,82 @@ def test_layernorm_unused_statistics(tmp_path):
     check(p, {"x": _normal((4, 6))}, tmp_path, rtol=1e-4, atol=1e-4, whole=True)
 
 
-def test_layernorm_read_statistics_stay_on_cpu():
-    node = helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean"], axis=1)
-    p = model([node], [("x", [4, 6])], ["y", "mean"], [("s", _normal((6,)))])
+@pytest.mark.parametrize(
+    "shape,axis,outputs",
+    [
+        ((4, 6), 1, ["y", "mean", "inv"]),
+        ((2, 3, 300), -1, ["y", "mean", "inv"]),  # rows longer than the work-group
+        ((2, 3, 4, 5), 1, ["y", "mean"]),  # InvStdDev absent: a scratch buffer takes it
+        ((3, 5), 0, ["y", "", "inv"]),  # Mean absent
+    ],
+)
+def test_layernorm_statistics(shape, axis, outputs, tmp_path):
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], outputs, axis=axis, epsilon=1e-3)
+    normalized = shape[axis % len(shape) :]
+    init = [("s", _normal(normalized)), ("b", _normal(normalized))]
+    p = model([node], [("x", list(shape))], [o for o in outputs if o], init)
+    check(p, {"x": _normal(shape, 2, 1)}, tmp_path, rtol=1e-4, atol=1e-4, whole=True)
+
+
+def test_layernorm_statistics_feed_other_ops(tmp_path):
+    node = helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean", "inv"], axis=-1)
+    nodes = [node, helper.make_node("Mul", ["mean", "inv"], ["z"])]
+    p = model(nodes, [("x", [5, 7])], ["y", "z"], [("s", _normal((7,)))])
+    check(p, {"x": _normal((5, 7), 3, 2)}, tmp_path, rtol=1e-4, atol=1e-4, whole=True)
+
+
+def _rms_model(shape, axis, scale_shape, symbolic=None):
+    node = helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=axis, epsilon=1e-3)
+    dims = [symbolic if symbolic and k == 0 else d for k, d in enumerate(shape)]
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(_normal(scale_shape), "s")],
+    )
+    # RMSNormalization is an opset 23 op (opencl_support.model builds opset 21)
+    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 23)])
+
+
+@pytest.mark.parametrize(
+    "shape,axis,scale_shape",
+    [
+        ((3, 7), -1, (7,)),
+        ((2, 1000), 1, (1000,)),  # rows longer than the work-group
+        ((2, 3, 65), 1, (3, 65)),  # several normalized axes
+        ((2, 3, 5), -2, (1, 5)),  # scale broadcast over the normalized shape
+        ((4, 5), 0, (4, 5)),
+        ((3, 1), -1, (1,)),
+    ],
+)
+def test_rmsnorm(shape, axis, scale_shape, tmp_path):
+    onnx_model = _rms_model(shape, axis, scale_shape)
+    x = _normal(shape, 2, 1)
+    _check_onnx(onnx_model, {"x": x}, tmp_path)
+
+
+def test_rmsnorm_symbolic_batch(tmp_path):
+    onnx_model = _rms_model((2, 4, 8), -1, (8,), symbolic="batch")
+    for batch in (1, 3):
+        _check_onnx(onnx_model, {"x": _normal((batch, 4, 8))}, tmp_path)
+
+
+def test_rmsnorm_scale_not_a_suffix_stays_on_cpu():
+    p = offload.load(_rms_model((2, 3, 4), 1, (3, 1)).SerializeToString())
     lowered = offload.to_backend(p, "opencl")
     assert all(o.op_type != "Delegate" for o in lowered.main.body.operations)
+
+
+def _check_onnx(onnx_model, feeds, tmp_path):
+    """``onnx_model`` run whole on opencl against onnxruntime."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, feeds)
+    lowered, got = run_on_opencl(offload.load(onnx_model.SerializeToString()), feeds, tmp_path, partitions=1)
+    assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
+    np.testing.assert_allclose(got["y"], want, rtol=1e-4, atol=1e-4)
 
 
 def test_layernorm_scale_not_a_suffix_stays_on_cpu():

@@ -13,6 +13,7 @@ halves read LAUNCH.
 from __future__ import annotations
 
 from . import (
+    attention,
     cast,
     constant,
     conv,
@@ -42,6 +43,7 @@ FAMILIES = (
     cast,
     generate,
     scan,
+    attention,
 )
 
 CAPABILITIES = {op: cap for f in FAMILIES for op, cap in f.CAPS.items()}

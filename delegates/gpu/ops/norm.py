@@ -1,9 +1,11 @@
-"""BatchNormalization (inference), Softmax / LogSoftmax, the row normalizations (Layer-,
+"""BatchNormalization (inference), Softmax / LogSoftmax, the row normalizations (Layer-, RMS-,
 Instance-, GroupNormalization) and LRN: ``kernels_cl/norm.cl``.
 
 Softmax over the innermost axis and the row normalizations run one work-group per row (WG
 work-items folding max / sum / variance in local memory); Softmax over an outer axis runs one
 work-item per row, so that neighbouring work-items read neighbouring elements.
+RMSNormalization is LayerNormalization without the mean (``centered`` = 0) and without a bias;
+LayerNormalization's Mean / InvStdDev outputs are written by the same kernel, one value per row.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import MAX_RANK, Buf, Builder, float_options, options, source
+from ..api import MAX_RANK, Buf, Builder, Scratch, float_options, options, source
 
 _F32 = frozenset({DataType.FLOAT})
 # Work-items of one work-group of the row kernels (a power of two).
@@ -27,20 +29,13 @@ CAPS = {
     "Softmax": OpCapability(_F32, max_rank=MAX_RANK),
     "LogSoftmax": OpCapability(_F32, max_rank=MAX_RANK),
     "LayerNormalization": OpCapability(_F32, max_rank=MAX_RANK, attributes={"stash_type": (1,)}),
+    "RMSNormalization": OpCapability(_F32, max_rank=MAX_RANK, attributes={"stash_type": (1,)}),
     "InstanceNormalization": OpCapability(_F32, max_rank=MAX_RANK),
     "GroupNormalization": OpCapability(_F32, max_rank=MAX_RANK, attributes={"stash_type": (1,)}),
     "LRN": OpCapability(_F32, max_rank=MAX_RANK),
 }
-# LayerNormalization may list Mean / InvStdDev outputs; check_layernorm takes it only when no one reads them.
+# LayerNormalization may list Mean / InvStdDev outputs (float32, one value per normalized row).
 MULTI_OUTPUT = ("LayerNormalization",)
-
-
-def _read(v) -> bool:
-    """Whether an op's output is used: read by an op or an output of its block."""
-    if v.uses:
-        return True
-    block = getattr(v.producer, "block", None)
-    return block is None or any(o is v for o in block.outputs)
 
 
 def _suffix(shape, of) -> bool:
@@ -52,17 +47,16 @@ def _suffix(shape, of) -> bool:
 
 
 def check_layernorm(op) -> Support | None:
-    if any(v is not None and _read(v) for v in op.outputs[1:]):
-        return Support(False, "LayerNormalization whose Mean / InvStdDev outputs are read")
+    """LayerNormalization and RMSNormalization: scale (and bias) broadcast over the rows only."""
     x = op.inputs[0]
     rank = x.type.rank
     axis = int(op.attributes.get("axis", -1))
     if not rank or not -rank <= axis < rank:
-        return Support(False, f"LayerNormalization axis {axis} of a rank-{rank} input")
+        return Support(False, f"{op.op_type} axis {axis} of a rank-{rank} input")
     normalized = tuple(x.type.shape[axis % rank :])
     for v in op.inputs[1:3]:
         if v is not None and not _suffix(v.type.shape, normalized):
-            return Support(False, f"LayerNormalization scale / bias of shape {v.type.shape} for {normalized}")
+            return Support(False, f"{op.op_type} scale / bias of shape {v.type.shape} for {normalized}")
     return None
 
 
@@ -94,6 +88,7 @@ def check_lrn(op) -> Support | None:
 CHECKS = {
     "LRN": check_lrn,
     "LayerNormalization": check_layernorm,
+    "RMSNormalization": check_layernorm,
     "GroupNormalization": check_groupnorm,
     "InstanceNormalization": check_instancenorm,
 }
@@ -128,13 +123,13 @@ def _softmax(b: Builder, step: dict) -> None:
 
 
 def _row_norm(b: Builder, step: dict) -> None:
-    """LayerNormalization, InstanceNormalization, GroupNormalization: see row_norm in norm.cl."""
+    """Layer-, RMS-, Instance-, GroupNormalization: see row_norm in norm.cl."""
     x, scale, *rest = step["inputs"]
     bias = rest[0] if rest else None
-    out = step["outputs"][0]
+    out, *stats = step["outputs"]
     shape, attrs, op = b.shape(x), step["attributes"], step["type"]
     eps = np.float32(attrs.get("epsilon", 1e-5))
-    if op == "LayerNormalization":
+    if op in ("LayerNormalization", "RMSNormalization"):
         axis = int(attrs.get("axis", -1)) % len(shape)
         rows, L = math.prod(shape[:axis]), math.prod(shape[axis:])
         G, CG, D = 1, 0, 1
@@ -153,8 +148,20 @@ def _row_norm(b: Builder, step: dict) -> None:
     bias = bias if has_bias else scale  # not read without a bias: any buffer fills the argument
     args = [Buf(x), Buf(scale), Buf(bias), Buf(out), np.int64(rows), np.int64(L), eps]
     args += [np.int32(has_bias), *(np.int64(v) for v in (G, CG, D, S_scale, S_bias))]
+    args += [np.int32(op != "RMSNormalization"), *_stats(stats, rows, out)]
     program = b.program(source("norm.cl"), options(b, f"-DWG={WG}"))
     b.launch(program, "row_norm", (rows * WG,), (WG,), args)
+
+
+def _stats(stats: list, rows: int, out: int) -> list:
+    """The has_stats flag and the Mean / InvStdDev buffers of row_norm: a step scratch buffer for
+    one that is absent while the other is listed, ``out`` (never written) when neither is."""
+    stats = (stats + [None, None])[:2]
+    if all(v is None for v in stats):
+        return [np.int32(0), Buf(out), Buf(out)]
+    return [np.int32(1)] + [
+        Buf(v) if v is not None else Scratch(rows * 4, key) for v, key in zip(stats, "mi")
+    ]
 
 
 def _lrn(b: Builder, step: dict) -> None:
@@ -180,6 +187,7 @@ LAUNCH = {
     "Softmax": _softmax,
     "LogSoftmax": _softmax,
     "LayerNormalization": _row_norm,
+    "RMSNormalization": _row_norm,
     "InstanceNormalization": _row_norm,
     "GroupNormalization": _row_norm,
     "LRN": _lrn,
