@@ -46,7 +46,12 @@ def _as_list(backend) -> list:
 
 
 def optimize(
-    program: Program, passes="default", *, fixed_point: bool | None = None, verify_each: bool | None = None
+    program: Program,
+    passes="default",
+    *,
+    fixed_point: bool | None = None,
+    verify_each: bool | None = None,
+    records: list | None = None,
 ) -> Program:
     """A copy of ``program`` rewritten by graph passes; the input is left unchanged.
 
@@ -54,7 +59,8 @@ def optimize(
     plain copy) or a list of pass names ``group::name`` run in that order (see
     ``offload.passes.known_passes()``; docs/passes.md), once unless ``fixed_point``. An unknown
     name raises ``UnknownPassError`` listing the known ones. ``verify_each`` verifies the
-    program after every pass (default: when ``OFFLOAD_VERIFY_PASSES`` is set).
+    program after every pass (default: when ``OFFLOAD_VERIFY_PASSES`` is set). ``records``, a
+    list, receives one ``PassRecord`` per pass run (what it changed, op counts, time).
     """
     from offload.ir import verify
     from offload.ir.clone import clone_program
@@ -65,7 +71,9 @@ def optimize(
     if names:
         if fixed_point is None:
             fixed_point = passes == "default"
-        run_passes(copy, names, fixed_point=fixed_point, verify_each=verify_each)
+        done = run_passes(copy, names, fixed_point=fixed_point, verify_each=verify_each)
+        if records is not None:
+            records.extend(done)
         verify(copy)
     return copy
 

@@ -20,10 +20,17 @@ from offload.progress import Progress
 _EPILOG = """\
 examples:
   offload compile model.onnx -o model.pte
+  offload compile model.onnx -o model.pte --passes cleanup::const_elimination,cleanup::dead_code_elimination
+  offload inspect model.onnx --passes
   offload run model.pte --input image=image.npy --output out.npz
   offload inspect model.pte
   offload backends
 """
+
+
+# What `offload compile` runs when neither --passes nor --no-passes is given: the default
+# pipeline (offload.passes.DEFAULT), which keeps every ONNX conformance case passing.
+DEFAULT_PASSES = "default"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +47,14 @@ def _parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="import a model and write it as a .pte file")
     comp.add_argument("model", help="model file (.onnx)")
     comp.add_argument("-o", "--output", required=True, metavar="OUT.pte", help="where to write the .pte file")
+    chosen = comp.add_mutually_exclusive_group()
+    chosen.add_argument(
+        "--passes",
+        metavar="NAMES",
+        help="graph passes to run first: 'default', or pass names group::name separated by commas "
+        f"(default: {DEFAULT_PASSES!r}; see docs/passes.md)",
+    )
+    chosen.add_argument("--no-passes", action="store_true", help="run no graph passes")
     _partition_arguments(comp)
     comp.add_argument(
         "--spec",
@@ -74,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("inspect", help="print methods, inputs/outputs, op counts, constant and arena bytes")
     ins.add_argument("model", help=".pte file or model file (.onnx)")
     ins.add_argument("--ir", action="store_true", help="also print a model's IR as text (model files only)")
+    ins.add_argument(
+        "--passes",
+        action="store_true",
+        help="run the default pass pipeline first and print op counts before / after and what each "
+        "pass changed (model files only)",
+    )
     _partition_arguments(ins)
 
     sub.add_parser(
@@ -98,6 +119,50 @@ def _partition_arguments(p: argparse.ArgumentParser) -> None:
         "--deny-node", action="append", default=[], metavar="NAME", help="keep this node on the CPU"
     )
     p.add_argument("--min-ops", type=int, default=1, metavar="N", help="smallest partition worth delegating")
+
+
+def _pass_choice(args):
+    """What ``offload.optimize`` runs for the compile flags: 'none', 'default' or a list of names."""
+    if args.no_passes:
+        return "none"
+    if args.passes is None:
+        return DEFAULT_PASSES
+    if args.passes in ("default", "none"):
+        return args.passes
+    names = [n.strip() for n in args.passes.split(",") if n.strip()]
+    if not names:
+        raise OffloadError("--passes expects 'default' or pass names group::name separated by commas")
+    return names
+
+
+def _optimized(program, passes, progress: Progress):
+    """``program`` after ``passes``, and the PassRecords of the run."""
+    records: list = []
+    if passes == "none":
+        return program, records
+    with progress.step("running graph passes"):
+        return offload.optimize(program, passes, records=records), records
+
+
+def _pass_report(records) -> list[str]:
+    """Op counts per op type before and after, then each pass run that changed the program."""
+    if not records:
+        return ["passes: none ran"]
+    before, after = records[0].before, records[-1].after
+    seconds = sum(r.seconds for r in records)
+    lines = [
+        f"passes: {len({r.name for r in records})} passes, {records[-1].round} round(s), "
+        f"{seconds * 1e3:.1f} ms; ops {sum(before.values())} -> {sum(after.values())}"
+    ]
+    kinds = sorted(set(before) | set(after), key=lambda k: (-before[k], -after[k], k))
+    rows = [("op", "before", "after")] + [(k, str(before[k]), str(after[k])) for k in kinds]
+    lines += ["  op counts:", *_table(rows)]
+    changed = [r for r in records if r.changed]
+    lines.append(f"  passes that changed the program: {len(changed)}")
+    for r in changed:
+        delta = ", ".join(f"{k} {d:+d}" for k, d in r.delta().items()) or "no op count changed"
+        lines.append(f"    round {r.round}  {r.name}: {delta}  ({r.seconds * 1e3:.1f} ms)")
+    return lines
 
 
 def _partitioner(args):
@@ -136,16 +201,23 @@ def _is_pte(path: str) -> bool:
         return sniff(f.read(8)) == "pte"
 
 
-def _module(path: str, progress: Progress, strict: bool = False, partitioner=None, on_import=None):
-    """The runtime Module of a .pte file, or of a model compiled in memory (delegated by
-    ``partitioner`` when given; ``on_import`` sees the program before that)."""
+def _module(
+    path: str, progress: Progress, strict: bool = False, partitioner=None, on_import=None, prepare=None
+):
+    """The runtime Module of a .pte file, or of a model compiled in memory (rewritten by
+    ``prepare`` and then delegated by ``partitioner`` when given; ``on_import`` sees the program
+    before delegation)."""
     if _is_pte(path):
         if partitioner is not None:
             raise OffloadError(f"{path}: --backend needs a model file; a .pte file is already compiled")
+        if prepare is not None:
+            raise OffloadError(f"{path}: --passes needs a model file; a .pte file is already compiled")
         with progress.step(f"loading {path}"):
             return offload.runtime.load(path, strict=strict), None
     with progress.step(f"importing {path}"):
         program = offload.load(path)
+    if prepare is not None:
+        program = prepare(program)
     if on_import is not None:
         on_import(program)
     if partitioner is not None:
@@ -205,8 +277,16 @@ def _summary(name: str, value) -> str:
 def _compile(args, progress: Progress) -> int:
     partitioner = _partitioner(args)
     specs = _compile_specs(args.spec)
+    passes = _pass_choice(args)
     with progress.step(f"importing {args.model}"):
         program = offload.load(args.model)
+    program, records = _optimized(program, passes, progress)
+    if records:
+        before, after = records[0].before, records[-1].after
+        changed = len({r.name for r in records if r.changed})
+        print(
+            f"graph passes: {sum(before.values())} -> {sum(after.values())} ops ({changed} passes changed it)"
+        )
     if partitioner is not None:
         with progress.step("delegating to " + ", ".join(args.backend)):
             program = _delegated(program, partitioner, specs)
@@ -273,10 +353,22 @@ def _inspect(args, progress: Progress) -> int:
             print(format_report(partitioner.partition(program)))
             print()
 
+    def optimized(program):
+        program, records = _optimized(program, "default", progress)
+        print("\n".join(_pass_report(records)))
+        print()
+        return program
+
     # Where each delegate runs, and why, is printed below; no need to warn about it as well.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        module, program = _module(args.model, progress, partitioner=partitioner, on_import=report)
+        module, program = _module(
+            args.model,
+            progress,
+            partitioner=partitioner,
+            on_import=report,
+            prepare=optimized if args.passes else None,
+        )
     print(f"file: {args.model}" + ("" if program is None else "  (compiled in memory)"))
     segments = module.pte.segments
     const = module.pte.program.constantSegment

@@ -62,6 +62,13 @@ def other_input(op: Operation, v: Value) -> Value | None:
     return b if a is v else a if b is v else None
 
 
+def _defines(block: Block, v: Value) -> bool:
+    """``v`` is a parameter, a constant or an op result of ``block`` itself."""
+    if v.producer is not None:
+        return v.producer.block is block
+    return any(p is v for p in block.inputs) or block.constants.get(v.name) is v
+
+
 class Rewriter:
     """The edits of one pass run over one program: fresh names, block results, replacing."""
 
@@ -100,7 +107,15 @@ class Rewriter:
         return op.block is not None
 
     def substitute(self, old: Value, new: Value, block: Block | None = None) -> bool:
-        """ir.substitute, keeping this run's record of block results right."""
+        """ir.substitute, keeping this run's record of block results right. False (nothing
+        changed) also where a nested block (a branch or loop body) returns ``old`` and ``new``
+        is defined outside it: such a block would return a value it only captures, which the
+        verifier allows but the partitioner's lowering does not carry into a delegate."""
+        if self.returned(old) and any(
+            b.parent is not None and any(v is old for v in b.outputs) and not _defines(b, new)
+            for b in self.blocks()
+        ):
+            return False
         done = substitute(old, new, block)
         self._returned = None
         return done
@@ -126,3 +141,26 @@ class Rewriter:
         for op in reversed(ops):
             if op.block is not None and not any(o._uses or self.returned(o) for o in op.outputs):
                 op.block.remove(op)
+
+
+def with_scalar(
+    op: Operation | None, op_type: str, *, const_second: bool = False
+) -> tuple[Value, float] | None:
+    """For ``op`` an ``op_type`` (default domain) of two inputs, one of them a one-number constant
+    (``scalar``): (the other input, the number). ``const_second`` asks the constant to be the
+    second operand (Sub, Div, Pow)."""
+    if op is None or op.op_type != op_type or op.domain or len(op.inputs) != 2:
+        return None
+    a, b = op.inputs
+    k = scalar(b)
+    if k is not None and a is not None:
+        return a, k
+    k = scalar(a)
+    if k is not None and b is not None and not const_second:
+        return b, k
+    return None
+
+
+def close(value: float | None, target: float, rel: float = 1e-6) -> bool:
+    """``value`` is ``target`` up to the rounding of a float32 constant."""
+    return value is not None and abs(value - target) <= rel * abs(target)

@@ -103,3 +103,26 @@ def test_function_output_keeps_its_name_when_its_producer_takes_over():
     out = check(data, P, {"x": rand(3)})
     assert op_types(out) == {"Relu": 1}
     assert [v.name for v in out.main.outputs] == ["y"]
+
+
+def test_identity_a_branch_returns_of_an_outer_value_stays():
+    """A branch must not end up returning a value it only captures (the lowering of a delegate
+    does not carry such a value in), so the Identity that defines it in the branch stays."""
+    from onnx import TensorProto, helper
+
+    def branch(name, op):
+        return helper.make_graph(
+            [node(op, ["x"], [f"{name}_out"])],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_out", F32, [2, 3])],
+        )
+
+    data = model(
+        [node("If", ["c"], ["y"], then_branch=branch("then", "Identity"), else_branch=branch("else", "Neg"))],
+        {"c": (TensorProto.BOOL, []), "x": (F32, [2, 3])},
+        {"y": (F32, None)},
+    )
+    for c in (True, False):
+        out = check(data, ["cleanup::noop_elimination"], {"c": np.array(c), "x": rand(2, 3)}, rtol=0, atol=0)
+        assert op_types(out)["Identity"] == 1

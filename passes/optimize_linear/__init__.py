@@ -1,0 +1,1 @@
+"""Passes that make matrix products ``Gemm``: bias, weight and transposes folded into one op."""

@@ -1,0 +1,1 @@
+"""Passes that fuse decomposed normalizations into LayerNormalization / InstanceNormalization."""
