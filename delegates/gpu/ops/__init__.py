@@ -22,11 +22,15 @@ from . import (
     indexing,
     layout,
     linalg,
+    loss,
     norm,
+    onehot,
     pool,
     recurrent,
     reduce,
     scan,
+    scatter,
+    topk,
 )
 
 FAMILIES = (
@@ -44,6 +48,10 @@ FAMILIES = (
     generate,
     scan,
     attention,
+    loss,
+    topk,
+    scatter,
+    onehot,
 )
 
 CAPABILITIES = {op: cap for f in FAMILIES for op, cap in f.CAPS.items()}
