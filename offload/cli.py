@@ -15,6 +15,7 @@ import offload
 from offload.errors import OffloadError
 from offload.frontends import sniff
 from offload.ir import DataType, TensorType
+from offload.profile import Profile
 from offload.progress import Progress
 
 _EPILOG = """\
@@ -85,6 +86,28 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail when a delegate's backend cannot run here (instead of running its CPU fallback)",
     )
+    run.add_argument(
+        "--profile",
+        metavar="TRACE.json",
+        help="profile the run (after one warm-up run): write Chrome trace events, print the top entries",
+    )
+    run.add_argument("--timeout", type=float, metavar="SECONDS", help="stop the run past this many seconds")
+
+    rep = sub.add_parser(
+        "report", help="the delegation report of a model: where each op runs and why, as HTML with a picture"
+    )
+    rep.add_argument("model", help="model file (.onnx)")
+    rep.add_argument("-o", "--output", required=True, metavar="REPORT.html", help="where to write the report")
+    rep.add_argument("--json", action="store_true", help="write the report's data as JSON instead of HTML")
+    rep.add_argument("--no-measure", action="store_true", help="do not run the model to measure it")
+    rep.add_argument(
+        "--spec",
+        action="append",
+        default=[],
+        metavar="NAME.key=value",
+        help="a compile spec for backend NAME (repeatable)",
+    )
+    _partition_arguments(rep)
 
     ins = sub.add_parser("inspect", help="print methods, inputs/outputs, op counts, constant and arena bytes")
     ins.add_argument("model", help=".pte file or model file (.onnx)")
@@ -306,16 +329,48 @@ def _run(args, progress: Progress) -> int:
     module, _ = _module(args.model, progress, strict=args.strict)
     method = module.method(args.method) if args.method else module.method(module.method_names[0])
     feeds = _inputs(method, args.input, args.seed)
+    if args.timeout is not None and not args.timeout > 0:
+        raise OffloadError(f"--timeout takes a positive number of seconds, got {args.timeout}")
+    options = offload.runtime.RunOptions(timeout=args.timeout) if args.timeout is not None else None
+    profile = None
+    if args.profile:
+        method.run(feeds, options)  # specializations and kernel builds are not what a profile is for
+        profile = Profile()
     start = time.perf_counter()
-    outputs = method.run(feeds)
+    outputs = method.run(feeds, options, profile)
     elapsed = time.perf_counter() - start
     for name, value in outputs.items():
         print(_summary(name, value))
     print(f"ran '{method.name}' in {elapsed * 1e3:.1f} ms" + _placement(method.delegates))
+    if profile is not None:
+        profile.write(args.profile)
+        print(profile.summary())
+        print(f"wrote {args.profile} ({len(profile.events)} events; open it in Perfetto or chrome://tracing)")
     module.close()
     if args.output:
         np.savez(args.output, **{k: np.asarray(v) for k, v in outputs.items() if not isinstance(v, list)})
         print(f"wrote {args.output}")
+    return 0
+
+
+def _report(args, progress: Progress) -> int:
+    from offload import report
+
+    partitioner = _partitioner(args)
+    if partitioner is None:
+        raise OffloadError("offload report needs --backend NAME: the backend whose partitions it shows")
+    with progress.step(f"importing {args.model}"):
+        program = offload.load(args.model)
+    with progress.step("partitioning" + ("" if args.no_measure else " and measuring")):
+        data = report.build(program, partitioner, _compile_specs(args.spec), measure=not args.no_measure)
+    text = report.to_json(data) if args.json else report.render_html(data)
+    with open(args.output, "w") as f:
+        f.write(text)
+    s = data["summary"]
+    print(f"delegated {s['delegated_ops']}/{s['ops']} ops in {s['partitions']} partition(s)")
+    for r in data["reasons"]:
+        print(f"  {r['count']:>4} on the cpu: {r['reason']}")
+    print(f"wrote {args.output}")
     return 0
 
 
@@ -472,7 +527,13 @@ def _warn(message, category, filename, lineno, file=None, line=None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     progress = Progress(sys.stderr)
-    commands = {"compile": _compile, "run": _run, "inspect": _inspect, "backends": _backends}
+    commands = {
+        "compile": _compile,
+        "run": _run,
+        "inspect": _inspect,
+        "report": _report,
+        "backends": _backends,
+    }
     with warnings.catch_warnings():
         warnings.showwarning = _warn
         try:
