@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -25,6 +26,7 @@ from ..gpu.builder import PlanValues, host_weights
 from ..gpu.control import has_control, run
 from ..gpu.ops.linalg import GemmCall
 from ..gpu.plan import parse
+from ..gpu.precision import as_fp32, fp16_check, overflowed, warning, without
 from ..gpu.specialize import (
     Specializations,
     describe,
@@ -115,6 +117,10 @@ class Handle:
     weights: dict[int, object]  # their device buffers, uploaded once, shared by every specialization
     specializations: Specializations
     lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per handle
+    # fp16_check: what a float32 run of the same partition needs (``gpu/precision.py``).
+    fp32: tuple | None = None  # (compile specs, weights by name) when the check is on
+    fp32_handle: Handle | None = None
+    warned: bool = False
 
 
 class CUDABuilder(PlanValues):
@@ -182,6 +188,14 @@ class CUDARuntime(BackendRuntime):
             raise OffloadError(f"cuda backend: {IMPORT_ERROR}")
         plan, binaries = blob.unpack(processed)
         plan = parse(plan, "cuda")  # a damaged plan: ModelFormatError, not a crash
+        handle = self._init(plan, binaries, compile_specs, weights)
+        if plan.get("precision") == "fp16" and fp16_check(compile_specs, "cuda"):
+            handle.fp32 = (without(compile_specs, "precision", "fp16_check", "shapes"), weights)
+        return handle
+
+    def _init(
+        self, plan: dict, binaries, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]
+    ):
         host = host_weights(plan, weights, "cuda")
         spec = _spec(compile_specs, "device")
         device = device_for(spec.integer() if spec is not None else 0)
@@ -261,14 +275,29 @@ class CUDARuntime(BackendRuntime):
                         view(spec.buffers[i], pinned.shape, pinned.dtype).get(stream, out=pinned)
                 stream.synchronize()
                 # Copies: the pinned buffers are refilled by the next call.
-                return [np.array(p, handle.dtypes[i], copy=True) for i, p in zip(spec.outputs, spec.host_out)]
+                outputs = [
+                    np.array(p, handle.dtypes[i], copy=True) for i, p in zip(spec.outputs, spec.host_out)
+                ]
         except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
             raise KernelError(f"cuda backend: {type(e).__name__}: {e}") from e
+        if handle.fp32 is None or not overflowed(outputs):
+            return outputs
+        with handle.lock:  # fp16_check: the float32 plan, made once
+            if handle.fp32_handle is None:
+                specs, weights = handle.fp32
+                handle.fp32_handle = self._init(as_fp32(handle.plan), handle.binaries, specs, weights)
+            warn, handle.warned = not handle.warned, True
+        if warn:
+            warnings.warn(warning("cuda"), RuntimeWarning, stacklevel=3)
+        return self.execute(handle.fp32_handle, inputs)
 
     def describe(self, handle: Handle) -> str:
         return describe(handle.plan, handle.specializations)
 
     def destroy(self, handle: Handle) -> None:
+        if handle.fp32_handle is not None:
+            self.destroy(handle.fp32_handle)
+            handle.fp32_handle = None
         # CuPy returns the arrays to its pool when the last reference goes.
         with handle.lock:
             handle.specializations.clear()

@@ -19,6 +19,7 @@ from . import control, ops
 from .host import host_inputs
 from .ops import ELEMENTWISE
 from .plan import FORMAT, MAX_ELEMENTS, PRECISIONS
+from .precision import fp16_check
 from .specialize import max_shapes, shape_sets
 
 # The op tables of the families, and If / Loop (``control.py``: recorded by the builder itself).
@@ -176,6 +177,7 @@ class GPUCompiler(BackendCompiler):
     def check_specs(self, specs: list[CompileSpec]) -> None:
         super().check_specs(specs)
         precision(specs, self.name)
+        fp16_check(specs, self.name)
         max_shapes(specs, self.name)
         shape_sets(specs, self.name)
 

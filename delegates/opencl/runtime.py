@@ -11,9 +11,11 @@ device.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,6 +29,7 @@ from ..gpu.api import Buf, Ints, Scratch
 from ..gpu.builder import PlanValues, host_weights
 from ..gpu.control import has_control, run
 from ..gpu.plan import parse
+from ..gpu.precision import as_fp32, fp16_check, overflowed, warning, without
 from ..gpu.specialize import (
     Specializations,
     describe,
@@ -75,6 +78,10 @@ class Handle:
     weights: dict[int, object]  # their device buffers, uploaded once, shared by every specialization
     specializations: Specializations
     lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per handle
+    # fp16_check: what a float32 run of the same partition needs (``gpu/precision.py``).
+    fp32: tuple | None = None  # (compile specs, weights by name) when the check is on
+    fp32_handle: Handle | None = None
+    warned: bool = False
 
 
 class PlanBuilder(PlanValues):
@@ -190,10 +197,27 @@ class OpenCLRuntime(BackendRuntime):
             buffers,
             cache,
         )
+        if plan.get("precision") == "fp16" and fp16_check(compile_specs, "opencl"):
+            handle.fp32 = (without(compile_specs, "precision", "fp16_check", "shapes"), weights)
         for shapes in planned_shapes(plan, compile_specs, "opencl"):
             cache.get(shapes, lambda shapes=shapes: self._specialize(handle, list(shapes)))
         device.queue.finish()
         return handle
+
+    def _checked(
+        self, handle: Handle, inputs: list[np.ndarray], outputs: list[np.ndarray]
+    ) -> list[np.ndarray]:
+        """fp16_check: outputs with inf/NaN are computed again by the float32 plan."""
+        if handle.fp32 is None or not overflowed(outputs):
+            return outputs
+        with handle.lock:  # made once, whichever thread meets the first overflow
+            if handle.fp32_handle is None:
+                specs, weights = handle.fp32
+                handle.fp32_handle = self.init(json.dumps(as_fp32(handle.plan)).encode(), specs, weights)
+            warn, handle.warned = not handle.warned, True
+        if warn:
+            warnings.warn(warning("opencl"), RuntimeWarning, stacklevel=4)
+        return self.execute(handle.fp32_handle, inputs)
 
     def _specialize(self, handle: Handle, inputs: list) -> Specialized:
         """The plan's launches recorded for these inputs (arrays, or shapes), buffers placed, args bound."""
@@ -260,14 +284,17 @@ class OpenCLRuntime(BackendRuntime):
                     run.add(
                         "copy to host", "copy", started, profile.now(), bytes=sum(x.nbytes for x in outputs)
                     )
-                return outputs
             except cl.Error as e:
                 raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e
+        return self._checked(handle, inputs, outputs)
 
     def describe(self, handle: Handle) -> str:
         return describe(handle.plan, handle.specializations)
 
     def destroy(self, handle: Handle) -> None:
+        if handle.fp32_handle is not None:
+            self.destroy(handle.fp32_handle)
+            handle.fp32_handle = None
         with handle.lock:
             handle.specializations.clear()
             for buf in handle.weights.values():

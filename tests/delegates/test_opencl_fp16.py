@@ -17,6 +17,7 @@ to half), the test asks for exact equality.
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -654,3 +655,50 @@ def test_light_squeezenet_as_published_overflows_half(tmp_path):
     _, got = run_fp16(offload.load(data), feeds, tmp_path)
     (y,) = got.values()
     assert not np.isfinite(y).any()
+
+
+def _overflowing():
+    """y = transpose(x * 1000) * 0.001: the stored intermediate passes half's 65,504 once |x| > 65.5
+    (the Transpose keeps the two Muls from fusing into one kernel, which would compute in float)."""
+    nodes = [
+        helper.make_node("Mul", ["x", "big"], ["t"]),
+        helper.make_node("Transpose", ["t"], ["tt"], perm=[1, 0]),
+        helper.make_node("Mul", ["tt", "small"], ["y"]),
+    ]
+    inits = [("big", np.float32(1000)), ("small", np.float32(0.001))]
+    return model(nodes, [("x", [2, 3])], ["y"], inits)
+
+
+def _fp16_module(program, check: str | None):
+    specs = {"opencl": {"precision": "fp16", **({"fp16_check": check} if check is not None else {})}}
+    lowered = offload.to_backend(program, "opencl", compile_specs=specs)
+    module = runtime.load(offload.save(lowered))
+    assert all(d.runs_on == "backend" for d in module.method("forward").delegates)
+    return module
+
+
+def test_without_the_check_an_overflow_is_silent_inf():
+    module = _fp16_module(_overflowing(), None)
+    y = module.run({"x": np.full((2, 3), 100, np.float32)})["y"]
+    assert np.isinf(y).all()  # what fp16_check is there to catch
+
+
+def test_fp16_check_reruns_an_overflowing_call_in_float32_and_warns_once():
+    program = _overflowing()
+    module = _fp16_module(program, "1")
+    small = {"x": _h((2, 3))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow: the fp16 plan's answer, no warning
+        np.testing.assert_allclose(module.run(small)["y"], reference(program, small)["y"], **TOL1)
+    big = {"x": np.full((2, 3), 100, np.float32) + _h((2, 3))}
+    with pytest.warns(RuntimeWarning, match="fp16_check=1"):
+        got = module.run(big)["y"]
+    np.testing.assert_allclose(got, reference(program, big)["y"], rtol=1e-6)  # float32's answer
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per handle
+        np.testing.assert_allclose(module.run(big)["y"], reference(program, big)["y"], rtol=1e-6)
+
+
+def test_fp16_check_takes_0_or_1():
+    with pytest.raises(CompileSpecError, match="fp16_check='yes'"):
+        offload.to_backend(_overflowing(), "opencl", compile_specs={"opencl": {"fp16_check": "yes"}})
