@@ -16,14 +16,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from offload.delegates import faults
 from offload.errors import (
     BackendUnavailableError,
     DTypeError,
     KernelError,
     ModelFormatError,
     OffloadError,
+    RunTerminated,
     ShapeError,
-    SpecializationError,
 )
 from offload.profile import active
 from offload.schemas.generated.executorch_flatbuffer.DataLocation import DataLocation
@@ -84,32 +85,42 @@ class Delegate:
 
     def run(self, inputs: list, declared: list, options=None) -> list:
         """The delegate's outputs for ``inputs``; ``declared`` are the output slots' Tensor decls;
-        ``options`` (``RunOptions``) are checked again once the backend returns."""
+        ``options`` (``RunOptions``) are checked again once the backend returns.
+
+        A backend that fails (raises, or returns outputs that are not what the file declares)
+        costs this call a run on the CPU fallback with one warning per reason: a failure never
+        becomes a partial or wrong output. Under ``strict`` it raises instead."""
         if not self.on_backend:
             return self.fallback._call(inputs, options, active())
         try:
             with self._lock:
+                faults.check(self.backend, "execute")
                 outputs = self.runtime.execute(self.handle, inputs)
-        except SpecializationError as e:
-            # These input shapes (or shape values) are beyond what the backend runs: this call
-            # runs on the CPU fallback, said once per delegate and reason.
-            if self.strict:
-                raise
-            if str(e) not in self._said:
-                self._said.add(str(e))
-                warnings.warn(
-                    f"{self.where}: {e}; this call runs on the CPU fallback", RuntimeWarning, stacklevel=6
-                )
-            return self.fallback._call(inputs, options, active())
-        except OffloadError:
+            if options is not None:
+                options.check(self.where)
+            return self._checked(outputs, declared)
+        except RunTerminated:
             raise
+        except OffloadError as e:  # SpecializationError: shapes beyond what the backend runs
+            return self._fall_back(e, inputs, options)
         except Exception as e:
-            raise KernelError(
+            error = KernelError(
                 f"{self.where}: backend '{self.backend}' failed in execute: {type(e).__name__}: {e}"
-            ) from e
-        if options is not None:
-            options.check(self.where)
-        return self._checked(outputs, declared)
+            )
+            error.__cause__ = e
+            return self._fall_back(error, inputs, options)
+
+    def _fall_back(self, error: OffloadError, inputs: list, options) -> list:
+        """This call on the CPU fallback, said once per delegate and reason (strict: raise)."""
+        if self.strict:
+            raise error
+        text = str(error).removeprefix(f"{self.where}: ")
+        if text not in self._said:
+            self._said.add(text)
+            warnings.warn(
+                f"{self.where}: {text}; this call runs on the CPU fallback", RuntimeWarning, stacklevel=7
+            )
+        return self.fallback._call(inputs, options, active())
 
     def _checked(self, outputs, declared: list) -> list:
         """A backend's results must match the outputs the file declares: count, dtype, shape."""
@@ -160,6 +171,7 @@ def bind(method, k: int, entry, strict: bool) -> Delegate:
     runtime, reason = _available(entry.id)
     if runtime is not None:
         try:
+            faults.check(entry.id, "init")
             delegate.handle = runtime.init(processed, specs, weights(delegate.fallback))
             delegate.runtime = runtime
             if not getattr(runtime, "thread_safe", False):

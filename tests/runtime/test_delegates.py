@@ -10,6 +10,7 @@ import pytest
 
 import offload
 from offload import runtime
+from offload.delegates import faults
 from offload.errors import BackendUnavailableError, DTypeError, KernelError, ShapeError
 from offload.runtime import delegates as runtime_delegates
 from tests.delegated import FakeRuntime, delegated_program, expected, registry_of
@@ -139,7 +140,7 @@ def test_close_and_context_manager_destroy_handles(backends, pte_file):
     assert fake.destroyed == [1, 2]
 
 
-@pytest.mark.parametrize(
+BAD_RESULTS = pytest.mark.parametrize(
     "result, error, match",
     [
         (lambda ins: [], KernelError, "returned 0 outputs"),
@@ -149,12 +150,49 @@ def test_close_and_context_manager_destroy_handles(backends, pte_file):
     ],
     ids=["count", "dtype", "shape", "raises"],
 )
-def test_bad_backend_results_are_clear_errors(backends, pte_file, result, error, match):
+
+
+@BAD_RESULTS
+def test_bad_backend_results_are_clear_errors_under_strict(backends, pte_file, result, error, match):
     backends(FakeRuntime(result=result))
-    module = runtime.load(pte_file)
+    module = runtime.load(pte_file, strict=True)
     with pytest.raises(error, match=match) as info:
         module.run({"x": X})
     assert "backend 'fake'" in str(info.value)
+
+
+@BAD_RESULTS
+def test_bad_backend_results_run_the_call_on_the_cpu_with_a_warning(backends, pte_file, result, error, match):
+    backends(FakeRuntime(result=result))
+    module = runtime.load(pte_file)
+    with pytest.warns(RuntimeWarning, match=match):
+        got = module.run({"x": X})["z"]
+    np.testing.assert_array_equal(got, _evaluate_reference())  # never a wrong answer
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per delegate and reason
+        np.testing.assert_array_equal(module.run({"x": X})["z"], _evaluate_reference())
+
+
+def test_an_injected_device_loss_at_run_falls_back_and_recovers(backends, pte_file):
+    fake = FakeRuntime()
+    backends(fake)
+    module, _ = _load_quietly(pte_file)
+    with faults.inject("fake", "execute", times=1), pytest.warns(RuntimeWarning, match="device lost"):
+        np.testing.assert_array_equal(module.run({"x": X})["z"], _evaluate_reference())
+    calls = fake.executes
+    np.testing.assert_array_equal(module.run({"x": X})["z"], _evaluate_reference())
+    assert fake.executes == calls + 2  # the device is back: both delegates run on it again
+
+
+def test_an_injected_failure_at_init_runs_the_partition_on_the_cpu(backends, pte_file):
+    backends(FakeRuntime())
+    with faults.inject("fake", "init"):
+        module, warned = _load_quietly(pte_file)
+    assert warned and all(d.runs_on == "cpu fallback" for d in module.method("forward").delegates)
+    assert "device lost" in module.method("forward").delegates[0].reason
+    np.testing.assert_array_equal(module.run({"x": X})["z"], _evaluate_reference())
+    with faults.inject("fake", "init"), pytest.raises(BackendUnavailableError):
+        runtime.load(pte_file, strict=True)
 
 
 # ---- the command line, with the example plugin backend -------------------------------------------
@@ -175,7 +213,16 @@ def test_cli_compile_run_inspect_with_a_backend(example_model, tmp_path, capsys,
         pytest.skip("the example backend plugin is not installed")
     out = str(tmp_path / "m.pte")
     rc, printed, _ = _cli(
-        capsys, "compile", example_model, "--backend", "example", "--deny-op", "Relu", "-o", out
+        capsys,
+        "compile",
+        example_model,
+        "--no-passes",
+        "--backend",
+        "example",
+        "--deny-op",
+        "Relu",
+        "-o",
+        out,
     )
     assert rc == 0 and "delegated 8/10 ops in 3 partition(s) to example" in printed
     rc, printed, _ = _cli(capsys, "run", out)
