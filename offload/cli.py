@@ -92,6 +92,20 @@ def _parser() -> argparse.ArgumentParser:
         help="profile the run (after one warm-up run): write Chrome trace events, print the top entries",
     )
     run.add_argument("--timeout", type=float, metavar="SECONDS", help="stop the run past this many seconds")
+    run.add_argument(
+        "--input-dir",
+        metavar="DIR",
+        help="run once per .npz/.npy file in DIR (one sample each: an .npz of named inputs, or an .npy "
+        "for a model of one input) and write one .npz of outputs per file to --output-dir",
+    )
+    run.add_argument("--output-dir", metavar="DIR", help="where --input-dir's outputs go")
+    run.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run --input-dir's files as a Ray Data job: 'local' starts a local cluster, else a "
+        "cluster address (needs offload[ray])",
+    )
+    run.add_argument("--batch-size", type=int, default=32, help="rows per Ray batch (with --ray)")
 
     rep = sub.add_parser(
         "report", help="the delegation report of a model: where each op runs and why, as HTML with a picture"
@@ -214,7 +228,7 @@ def _compile_specs(items: list[str]) -> dict[str, dict[str, str]]:
 def _delegated(program, partitioner, specs=None):
     from offload.api import to_backend
 
-    return to_backend(program, partitioner, specs)
+    return to_backend(program, partitioner, specs, passes="none")  # the chosen passes already ran
 
 
 def _is_pte(path: str) -> bool:
@@ -326,6 +340,8 @@ def _compile(args, progress: Progress) -> int:
 
 
 def _run(args, progress: Progress) -> int:
+    if args.input_dir or args.output_dir or args.ray:
+        return _run_files(args, progress)
     module, _ = _module(args.model, progress, strict=args.strict)
     method = module.method(args.method) if args.method else module.method(module.method_names[0])
     feeds = _inputs(method, args.input, args.seed)
@@ -351,6 +367,83 @@ def _run(args, progress: Progress) -> int:
         np.savez(args.output, **{k: np.asarray(v) for k, v in outputs.items() if not isinstance(v, list)})
         print(f"wrote {args.output}")
     return 0
+
+
+def _sample(path: str, method) -> dict[str, np.ndarray]:
+    """One input file: an .npz of named inputs, or an .npy for a method of one input."""
+    names = [p.name for p in method.inputs]
+    try:
+        if path.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as data:
+                return {n: data[n] for n in data.files}
+        if len(names) != 1:
+            raise OffloadError(f"{path}: an .npy file feeds a model of one input; this one takes {names}")
+        return {names[0]: np.load(path, allow_pickle=False)}
+    except (OSError, ValueError) as e:
+        raise OffloadError(f"{path}: not a readable .npy/.npz file: {e}") from None
+
+
+def _run_files(args, progress: Progress) -> int:
+    """--input-dir: every file of the folder through the method (a local loop, or Ray Data)."""
+    if not (args.input_dir and args.output_dir):
+        raise OffloadError("--input-dir and --output-dir go together (and --ray needs both)")
+    files = sorted(f for f in os.listdir(args.input_dir) if f.endswith((".npz", ".npy")))
+    if not files:
+        raise OffloadError(f"{args.input_dir}: no .npz or .npy files")
+    os.makedirs(args.output_dir, exist_ok=True)
+    module, _ = _module(args.model, progress, strict=args.strict)
+    method = module.method(args.method) if args.method else module.method(module.method_names[0])
+    samples = [_sample(os.path.join(args.input_dir, f), method) for f in files]
+    start = time.perf_counter()
+    if args.ray:
+        results = _run_on_ray(args, module, method, samples)
+    else:
+        results = [method.run(s) for s in samples]
+    elapsed = time.perf_counter() - start
+    for name, outputs in zip(files, results):
+        np.savez(os.path.join(args.output_dir, os.path.splitext(name)[0] + ".npz"), **outputs)
+    where = f"on Ray ({args.ray})" if args.ray else "here"
+    print(f"ran '{method.name}' on {len(files)} files {where} in {elapsed:.2f} s; wrote {args.output_dir}")
+    return 0
+
+
+def _run_on_ray(args, module, method, samples: list[dict]) -> list[dict]:
+    """The samples as rows (each input without its batch axis of 1) of a Ray dataset."""
+    import offload.ray as offload_ray
+
+    offload_ray._require_ray()
+    import ray
+
+    rows = []
+    for k, sample in enumerate(samples):
+        row = {"__row__": k}
+        for p in method.inputs:
+            x = sample.get(p.name)
+            if x is None or x.ndim == 0 or x.shape[0] != 1:
+                raise OffloadError(
+                    f"--ray: each file holds one sample (a batch axis of 1) of input '{p.name}'"
+                )
+            row[p.name] = x[0]
+        rows.append(row)
+    if args.model.endswith(".pte"):
+        with open(args.model, "rb") as f:
+            data = f.read()
+    else:
+        raise OffloadError("--ray runs a .pte file: compile the model first (offload compile)")
+    started = not ray.is_initialized()  # a caller's cluster (e.g. in a notebook) is used as is
+    if started:
+        ray.init(
+            address=None if args.ray == "local" else args.ray, include_dashboard=False, log_to_driver=False
+        )
+    try:
+        out = offload_ray.batch_inference(
+            ray.data.from_items(rows), data, batch_size=args.batch_size, method=method.name
+        ).take_all()
+    finally:
+        if started:
+            ray.shutdown()
+    out.sort(key=lambda r: int(r["__row__"]))
+    return [{k: np.asarray(v)[None] for k, v in r.items() if k != "__row__"} for r in out]
 
 
 def _report(args, progress: Progress) -> int:
