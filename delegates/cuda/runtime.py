@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from offload import profile
 from offload.errors import DTypeError, KernelError, OffloadError
 
 from ..backend import Availability, BackendRuntime, CompileSpec
@@ -265,7 +266,10 @@ class CUDARuntime(BackendRuntime):
                         with np.errstate(over="ignore"):
                             np.copyto(pinned, x, casting="same_kind")
                         view(spec.buffers[i], x.shape, pinned.dtype).set(pinned, stream)
-                if spec.control:
+                run = profile.active()
+                if run is not None and not spec.control:
+                    _launch_profiled(spec, stream, run)
+                elif spec.control:
                     _run_control(spec, stream)
                 else:
                     for launch in spec.launches:
@@ -309,6 +313,28 @@ def _upload(device: Device, buffer, w: np.ndarray, dtype, storage, stream) -> No
         with np.errstate(over="ignore"):
             w = np.ascontiguousarray(np.asarray(w, dtype).astype(storage))
         device.allocator.view(buffer, w.shape, w.dtype).set(w, stream)
+
+
+def _launch_profiled(spec: Specialized, stream, run) -> None:
+    """The launches between CUDA events, each one's device time an event of ``run`` (placed on
+    the host clock from the first launch's enqueue)."""
+    host_start = profile.now()
+    marks = []
+    for launch in spec.launches:
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        launch.run(stream)
+        end.record(stream)
+        name = getattr(getattr(launch, "kernel", None), "name", None) or type(launch).__name__.lower()
+        marks.append((name, start, end))
+    stream.synchronize()
+    if not marks:
+        return
+    origin = marks[0][1]
+    for name, start, end in marks:
+        begin = cp.cuda.get_elapsed_time(origin, start) * 1e6  # ms → ns
+        length = cp.cuda.get_elapsed_time(start, end) * 1e6
+        run.add(name, "device", host_start + int(begin), host_start + int(begin + length), track="cuda")
 
 
 def _run_control(spec: Specialized, stream) -> None:
