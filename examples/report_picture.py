@@ -1,6 +1,6 @@
 """Draws the bundled example's delegation picture for the README: docs/tiny_cnn_report.svg.
 
-    python examples/build_example.py && python examples/report_picture.py
+python examples/build_example.py && python examples/report_picture.py
 """
 
 from __future__ import annotations
