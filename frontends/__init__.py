@@ -41,6 +41,10 @@ def load(model: str | os.PathLike | bytes) -> Program:
     if not data:
         raise ModelFormatError(f"{origin}: file is empty")
     kind = sniff(data)
+    if kind == "tflite":
+        from .tflite import import_tflite
+
+        return import_tflite(data, origin)
     if kind != "onnx":
         raise ModelFormatError(
             f"{origin}: looks like a {kind} file; this version of offload imports ONNX models"

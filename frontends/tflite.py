@@ -1,0 +1,760 @@
+"""TFLite import: a .tflite flatbuffer → ir.Program whose ops carry ONNX semantics.
+
+The main subgraph becomes the function ``forward``; its inputs and outputs are named by their
+tensors. A tensor with a ``shape_signature`` of -1 gets a symbolic dimension; a tensor with
+data in its buffer (inside the flatbuffer, or after it through ``offset``/``size``) becomes a
+block constant read in place from the file's bytes.
+
+Each builtin operator is translated by one rule of ``RULES`` (``@rule("CONV_2D")``). Layouts are
+made explicit: TFLite's activations are NHWC and its filters OHWI, ONNX's Conv and pools are
+NCHW/OIHW, so a layout-sensitive op is wrapped in Transposes (NHWC → NCHW before, back after)
+that the transpose-cancelling passes remove between neighbours; constant filters are permuted
+once here. A fused activation becomes its own op after the one that carried it. SAME padding
+is written as explicit pads computed the way TFLite does: the output is ceil(in / stride), the
+total padding max((out - 1)·stride + (k - 1)·dilation + 1 - in, 0), its smaller half before and
+the extra element after. Any operator without a rule is an ``UnsupportedOpError`` naming it and
+its index; docs/tflite.md lists the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError, VerificationError
+from offload.ir import (
+    Block,
+    DataType,
+    Function,
+    Namer,
+    Operation,
+    Program,
+    QuantParams,
+    TensorType,
+    Value,
+    infer_types,
+    verify,
+)
+from offload.schemas.generated.tflite.ActivationFunctionType import ActivationFunctionType as Act
+from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
+from offload.schemas.generated.tflite.Padding import Padding
+from offload.schemas.generated.tflite.TensorType import TensorType as TflType
+
+from .tflite_reader import Buffer, Table
+
+MAX_RANK = 64
+INT64_MAX = np.iinfo(np.int64).max
+INT64_MIN = np.iinfo(np.int64).min
+
+_OPERATOR_NAMES = {v: k for k, v in vars(BuiltinOperator).items() if not k.startswith("_")}
+# Below this code, old files store the operator in deprecated_builtin_code only.
+_PLACEHOLDER_FOR_GREATER_OP_CODES = BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES
+
+DTYPES = {
+    TflType.FLOAT32: DataType.FLOAT,
+    TflType.FLOAT16: DataType.FLOAT16,
+    TflType.FLOAT64: DataType.DOUBLE,
+    TflType.BFLOAT16: DataType.BFLOAT16,
+    TflType.INT8: DataType.INT8,
+    TflType.INT16: DataType.INT16,
+    TflType.INT32: DataType.INT32,
+    TflType.INT64: DataType.INT64,
+    TflType.UINT8: DataType.UINT8,
+    TflType.UINT16: DataType.UINT16,
+    TflType.UINT32: DataType.UINT32,
+    TflType.UINT64: DataType.UINT64,
+    TflType.BOOL: DataType.BOOL,
+    TflType.COMPLEX64: DataType.COMPLEX64,
+    TflType.COMPLEX128: DataType.COMPLEX128,
+}
+_TYPE_NAMES = {v: k for k, v in vars(TflType).items() if not k.startswith("_")}
+
+
+# ---------------------------------------------------------------------------------------------
+# One operator being translated: its tensors, options, and the builder it adds ops through.
+
+
+@dataclass
+class Node:
+    """The operator being translated, as a rule sees it."""
+
+    imp: _Importer
+    index: int
+    name: str  # the builtin operator's name, e.g. "CONV_2D"
+    version: int
+    inputs: list  # Value, or None for an omitted optional input (-1)
+    tensors: list  # the input tensors (Table), None where omitted
+    outputs: list  # the output tensors (Table)
+    options: Table | None
+
+    def opt(self, field: str):
+        """An option's value, read from the operator's options table."""
+        if self.options is None:
+            raise self.fail(f"has no options table (needs '{field}')")
+        if field not in self.options.fields:
+            raise self.fail(f"its options are a {self.options.name}, which has no '{field}'")
+        return self.options.get(field)
+
+    def fail(self, what: str) -> ModelFormatError:
+        return self.imp.fail(f"operator {self.index} ({self.name}): {what}")
+
+    def unsupported(self, what: str) -> UnsupportedOpError:
+        return UnsupportedOpError(f"{self.imp.origin}: operator {self.index} ({self.name}): {what}")
+
+    def _tensor(self, i: int, output: bool, rank: int | None) -> Table:
+        tensors = self.outputs if output else self.tensors
+        t = tensors[i] if i < len(tensors) else None
+        if t is None:
+            raise self.fail(f"has no {'output' if output else 'input'} {i}")
+        if rank is not None and len(t.items("shape")) != rank:
+            raise self.fail(
+                f"{'output' if output else 'input'} {i} has rank {len(t.items('shape'))}, not {rank}"
+            )
+        return t
+
+    def dims(self, i: int, rank: int | None = None) -> tuple:
+        """Input tensor ``i``'s dimensions as the file records them, unknown ones symbolic."""
+        t = self._tensor(i, False, rank)
+        return self.imp.tensor_type(t, f"operator {self.index} input {i}").shape
+
+    def shape(self, i: int, rank: int | None = None, *, output: bool = False) -> tuple:
+        """The static shape the file records for input (or output) tensor ``i``."""
+        return tuple(int(d) for d in self._tensor(i, output, rank).items("shape"))
+
+    def axis(self, i: int) -> int:
+        """Input ``i``, a constant holding one axis."""
+        value = self.const(i).reshape(-1)
+        if value.size != 1:
+            raise self.fail(f"input {i} holds {value.size} values, not one axis")
+        return int(value[0])
+
+    def const(self, i: int) -> np.ndarray:
+        """Input ``i``'s constant value; an operator argument TFLite allows to vary is refused."""
+        v = self.inputs[i] if i < len(self.inputs) else None
+        if v is None or v.const_value is None:
+            raise self.unsupported(f"input {i} must be a constant tensor here")
+        return v.const_value
+
+    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
+        return self.imp.op(op_type, inputs, attrs, num_outputs)
+
+    def one(self, op_type: str, inputs, attrs=None) -> Value:
+        return self.op(op_type, inputs, attrs)[0]
+
+    def ints(self, values) -> Value:
+        return self.imp.const(np.asarray(values, dtype=np.int64))
+
+    def scalar(self, value: float) -> Value:
+        return self.imp.const(np.asarray(value, dtype=np.float32))
+
+    def activation(self, x: Value, code=None) -> Value:
+        """``x`` followed by the operator's fused activation function."""
+        code = self.opt("fused_activation_function") if code is None else code
+        if code == Act.NONE:
+            return x
+        if code == Act.RELU:
+            return self.one("Relu", [x])
+        if code == Act.RELU6:
+            return self.one("Clip", [x, self.scalar(0.0), self.scalar(6.0)])
+        if code == Act.RELU_N1_TO_1:
+            return self.one("Clip", [x, self.scalar(-1.0), self.scalar(1.0)])
+        if code == Act.TANH:
+            return self.one("Tanh", [x])
+        raise self.unsupported(f"fused activation function {code} is not supported")
+
+
+Rule = Callable[[Node], list]
+RULES: dict[str, Rule] = {}
+VERSIONS: dict[str, int] = {}  # the newest operator version a rule was written for (docs/tflite.md)
+
+
+ARITY: dict[str, int] = {}  # how many leading inputs must be present
+
+
+def rule(*names: str, version: int = 1, inputs: int = 1):
+    def register(fn: Rule) -> Rule:
+        for name in names:
+            RULES[name] = fn
+            VERSIONS[name] = version
+            ARITY[name] = inputs
+        return fn
+
+    return register
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout helpers.
+
+NHWC_TO_NCHW = [0, 3, 1, 2]
+NCHW_TO_NHWC = [0, 2, 3, 1]
+
+
+def same_pads(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
+    """TFLite's SAME padding of one spatial axis: (before, after), the odd element after."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - size, 0)
+    return total // 2, total - total // 2
+
+
+def spatial_attrs(node: Node, kernel: tuple[int, int], dilation: tuple[int, int]) -> dict:
+    """strides and pads (or auto_pad when H or W is unknown) of a 2-D window op on NHWC input 0."""
+    strides = [node.opt("stride_h"), node.opt("stride_w")]
+    if min(strides) < 1 or min(kernel) < 1 or min(dilation) < 1:
+        raise node.fail(f"strides {strides}, window {kernel} and dilations {dilation} must be positive")
+    attrs = {"strides": strides}
+    padding = node.opt("padding")
+    if padding == Padding.VALID:
+        attrs["pads"] = [0, 0, 0, 0]
+        return attrs
+    if padding != Padding.SAME:
+        raise node.fail(f"padding {padding} is neither SAME nor VALID")
+    shape = node.dims(0)
+    if len(shape) != 4:
+        raise node.fail(f"input of shape {shape} is not NHWC")
+    if isinstance(shape[1], int) and isinstance(shape[2], int):
+        h = same_pads(shape[1], kernel[0], strides[0], dilation[0])
+        w = same_pads(shape[2], kernel[1], strides[1], dilation[1])
+        attrs["pads"] = [h[0], w[0], h[1], w[1]]
+    else:
+        attrs["auto_pad"] = "SAME_UPPER"  # ONNX's SAME_UPPER also puts the odd element after
+    return attrs
+
+
+def in_nchw(node: Node, op_type: str, inputs: list, attrs: dict) -> Value:
+    """``op_type`` on NCHW, between Transposes from and back to the NHWC of its input 0."""
+    x = node.one("Transpose", [inputs[0]], {"perm": NHWC_TO_NCHW})
+    y = node.one(op_type, [x, *inputs[1:]], attrs)
+    return node.one("Transpose", [y], {"perm": NCHW_TO_NHWC})
+
+
+def permuted(node: Node, i: int, perm: list[int]) -> Value:
+    """Input ``i`` permuted: a new constant when it is one, a Transpose op otherwise."""
+    v = node.inputs[i]
+    if v.const_value is not None:
+        return node.imp.const(np.ascontiguousarray(np.transpose(v.const_value, perm)))
+    return node.one("Transpose", [v], {"perm": perm})
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules: convolution, pooling, dense.
+
+
+@rule("CONV_2D", version=8, inputs=2)
+def conv_2d(node: Node) -> list:
+    _, kh, kw, i = node.shape(1, 4)
+    c = node.dims(0, 4)[3]
+    dilation = (node.opt("dilation_h_factor"), node.opt("dilation_w_factor"))
+    attrs = spatial_attrs(node, (kh, kw), dilation)
+    if not isinstance(c, int) or i < 1 or c % i:
+        raise node.fail(f"input channels {c} are not a multiple of the filter's {i}")
+    attrs.update(kernel_shape=[kh, kw], dilations=list(dilation), group=c // i)
+    w = permuted(node, 1, [0, 3, 1, 2])  # OHWI → OIHW
+    y = in_nchw(node, "Conv", [node.inputs[0], w, _optional(node, 2)], attrs)
+    return [node.activation(y)]
+
+
+@rule("DEPTHWISE_CONV_2D", version=7, inputs=2)
+def depthwise_conv_2d(node: Node) -> list:
+    _, kh, kw, cm = node.shape(1, 4)  # filter [1, H, W, C·M]; output channel c·M + m
+    c = node.dims(0, 4)[3]
+    dilation = (node.opt("dilation_h_factor"), node.opt("dilation_w_factor"))
+    attrs = spatial_attrs(node, (kh, kw), dilation)
+    if not isinstance(c, int) or c < 1 or cm % c:
+        raise node.fail(f"filter channels {cm} are not a multiple of the input's {c}")
+    attrs.update(kernel_shape=[kh, kw], dilations=list(dilation), group=c)
+    w = permuted(node, 1, [3, 0, 1, 2])  # [1, H, W, C·M] → [C·M, 1, H, W]: group c has c·M … c·M + M - 1
+    y = in_nchw(node, "Conv", [node.inputs[0], w, _optional(node, 2)], attrs)
+    return [node.activation(y)]
+
+
+@rule("AVERAGE_POOL_2D", "MAX_POOL_2D", version=3)
+def pool_2d(node: Node) -> list:
+    kernel = (node.opt("filter_height"), node.opt("filter_width"))
+    attrs = spatial_attrs(node, kernel, (1, 1))
+    attrs["kernel_shape"] = list(kernel)
+    if node.name == "AVERAGE_POOL_2D":
+        attrs["count_include_pad"] = 0  # TFLite averages the elements inside the input only
+        y = in_nchw(node, "AveragePool", [node.inputs[0]], attrs)
+    else:
+        y = in_nchw(node, "MaxPool", [node.inputs[0]], attrs)
+    return [node.activation(y)]
+
+
+@rule("FULLY_CONNECTED", version=12, inputs=2)
+def fully_connected(node: Node) -> list:
+    if node.opt("weights_format") != 0:
+        raise node.unsupported(f"weights format {node.opt('weights_format')} (only DEFAULT)")
+    _, k = node.shape(1, 2)
+    x, bias = node.inputs[0], _optional(node, 2)
+    if node.opt("keep_num_dims"):
+        y = node.one("MatMul", [x, permuted(node, 1, [1, 0])])
+        y = node.one("Add", [y, bias]) if bias is not None else y
+    else:
+        if len(node.shape(0)) != 2:
+            x = node.one("Reshape", [x, node.ints([-1, k])])
+        y = node.one("Gemm", [x, node.inputs[1], bias], {"transB": 1})
+    return [node.activation(y)]
+
+
+def _optional(node: Node, i: int) -> Value | None:
+    return node.inputs[i] if i < len(node.inputs) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules: elementwise.
+
+BINARY = {"ADD": "Add", "SUB": "Sub", "MUL": "Mul", "DIV": "Div"}
+
+
+@rule("ADD", "SUB", "MUL", "DIV", version=5, inputs=2)
+def binary(node: Node) -> list:
+    y = node.one(BINARY[node.name], node.inputs[:2])
+    return [node.activation(y) if node.options is not None else y]
+
+
+@rule("MAXIMUM", "MINIMUM", version=4, inputs=2)
+def extremum(node: Node) -> list:
+    return node.op("Max" if node.name == "MAXIMUM" else "Min", node.inputs[:2])
+
+
+@rule("SQUARED_DIFFERENCE", version=2, inputs=2)
+def squared_difference(node: Node) -> list:
+    d = node.one("Sub", node.inputs[:2])
+    return node.op("Mul", [d, d])
+
+
+UNARY = {
+    "ABS": "Abs",
+    "NEG": "Neg",
+    "EXP": "Exp",
+    "LOG": "Log",
+    "SQRT": "Sqrt",
+    "RELU": "Relu",
+    "LOGISTIC": "Sigmoid",
+    "TANH": "Tanh",
+    "HARD_SWISH": "HardSwish",  # x·relu6(x + 3)/6 = ONNX's x·max(0, min(1, x/6 + 1/2))
+    "ELU": "Elu",  # alpha 1
+}
+
+
+@rule(*UNARY, version=1)
+def unary(node: Node) -> list:
+    return node.op(UNARY[node.name], node.inputs[:1])
+
+
+@rule("RSQRT", version=2)
+def rsqrt(node: Node) -> list:
+    return node.op("Reciprocal", [node.one("Sqrt", node.inputs[:1])])
+
+
+@rule("RELU6", "RELU_N1_TO_1", version=2)
+def clipped_relu(node: Node) -> list:
+    return [node.activation(node.inputs[0], Act.RELU6 if node.name == "RELU6" else Act.RELU_N1_TO_1)]
+
+
+@rule("LEAKY_RELU", version=2)
+def leaky_relu(node: Node) -> list:
+    return node.op("LeakyRelu", node.inputs[:1], {"alpha": float(node.opt("alpha"))})
+
+
+@rule("SOFTMAX", version=3)
+def softmax(node: Node) -> list:
+    x, beta = node.inputs[0], float(node.opt("beta"))
+    if beta != 1.0:
+        x = node.one("Mul", [x, node.scalar(beta)])
+    return node.op("Softmax", [x], {"axis": -1})
+
+
+@rule("LOG_SOFTMAX", version=2)
+def log_softmax(node: Node) -> list:
+    return node.op("LogSoftmax", node.inputs[:1], {"axis": -1})
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules: reductions and shapes.
+
+REDUCE = {
+    "MEAN": "ReduceMean",
+    "SUM": "ReduceSum",
+    "REDUCE_MAX": "ReduceMax",
+    "REDUCE_MIN": "ReduceMin",
+    "REDUCE_PROD": "ReduceProd",
+}
+
+
+@rule(*REDUCE, version=2, inputs=2)
+def reduce(node: Node) -> list:
+    axes = node.const(1).reshape(-1)
+    attrs = {"keepdims": int(bool(node.opt("keep_dims")))}
+    if axes.size == 0:
+        attrs["noop_with_empty_axes"] = 1  # TFLite reduces over the axes listed: none
+    return node.op(REDUCE[node.name], [node.inputs[0], node.ints(axes)], attrs)
+
+
+@rule("RESHAPE", version=1)
+def reshape(node: Node) -> list:
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        shape = node.inputs[1]
+        if shape.const_value is not None:
+            dims = shape.const_value.reshape(-1)
+            shape = node.ints(dims)
+        else:
+            dims = None
+            shape = node.one("Cast", [shape], {"to": int(DataType.INT64)})
+    elif node.options is not None and node.opt("new_shape") is not None:
+        dims = node.opt("new_shape")
+        shape = node.ints(dims)
+    else:
+        dims = np.asarray(node.shape(0, output=True))
+        shape = node.ints(dims)
+    # TFLite's 0 is a dimension of size 0; ONNX copies the input's dimension unless allowzero.
+    attrs = {"allowzero": 1} if dims is not None and 0 in dims else {}
+    return node.op("Reshape", [node.inputs[0], shape], attrs)
+
+
+@rule("TRANSPOSE", version=6, inputs=2)
+def transpose(node: Node) -> list:
+    return node.op("Transpose", node.inputs[:1], {"perm": [int(p) for p in node.const(1).reshape(-1)]})
+
+
+@rule("CONCATENATION", version=4)
+def concatenation(node: Node) -> list:
+    y = node.one("Concat", node.inputs, {"axis": int(node.opt("axis"))})
+    return [node.activation(y)]
+
+
+@rule("PAD", "PADV2", version=4, inputs=2)
+def pad(node: Node) -> list:
+    paddings = node.const(1).astype(np.int64).reshape(-1, 2)
+    inputs = [node.inputs[0], node.ints(np.concatenate([paddings[:, 0], paddings[:, 1]]))]
+    if node.name == "PADV2" and len(node.inputs) > 2 and node.inputs[2] is not None:
+        inputs.append(node.one("Reshape", [node.inputs[2], node.ints([])]))
+    return node.op("Pad", inputs)
+
+
+@rule("SQUEEZE", version=1)
+def squeeze(node: Node) -> list:
+    dims = node.opt("squeeze_dims") if node.options is not None else None
+    if dims is None or len(dims) == 0:
+        return node.op("Squeeze", node.inputs[:1])
+    return node.op("Squeeze", [node.inputs[0], node.ints(dims)])
+
+
+@rule("EXPAND_DIMS", version=1, inputs=2)
+def expand_dims(node: Node) -> list:
+    return node.op("Unsqueeze", [node.inputs[0], node.ints(node.const(1).reshape(-1))])
+
+
+@rule("SLICE", version=6, inputs=3)
+def slice_(node: Node) -> list:
+    begin = node.const(1).astype(np.int64).reshape(-1)
+    size = node.const(2).astype(np.int64).reshape(-1)
+    end = np.where(size < 0, INT64_MAX, begin + size)
+    return node.op("Slice", [node.inputs[0], node.ints(begin), node.ints(end)])
+
+
+@rule("STRIDED_SLICE", version=8, inputs=4)
+def strided_slice(node: Node) -> list:
+    for field in ("ellipsis_mask", "new_axis_mask"):
+        if node.opt(field):
+            raise node.unsupported(f"{field} {node.opt(field)} is not supported")
+    if node.opt("offset"):
+        raise node.unsupported("offset=true is not supported")
+    begin, end, strides = (node.const(i).astype(np.int64).reshape(-1).copy() for i in (1, 2, 3))
+    if not len(begin) == len(end) == len(strides) or (strides == 0).any():
+        raise node.fail("begin, end and strides differ in length or a stride is 0")
+    begin_mask, end_mask, shrink = node.opt("begin_mask"), node.opt("end_mask"), node.opt("shrink_axis_mask")
+    for axis, step in enumerate(strides):
+        bit = 1 << axis
+        if shrink & bit:  # one element: the begin index, the axis dropped afterwards
+            end[axis] = begin[axis] + 1 if begin[axis] != -1 else INT64_MAX
+            strides[axis] = 1
+            continue
+        if begin_mask & bit:
+            begin[axis] = 0 if step > 0 else INT64_MAX
+        if end_mask & bit:
+            end[axis] = INT64_MAX if step > 0 else INT64_MIN
+    axes = np.arange(len(begin))
+    y = node.one(
+        "Slice", [node.inputs[0], node.ints(begin), node.ints(end), node.ints(axes), node.ints(strides)]
+    )
+    dropped = [a for a in range(len(begin)) if shrink & (1 << a)]
+    return node.op("Squeeze", [y, node.ints(dropped)]) if dropped else [y]
+
+
+@rule("GATHER", version=7, inputs=2)
+def gather(node: Node) -> list:
+    if node.opt("batch_dims"):
+        raise node.unsupported(f"batch_dims {node.opt('batch_dims')} is not supported")
+    return node.op("Gather", node.inputs[:2], {"axis": int(node.opt("axis"))})
+
+
+@rule("SPLIT", version=4, inputs=2)
+def split(node: Node) -> list:
+    axis = node.axis(0)
+    return node.op(
+        "Split", [node.inputs[1]], {"axis": axis, "num_outputs": len(node.outputs)}, len(node.outputs)
+    )
+
+
+@rule("SPLIT_V", version=2, inputs=3)
+def split_v(node: Node) -> list:
+    sizes = node.const(1).astype(np.int64).reshape(-1).copy()
+    axis = node.axis(2)
+    if (sizes < 0).sum() == 1:  # one size -1: whatever the others leave of the axis
+        shape = node.shape(0)
+        if not -len(shape) <= axis < len(shape):
+            raise node.fail(f"axis {axis} is outside rank {len(shape)}")
+        dim = shape[axis]
+        sizes[sizes < 0] = dim - sizes[sizes >= 0].sum()
+    return node.op("Split", [node.inputs[0], node.ints(sizes)], {"axis": axis}, len(node.outputs))
+
+
+@rule("PACK", version=4)
+def pack(node: Node) -> list:
+    axis = node.ints([int(node.opt("axis"))])
+    parts = [node.one("Unsqueeze", [x, axis]) for x in node.inputs]
+    return node.op("Concat", parts, {"axis": int(node.opt("axis"))})
+
+
+@rule("BATCH_MATMUL", version=4, inputs=2)
+def batch_matmul(node: Node) -> list:
+    x, y = node.inputs[:2]
+    for i, flag in ((0, "adj_x"), (1, "adj_y")):
+        if node.opt(flag):
+            rank = len(node.shape(i))
+            if rank < 2:
+                raise node.fail(f"{flag} on input {i} of rank {rank}")
+            perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+            if i == 0:
+                x = node.one("Transpose", [x], {"perm": perm})
+            else:
+                y = node.one("Transpose", [y], {"perm": perm})
+    return node.op("MatMul", [x, y])
+
+
+@rule("DEQUANTIZE", version=4)
+def dequantize(node: Node) -> list:
+    if node.tensors[0].get("type") != TflType.FLOAT16:
+        raise node.unsupported("only float16 inputs (fp16 weights) are dequantized in this version")
+    return node.op("Cast", node.inputs[:1], {"to": int(DataType.FLOAT)})
+
+
+# ---------------------------------------------------------------------------------------------
+# The importer.
+
+
+class _Importer:
+    def __init__(self, data: bytes, origin: str):
+        self.origin = origin
+        self.buf = Buffer(data, origin)
+        self.model = self.buf.root()
+        self.block = Block(name="main")
+        self.namer = Namer()
+
+    def fail(self, what: str) -> ModelFormatError:
+        return ModelFormatError(f"{self.origin}: malformed tflite model: {what}")
+
+    def const(self, array: np.ndarray) -> Value:
+        return self.block.add_constant(self.namer.fresh("const"), array)
+
+    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
+        names = [self.namer.fresh(op_type) for _ in range(num_outputs)]
+        return self.block.append(Operation(op_type, list(inputs), attrs, output_names=names)).outputs
+
+    # ---- tensors --------------------------------------------------------------------------
+
+    def operator_codes(self) -> list[tuple[str, int]]:
+        out = []
+        for code in self.model.items("operator_codes"):
+            builtin = max(code.get("builtin_code"), code.get("deprecated_builtin_code"))
+            name = _OPERATOR_NAMES.get(builtin, f"builtin operator code {builtin}")
+            if builtin == BuiltinOperator.CUSTOM:
+                name = f"CUSTOM '{code.get('custom_code') or ''}'"
+            out.append((name, code.get("version")))
+        return out
+
+    def tensor_type(self, t: Table, path: str) -> TensorType:
+        code = t.get("type")
+        dtype = DTYPES.get(code)
+        if dtype is None:
+            raise UnsupportedOpError(
+                f"{self.origin}: {path}: tensor type {_TYPE_NAMES.get(code, code)} is not supported"
+            )
+        shape, signature = t.get("shape"), t.get("shape_signature")
+        shape = () if shape is None else shape
+        if len(shape) > MAX_RANK:
+            raise self.fail(f"{path}: rank {len(shape)} exceeds {MAX_RANK}")
+        if signature is not None and len(signature) == len(shape):
+            shape = signature
+        dims = []
+        for i, d in enumerate(shape):
+            if d == -1:
+                dims.append(f"{t.get('name') or path}:{i}")
+            elif d < 0:
+                raise self.fail(f"{path}: negative dimension {d}")
+            else:
+                dims.append(int(d))
+        return TensorType(dtype, tuple(dims), self.quantization(t, dtype, path))
+
+    def quantization(self, t: Table, dtype: DataType, path: str) -> QuantParams | None:
+        q = t.get("quantization")
+        if q is None or dtype in (DataType.FLOAT, DataType.FLOAT16, DataType.DOUBLE):
+            return None
+        scale, zero = q.get("scale"), q.get("zero_point")
+        if scale is None or len(scale) == 0:
+            return None
+        zero = np.zeros(len(scale), np.int64) if zero is None or len(zero) == 0 else zero
+        if len(zero) != len(scale):
+            raise self.fail(f"{path}.quantization: {len(scale)} scales but {len(zero)} zero points")
+        axis = int(q.get("quantized_dimension")) if len(scale) > 1 else None
+        return QuantParams(np.array(scale, np.float32), np.array(zero, np.int64), axis)
+
+    def buffer_data(self, index: int, path: str) -> memoryview | None:
+        """The bytes of buffer ``index``, read in place; None for an empty buffer."""
+        buffers = self.model.get("buffers")
+        count = 0 if buffers is None else len(buffers)
+        if index == 0:
+            return None  # the empty sentinel
+        if index >= count:
+            raise self.fail(f"{path}.buffer: index {index} is outside the model's {count} buffers")
+        b = buffers[index]
+        offset, size = b.get("offset"), b.get("size")
+        if offset > 1:  # stored after the flatbuffer, at an offset from the start of the file
+            if offset + size > self.buf.size:
+                raise self.fail(
+                    f"buffers[{index}]: {size} bytes at offset {offset} run past the end of the file "
+                    f"({self.buf.size} bytes)"
+                )
+            return self.buf.view[offset : offset + size] if size else None
+        data = b.get("data")
+        return data.data if data is not None and len(data) else None
+
+    def tensor_value(self, t: Table, index: int, path: str) -> Value:
+        ttype = self.tensor_type(t, path)
+        name = self.namer.fresh(t.get("name") or f"tensor_{index}")
+        data = self.buffer_data(t.get("buffer"), path)
+        if data is None:
+            return Value(name, ttype)
+        if not ttype.is_static:
+            raise self.fail(f"{path}: a constant with an unknown dimension {ttype.shape}")
+        dtype = ttype.dtype.numpy.newbyteorder("<")
+        count = int(np.prod(ttype.shape, dtype=np.int64))
+        if count * dtype.itemsize != len(data):
+            raise self.fail(
+                f"{path}: shape {list(ttype.shape)} of {ttype.dtype.name} needs "
+                f"{count * dtype.itemsize} bytes, its buffer has {len(data)}"
+            )
+        array = np.frombuffer(data, dtype, count).reshape(ttype.shape)
+        v = Value(name, TensorType(ttype.dtype, ttype.shape, ttype.quant), array)
+        self.block.constants[name] = v
+        return v
+
+    # ---- the main subgraph -------------------------------------------------------------------
+
+    def program(self) -> Program:
+        subgraphs = self.model.get("subgraphs")
+        if subgraphs is None or len(subgraphs) == 0:
+            raise self.fail("the model has no subgraphs")
+        codes = self.operator_codes()
+        graph = subgraphs[0]
+        tensors = graph.get("tensors")
+        count = 0 if tensors is None else len(tensors)
+
+        def index(i: int, path: str) -> int:
+            if not 0 <= i < count:
+                raise self.fail(f"{path}: tensor index {i} is outside the subgraph's {count} tensors")
+            return int(i)
+
+        values: dict[int, Value] = {}
+        for k, i in enumerate(graph.items("inputs")):
+            i = index(i, f"subgraphs[0].inputs[{k}]")
+            path = f"subgraphs[0].tensors[{i}]"
+            v = Value(
+                self.namer.fresh(tensors[i].get("name") or f"input_{k}"), self.tensor_type(tensors[i], path)
+            )
+            self.block.inputs.append(v)
+            values[i] = v
+
+        def value(i: int) -> Value:
+            if i not in values:
+                path = f"subgraphs[0].tensors[{i}]"
+                t = tensors[i]
+                if t.get("buffer") == 0 or self.buffer_data(t.get("buffer"), path) is None:
+                    raise self.fail(f"{path} ('{t.get('name')}') is read before any operator writes it")
+                values[i] = self.tensor_value(t, i, path)
+            return values[i]
+
+        for n, op in enumerate(graph.items("operators")):
+            path = f"subgraphs[0].operators[{n}]"
+            code = op.get("opcode_index")
+            if code >= len(codes):
+                raise self.fail(
+                    f"{path}.opcode_index: {code} is outside the model's {len(codes)} operator codes"
+                )
+            name, version = codes[code]
+            fn = RULES.get(name)
+            if fn is None:
+                raise UnsupportedOpError(
+                    f"{self.origin}: operator {n} ({name}, version {version}) is not supported; "
+                    "docs/tflite.md lists the operators offload imports"
+                )
+            ins = [index(i, f"{path}.inputs") if i != -1 else -1 for i in op.items("inputs")]
+            outs = [index(i, f"{path}.outputs") for i in op.items("outputs")]
+            _, options = op.get("builtin_options")
+            node = Node(
+                self,
+                n,
+                name,
+                version,
+                [None if i == -1 else value(i) for i in ins],
+                [None if i == -1 else tensors[i] for i in ins],
+                [tensors[i] for i in outs],
+                options,
+            )
+            present = sum(1 for v in node.inputs[: ARITY[name]] if v is not None)
+            if present < ARITY[name]:
+                raise node.fail(f"needs {ARITY[name]} inputs, has {present}")
+            if not outs:
+                raise node.fail("has no outputs")
+            results = fn(node)
+            if len(results) != len(outs):
+                raise node.fail(f"has {len(outs)} outputs, its translation {len(results)}")
+            for i, v in zip(outs, results):
+                if i in values:
+                    raise node.fail(f"tensor {i} is written twice")
+                tname = tensors[i].get("name")
+                if tname and tname not in self.namer.taken:
+                    self.namer.taken.add(tname)
+                    v.name = tname
+                values[i] = v
+
+        for k, i in enumerate(graph.items("outputs")):
+            i = index(i, f"subgraphs[0].outputs[{k}]")
+            v = value(i)
+            if v.producer is None or v in self.block.outputs:  # an input, a constant, or listed twice
+                v = self.op("Identity", [v])[0]
+            self.block.outputs.append(v)
+        fn = Function("forward", self.block, {"": 21})
+        meta = {"format": "tflite", "schema_version": str(self.model.get("version"))}
+        description = self.model.get("description")
+        if description:
+            meta["description"] = description
+        return Program({"forward": fn}, meta, source=self.origin)
+
+
+def import_tflite(data: bytes, origin: str = "<bytes>") -> Program:
+    """Import the bytes of a .tflite file (its main subgraph) into an ir.Program."""
+    program = _Importer(data, origin).program()
+    try:
+        infer_types(program)
+        verify(program)
+    except VerificationError as e:
+        raise ModelFormatError(f"{origin}: {e}") from None
+    except OffloadError as e:
+        if isinstance(e, (ModelFormatError, UnsupportedOpError)):
+            raise
+        raise ModelFormatError(f"{origin}: the operators do not fit the tensors they read: {e}") from None
+    return program

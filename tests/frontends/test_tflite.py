@@ -1,0 +1,221 @@
+"""TFLite import: converter-made fixtures against LiteRT, on the CPU executor and on opencl.
+
+The fixtures in tests/frontends/tflite/ were written by generate.py there (TensorFlow's converter);
+each ``.npz`` holds seeded inputs and the outputs LiteRT computed for them. When ai_edge_litert
+is installed, LiteRT is also run live on the same file and inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import offload
+from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError
+from offload.frontends.tflite import RULES, same_pads
+from offload.ir import TensorType
+from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
+from tests.frontends.tflite.build import binary_model
+
+HERE = Path(__file__).resolve().parent / "tflite"
+FIXTURES = sorted(p.stem for p in HERE.glob("*.tflite"))
+FLOAT32 = [name for name in FIXTURES if name.endswith("_f32")]
+
+try:
+    from ai_edge_litert.interpreter import Interpreter
+except ImportError:  # the stored oracles still check every fixture
+    Interpreter = None
+needs_litert = pytest.mark.skipif(Interpreter is None, reason="ai_edge_litert (LiteRT) is not installed")
+
+
+def oracle(name: str) -> tuple[dict, dict]:
+    with np.load(HERE / f"{name}.npz") as z:
+        feeds = {str(n): z[f"input_{i}"] for i, n in enumerate(z["input_names"])}
+        want = {str(n): z[f"output_{i}"] for i, n in enumerate(z["output_names"])}
+    return feeds, want
+
+
+def assert_close(got: dict, want: dict) -> None:
+    assert sorted(got) == sorted(want)
+    for name, w in want.items():
+        # 1e-4 relative to the output's scale: softmax outputs hold values near 0
+        scale = max(float(np.abs(w).max()), 1e-6)
+        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-4 * scale, err_msg=name)
+
+
+def litert(model: bytes | Path, feeds: dict) -> dict:
+    interp = (
+        Interpreter(model_path=str(model)) if isinstance(model, Path) else Interpreter(model_content=model)
+    )
+    for d in interp.get_input_details():
+        if tuple(d["shape"]) != feeds[d["name"]].shape:
+            interp.resize_tensor_input(d["index"], feeds[d["name"]].shape)
+    interp.allocate_tensors()
+    for d in interp.get_input_details():
+        interp.set_tensor(d["index"], feeds[d["name"]])
+    interp.invoke()
+    return {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
+
+
+def test_fixtures_exist():
+    assert {"cnn_f32", "cnn_f16w", "shapes_f32", "elementwise_f32"} <= set(FIXTURES)
+    for name in FIXTURES:
+        assert (HERE / f"{name}.tflite").stat().st_size < 100_000
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_matches_the_stored_litert_outputs(name):
+    program = offload.load(HERE / f"{name}.tflite")
+    feeds, want = oracle(name)
+    assert [v.name for v in program.main.inputs] == sorted(feeds, key=list(feeds).index)
+    assert_close(offload.evaluate(program, feeds), want)
+
+
+@needs_litert
+@pytest.mark.parametrize("name", FIXTURES)
+def test_matches_litert_live(name):
+    feeds, _ = oracle(name)
+    rng = np.random.default_rng(7)
+    feeds = {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in feeds.items()}
+    got = offload.evaluate(offload.load(HERE / f"{name}.tflite"), feeds)
+    assert_close(got, litert(HERE / f"{name}.tflite", feeds))
+
+
+def test_dynamic_batch_is_symbolic_and_runs_at_other_sizes():
+    program = offload.load(HERE / "cnn_f32.tflite")
+    (image,) = program.main.inputs
+    assert isinstance(image.type, TensorType) and isinstance(image.type.shape[0], str)
+    assert image.type.shape[1:] == (16, 16, 3)
+    feeds, want = oracle("cnn_f32")
+    one = {k: v[:1] for k, v in feeds.items()}  # the batch rows are independent
+    assert_close(offload.evaluate(program, one), {k: v[:1] for k, v in want.items()})
+
+
+def test_layout_is_explicit_and_same_padding_asymmetric():
+    body = offload.load(HERE / "cnn_f32.tflite").main.body
+    convs = [op for op in body.operations if op.op_type == "Conv"]
+    assert len(convs) == 4 and convs[1].attributes["group"] == 8  # the depthwise conv
+    first = convs[0]
+    assert first.inputs[0].producer.op_type == "Transpose"
+    assert first.inputs[0].producer.attributes["perm"] == [0, 3, 1, 2]
+    assert first.inputs[1].const_value.shape == (8, 3, 3, 3)  # OIHW
+    # 16 rows, a 3-row window, stride 2: TFLite pads one row, after the last
+    assert first.attributes["pads"] == [0, 0, 1, 1]
+    assert {op.op_type for op in body.operations} >= {"Clip", "HardSwish", "MaxPool", "AveragePool", "Gemm"}
+
+
+def test_fp16_weights_stay_fp16_behind_a_cast():
+    body = offload.load(HERE / "cnn_f16w.tflite").main.body
+    casts = [op for op in body.operations if op.op_type == "Cast"]
+    assert casts and all(op.inputs[0].const_value.dtype == np.float16 for op in casts)
+
+
+def test_same_pads_follow_tflite():
+    # out = ceil(in / stride); total = (out - 1)·stride + (k - 1)·d + 1 - in; the odd one after
+    assert same_pads(16, 3, 2, 1) == (0, 1)
+    assert same_pads(15, 3, 2, 1) == (1, 1)
+    assert same_pads(8, 3, 1, 2) == (2, 2)
+    assert same_pads(4, 2, 1, 1) == (0, 1)
+    assert same_pads(5, 1, 2, 1) == (0, 0)
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["inline", "after_flatbuffer"])
+def test_constant_buffers_inline_and_after_the_flatbuffer(external):
+    const = np.arange(6, dtype=np.float32) - 2.5
+    data = binary_model(BuiltinOperator.MUL, const, external=external)
+    program = offload.load(data)
+    x = np.linspace(-1, 1, 6, dtype=np.float32)
+    got = offload.evaluate(program, {"x": x})["y"]
+    want = litert(data, {"x": x})["y"] if Interpreter is not None else x * const
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    (c,) = program.main.body.constants.values()
+    if external:  # read in place from the file's bytes
+        assert not c.const_value.flags.owndata and not c.const_value.flags.writeable
+
+
+def test_external_buffer_past_the_end_is_a_format_error():
+    data = binary_model(BuiltinOperator.MUL, np.ones(6, np.float32), external=True)
+    with pytest.raises(ModelFormatError, match=r"buffers\[1\].*past the end"):
+        offload.load(data[:-4])
+
+
+def test_unsupported_operator_is_named_with_its_index():
+    data = binary_model(BuiltinOperator.ATAN2, np.ones(6, np.float32), external=False)
+    with pytest.raises(UnsupportedOpError, match=r"operator 0 \(ATAN2, version 1\)"):
+        offload.load(data)
+    assert "ATAN2" not in RULES
+
+
+def test_not_a_tflite_file():
+    with pytest.raises(ModelFormatError, match="TFL3"):
+        from offload.frontends.tflite import import_tflite
+
+        import_tflite(b"\x00" * 16, "x.tflite")
+
+
+@pytest.mark.parametrize("name", ["shapes_f32", "cnn_f16w"])
+def test_truncations_and_byte_flips_end_in_offload_errors(name):
+    """A damaged file either still imports or raises an OffloadError; nothing else escapes."""
+    data = (HERE / f"{name}.tflite").read_bytes()
+    rng = np.random.default_rng(3)
+    cuts = sorted({0, 4, 7, 8, 12, len(data) - 1, *rng.integers(8, len(data), 60).tolist()})
+    mutants = [data[:n] for n in cuts]
+    for _ in range(250):
+        flipped = bytearray(data)
+        for at in rng.integers(0, len(data), 1 + int(rng.integers(0, 3))):
+            flipped[at] ^= 1 << int(rng.integers(0, 8))
+        mutants.append(bytes(flipped))
+    errors = 0
+    for i, mutant in enumerate(mutants):
+        try:
+            offload.load(mutant)
+        except OffloadError:
+            errors += 1
+        except Exception as e:  # pragma: no cover - the failure this test exists for
+            pytest.fail(f"mutant {i} raised {type(e).__name__}: {e}")
+    assert errors >= len(cuts)  # every truncation at least is refused
+
+
+@pytest.mark.parametrize("name", FLOAT32)
+def test_float_fixtures_run_delegated_on_opencl(name, tmp_path):
+    from tests.delegates.opencl_support import needs_opencl, run_on_opencl
+
+    if needs_opencl.args[0]:
+        pytest.skip(needs_opencl.kwargs["reason"])
+    program = offload.load(HERE / f"{name}.tflite")
+    feeds, want = oracle(name)
+    lowered, got = run_on_opencl(program, feeds, tmp_path)
+    assert_close(got, want)
+    inside = sum(
+        sum(1 for _ in op.attributes["fallback"].walk())
+        for op in lowered.main.body.operations
+        if op.op_type == "Delegate"
+    )
+    outside = sum(1 for op in lowered.main.body.walk() if op.op_type != "Delegate") - inside
+    assert inside / (inside + outside) >= 0.95, (inside, outside)
+
+
+def test_schema_parser_agrees_with_flatc():
+    """The reader's field slots, parsed from tflite.fbs, are the ones flatc's code reads."""
+    import re
+
+    from offload.frontends.tflite_reader import schema
+
+    generated = Path(__file__).resolve().parents[2] / "schemas" / "generated" / "tflite"
+    accessor = re.compile(
+        r"def (\w+)\(self\):\n\s+o = flatbuffers\.number_types\.UOffsetTFlags\.py_type\(self\._tab\.Offset\((\d+)\)\)"
+    )
+    checked = 0
+    for table, fields in schema().tables.items():
+        offsets = {m[0]: int(m[1]) for m in accessor.findall((generated / f"{table}.py").read_text())}
+        for f in fields.values():
+            camel = "".join(part[:1].upper() + part[1:] for part in f.name.split("_"))
+            if f.type in schema().unions:
+                assert offsets.get(camel + "Type") == f.voffset and offsets.get(camel) == f.voffset + 2, f
+                checked += 1
+            elif camel in offsets:
+                assert offsets[camel] == f.voffset, (table, f)
+                checked += 1
+    assert checked > 200  # of the 313 fields; the rest are flatc accessors of another shape
