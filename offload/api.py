@@ -20,22 +20,23 @@ def save(program: Program, path: str | os.PathLike | None = None) -> bytes | Non
     return None
 
 
-def to_backend(program: Program, backend, compile_specs=None) -> Program:
+def to_backend(program: Program, backend, compile_specs=None, passes="default") -> Program:
     """A copy of ``program`` whose supported parts run on backend delegates (see docs/pte.md).
 
     ``backend`` is a backend name, a list of names in priority order, or a ``Partitioner``.
     ``compile_specs`` maps a backend name to a list of ``CompileSpec`` or to a dict of
-    key → value. Each partition becomes one ``offload::Delegate`` op whose fallback block is
-    the partition itself; the input program is left unchanged.
+    key → value. ``passes`` is what ``optimize`` runs first: ``"default"`` (the default
+    pipeline), ``"none"`` (partition the program as it is) or a list of pass names. Each
+    partition becomes one ``offload::Delegate`` op whose fallback block is the partition
+    itself, so the CPU fallbacks run the optimized ops; the input program is left unchanged.
     """
     from offload.ir import verify
-    from offload.ir.clone import clone_program
     from offload.partitioner import Partitioner
     from offload.partitioner.lowering import lower_partitions, normalize_specs
 
     partitioner = backend if isinstance(backend, Partitioner) else Partitioner(_as_list(backend))
     specs = normalize_specs(compile_specs, partitioner)
-    lowered = clone_program(program)
+    lowered = optimize(program, passes)  # a copy, also for passes="none"
     lower_partitions(lowered, partitioner, specs)
     verify(lowered)
     return lowered
@@ -61,6 +62,8 @@ def optimize(
     name raises ``UnknownPassError`` listing the known ones. ``verify_each`` verifies the
     program after every pass (default: when ``OFFLOAD_VERIFY_PASSES`` is set). ``records``, a
     list, receives one ``PassRecord`` per pass run (what it changed, op counts, time).
+    ``quantization::add_fp16_cast`` (not in the default) makes the inside float16;
+    ``offload.passes.quantization.add_fp16_cast.output_errors`` reports its error per output.
     """
     from offload.ir import verify
     from offload.ir.clone import clone_program

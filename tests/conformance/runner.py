@@ -61,8 +61,11 @@ def _assert_identical(a, b, where: str) -> None:
 
 
 def _delegated(program):
-    """Lower every op the example plugin backend takes (through its entry point), then run as .pte."""
-    return _through_pte(offload.to_backend(program, "example"), reference=program)
+    """Lower every op the example plugin backend takes (through its entry point), then run as .pte.
+
+    No graph passes run first: this path holds delegation itself to evaluate's results bit for bit.
+    """
+    return _through_pte(offload.to_backend(program, "example", passes="none"), reference=program)
 
 
 # Cases whose program the opencl path lowered whole (every op in delegates), by case id.
@@ -73,7 +76,8 @@ def _opencl(program, case_key: str = ""):
     """Lower every op the `opencl` backend claims, then run as .pte on the OpenCL device.
 
     Its results are held to the case's expected data and tolerances only (float kernels are not
-    bit-equal to numpy); every delegate must really run on the device.
+    bit-equal to numpy); every delegate must really run on the device. The default graph passes
+    run first, as for any user of to_backend.
     """
     lowered = offload.to_backend(program, "opencl")
     ops = lowered.main.body.operations
@@ -89,11 +93,13 @@ def _opencl(program, case_key: str = ""):
 def _cuda(program):
     """Lower every op the `cuda` backend claims, save, load and run.
 
-    Without a CUDA device (every machine of this project) each delegate must carry id `cuda` and
-    run its CPU fallback, bit for bit what evaluate gives; on a GPU machine the delegates run on
-    the device and are held to the case's expected data like the opencl path.
+    The default graph passes run first. Without a CUDA device each delegate must carry id `cuda`
+    and run its CPU fallback, bit for bit what evaluate gives on the optimized program (the
+    fallbacks are its ops); on a GPU machine the delegates run on the device and are held to the
+    case's expected data like the opencl path.
     """
     lowered = offload.to_backend(program, "cuda")
+    optimized = offload.optimize(program)
     module = offload.runtime.load(offload.save(lowered))
     infos = [d for name in module.method_names for d in module.method(name).delegates]
     assert all(d.backend == "cuda" for d in infos), infos
@@ -103,7 +109,7 @@ def _cuda(program):
 
     def run(inputs):
         got = module.run(inputs)
-        for (name, a), b in zip(got.items(), offload.evaluate(program, inputs).values()):
+        for (name, a), b in zip(got.items(), offload.evaluate(optimized, inputs).values()):
             _assert_identical(a, b, f"output '{name}' through the cuda fallback vs evaluate")
         return got
 

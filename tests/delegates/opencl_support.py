@@ -62,7 +62,7 @@ def reference(program, feeds) -> dict:
 
 def run_on_opencl(program, feeds, tmp_path, partitions=None):
     """to_backend("opencl") → save → runtime.load → run; every delegate must run on opencl."""
-    lowered = offload.to_backend(program, "opencl")
+    lowered = offload.to_backend(program, "opencl", passes="none")
     path = tmp_path / "m.pte"
     offload.save(lowered, path)
     module = runtime.load(str(path))
@@ -97,7 +97,7 @@ def plan_and_handle(program):
 
     from offload.delegates.opencl.runtime import OpenCLRuntime
 
-    lowered = offload.to_backend(program, "opencl")
+    lowered = offload.to_backend(program, "opencl", passes="none")
     (delegate,) = [op for op in lowered.main.body.operations if op.op_type == "Delegate"]
     blob = delegate.attributes["processed"]
     weights = {n: v.const_value for n, v in delegate.attributes["fallback"].constants.items()}

@@ -178,20 +178,23 @@ def test_cuda_is_a_builtin_backend():
         "device",
         "arch",
         "precision",
+        "fp16_check",
         "max_shapes",
         "shapes",
     }
 
 
 def test_without_arch_the_blob_carries_the_plan_alone():
-    lowered = offload.to_backend(_mlp(), "cuda")
+    lowered = offload.to_backend(_mlp(), "cuda", passes="none")
     plan, binaries = blob.unpack(_delegate(lowered).attributes["processed"])
     assert binaries == [] and [s["type"] for s in plan["ops"]] == ["MatMul", "Relu", "Transpose"]
 
 
 @needs_nvrtc
 def test_arch_stores_a_cubin_per_arch_and_ptx_for_the_newest():
-    lowered = offload.to_backend(_mlp(), "cuda", compile_specs={"cuda": {"arch": "sm_90, sm_80"}})
+    lowered = offload.to_backend(
+        _mlp(), "cuda", compile_specs={"cuda": {"arch": "sm_90, sm_80"}}, passes="none"
+    )
     d = _delegate(lowered)
     plan, binaries = blob.unpack(d.attributes["processed"])
     constants = d.attributes["fallback"].constants
@@ -215,10 +218,10 @@ def test_arch_stores_a_cubin_per_arch_and_ptx_for_the_newest():
 def test_arch_of_a_symbolic_plan_compiles_the_kernels_of_the_listed_shapes():
     nodes = [helper.make_node("Transpose", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
     p = model(nodes, [("x", ["N", 3])], ["y"])
-    alone = offload.to_backend(p, "cuda", compile_specs={"cuda": {"arch": "sm_80"}})
+    alone = offload.to_backend(p, "cuda", compile_specs={"cuda": {"arch": "sm_80"}}, passes="none")
     assert blob.unpack(_delegate(alone).attributes["processed"])[1] == []  # compiled at init instead
     specs = {"arch": "sm_80", "shapes": json.dumps([{"x": [2, 3]}, {"x": [5, 3]}])}
-    lowered = offload.to_backend(p, "cuda", compile_specs={"cuda": specs})
+    lowered = offload.to_backend(p, "cuda", compile_specs={"cuda": specs}, passes="none")
     plan, binaries = blob.unpack(_delegate(lowered).attributes["processed"])
     recorded = record(plan, {}, blas=True, inputs={plan["inputs"][0]: (2, 3)})
     keys = {kernel_key(q.source, q.options) for q in recorded.programs}
@@ -228,7 +231,7 @@ def test_arch_of_a_symbolic_plan_compiles_the_kernels_of_the_listed_shapes():
 @needs_nvrtc
 def test_arch_with_fp16_stores_the_half_storage_kernels():
     specs = {"cuda": {"arch": "sm_80", "precision": "fp16"}}
-    d = _delegate(offload.to_backend(_mlp(), "cuda", compile_specs=specs))
+    d = _delegate(offload.to_backend(_mlp(), "cuda", compile_specs=specs, passes="none"))
     plan, binaries = blob.unpack(d.attributes["processed"])
     assert plan["precision"] == "fp16"
     constants = d.attributes["fallback"].constants
@@ -238,7 +241,9 @@ def test_arch_with_fp16_stores_the_half_storage_kernels():
     keys = {kernel_key(p.source, p.options) for p in recorded.programs}
     assert {b.key for b in binaries} == keys
     # the fp32 plan's kernels are other builds (other keys)
-    fp32 = blob.unpack(_delegate(offload.to_backend(_mlp(), "cuda")).attributes["processed"])[0]
+    fp32 = blob.unpack(_delegate(offload.to_backend(_mlp(), "cuda", passes="none")).attributes["processed"])[
+        0
+    ]
     assert keys.isdisjoint(kernel_key(p.source, p.options) for p in record(fp32, host, blas=True).programs)
 
 
@@ -256,18 +261,20 @@ def test_arch_with_fp16_stores_the_half_storage_kernels():
 )
 def test_spec_errors(specs, match):
     with pytest.raises(CompileSpecError, match=match):
-        offload.to_backend(_mlp(), "cuda", compile_specs={"cuda": specs})
+        offload.to_backend(_mlp(), "cuda", compile_specs={"cuda": specs}, passes="none")
 
 
 @needs_nvrtc
 def test_an_arch_nvrtc_cannot_target_is_refused():
     with pytest.raises(CompileSpecError, match="cannot compile for sm_10"):
-        offload.to_backend(_mlp(), "cuda", compile_specs={"cuda": [CompileSpec.of("arch", "sm_10")]})
+        offload.to_backend(
+            _mlp(), "cuda", compile_specs={"cuda": [CompileSpec.of("arch", "sm_10")]}, passes="none"
+        )
 
 
 def test_a_symbolic_dim_is_delegated_and_a_data_dependent_shape_is_not():
     p = model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["N", 4])], ["y"])
-    (op,) = offload.to_backend(p, "cuda").main.body.operations
+    (op,) = offload.to_backend(p, "cuda", passes="none").main.body.operations
     assert op.op_type == "Delegate"
     nodes = [  # the shape is read from the maxima of a tensor: data, not shapes
         helper.make_node("ReduceMax", ["data", "one"], ["m"], keepdims=0),
@@ -302,7 +309,7 @@ def test_conformance_case_through_a_cuda_pte(name, tmp_path):
     (case,) = [c for c in node_cases() if c.name == name]
     program = offload.load(case.model)
     specs = {"cuda": {"arch": "sm_80,sm_90"}} if nvrtc.available() else None
-    lowered = offload.to_backend(program, "cuda", compile_specs=specs)
+    lowered = offload.to_backend(program, "cuda", compile_specs=specs, passes="none")
     assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
     path = tmp_path / "m.pte"
     offload.save(lowered, path)
@@ -336,7 +343,7 @@ def test_unavailable_says_why():
 
 
 def _run_on_cuda(program, feeds, tmp_path, specs=None):
-    lowered = offload.to_backend(program, "cuda", compile_specs=specs)
+    lowered = offload.to_backend(program, "cuda", compile_specs=specs, passes="none")
     path = tmp_path / "m.pte"
     offload.save(lowered, path)
     module = runtime.load(str(path))
@@ -398,7 +405,7 @@ def test_stored_cubins_load_and_a_warm_init_compiles_nothing():
     cc = device.device_for(0).cc
     arch = f"sm_{cc[0]}{cc[1]}"
     program = _mlp()
-    lowered = offload.to_backend(program, "cuda", compile_specs={"cuda": {"arch": arch}})
+    lowered = offload.to_backend(program, "cuda", compile_specs={"cuda": {"arch": arch}}, passes="none")
     d = _delegate(lowered)
     weights = {n: v.const_value for n, v in d.attributes["fallback"].constants.items()}
     device._MODULES.clear()
@@ -442,7 +449,7 @@ def _host_builder(program, monkeypatch, specs=None):
     from offload.delegates.cuda import runtime as cuda_runtime
 
     monkeypatch.setattr(cuda_runtime, "build", lambda device, source, options, binaries: _Module())
-    d = _delegate(offload.to_backend(program, "cuda", compile_specs=specs))
+    d = _delegate(offload.to_backend(program, "cuda", compile_specs=specs, passes="none"))
     plan, _ = blob.unpack(d.attributes["processed"])
     constants = d.attributes["fallback"].constants
     host = {int(i): constants[n].const_value for i, n in plan["weights"].items()}

@@ -39,7 +39,7 @@ def delegate_programs(program, specs=None) -> tuple[set[Program], list[str]]:
     """The kernels every cuda delegate of ``program`` builds (GEMMs as cuBLAS calls, and as
     matmul.cl for the builders without BLAS), and the reasons of delegates whose launchers
     refused their plan (another op family's business: its own tests say so)."""
-    lowered = offload.to_backend(program, "cuda", compile_specs=specs)
+    lowered = offload.to_backend(program, "cuda", compile_specs=specs, passes="none")
     found, refused = set(), []
     for op in lowered.main.body.operations:
         if op.op_type != "Delegate":

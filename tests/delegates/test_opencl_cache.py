@@ -91,7 +91,7 @@ def _matmul_program():
 def _run_lowered(program, specs, feeds):
     import offload
 
-    lowered = offload.to_backend(program, "opencl", compile_specs=specs)
+    lowered = offload.to_backend(program, "opencl", compile_specs=specs, passes="none")
     module = offload.runtime.load(offload.save(lowered))
     assert all(d.runs_on == "backend" for d in module.method("forward").delegates)
     return module.run(feeds)["y"]
@@ -128,7 +128,9 @@ def test_unknown_tuning_value_is_refused():
     import offload
 
     with pytest.raises(offload.errors.OffloadError, match="tuning"):
-        offload.to_backend(_matmul_program(), "opencl", compile_specs={"opencl": {"tuning": "slow"}})
+        offload.to_backend(
+            _matmul_program(), "opencl", compile_specs={"opencl": {"tuning": "slow"}}, passes="none"
+        )
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])

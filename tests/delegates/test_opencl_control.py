@@ -43,7 +43,7 @@ def _graph(name, nodes, inputs, outputs, initializers=()):
 
 
 def _module(program, tmp_path):
-    lowered = offload.to_backend(program, "opencl")
+    lowered = offload.to_backend(program, "opencl", passes="none")
     assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
     offload.save(lowered, tmp_path / "m.pte")
     module = runtime.load(str(tmp_path / "m.pte"))
@@ -299,7 +299,7 @@ def test_scan_outputs_of_a_data_dependent_loop_stay_on_the_cpu():
 
 def test_a_malformed_sub_plan_is_a_model_format_error():
     program = _counting_loop(False)
-    lowered = offload.to_backend(program, "opencl")
+    lowered = offload.to_backend(program, "opencl", passes="none")
     (delegate,) = lowered.main.body.operations
     plan = json.loads(delegate.attributes["processed"])
     weights = {n: v.const_value for n, v in delegate.attributes["fallback"].constants.items()}

@@ -41,7 +41,7 @@ def _launched(program) -> list[str]:
 
 
 def _stays_on_cpu(program) -> bool:
-    lowered = offload.to_backend(program, "opencl")
+    lowered = offload.to_backend(program, "opencl", passes="none")
     return all(op.op_type != "Delegate" for op in lowered.main.body.operations)
 
 

@@ -26,7 +26,7 @@ RNG = np.random.default_rng(7)
 
 
 def _module(program, tmp_path, specs=None):
-    lowered = offload.to_backend(program, "opencl", compile_specs={"opencl": specs or []})
+    lowered = offload.to_backend(program, "opencl", compile_specs={"opencl": specs or []}, passes="none")
     assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
     path = tmp_path / "m.pte"
     offload.save(lowered, path)
@@ -229,7 +229,9 @@ def test_bad_shape_specs_are_refused():
     p = model([helper.make_node("Tanh", ["x"], ["y"])], [("x", ["N", 3])], ["y"])
     for key, value in [("max_shapes", "0"), ("shapes", "[[1, 2]]"), ("shapes", "not json")]:
         with pytest.raises(offload.errors.OffloadError, match=key if key == "max_shapes" else "shapes"):
-            offload.to_backend(p, "opencl", compile_specs={"opencl": [CompileSpec.of(key, value)]})
+            offload.to_backend(
+                p, "opencl", compile_specs={"opencl": [CompileSpec.of(key, value)]}, passes="none"
+            )
 
 
 def test_an_input_that_breaks_a_symbol_is_a_shape_error(tmp_path):

@@ -51,7 +51,7 @@ def _r(x) -> np.ndarray:
 
 
 def lower(program):
-    return offload.to_backend(program, "opencl", compile_specs=SPECS)
+    return offload.to_backend(program, "opencl", compile_specs=SPECS, passes="none")
 
 
 def run_fp16(program, feeds, tmp_path):
@@ -105,7 +105,7 @@ def test_bad_precision_is_refused_at_to_backend():
     p = _one("Relu", [("x", [2, 3])])
     for bad in ("fp8", "FP16", "half", ""):
         with pytest.raises(CompileSpecError, match="precision"):
-            offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": bad}})
+            offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": bad}}, passes="none")
 
 
 def test_plan_records_precision_and_buffers_are_half():
@@ -127,7 +127,7 @@ def test_plan_records_precision_and_buffers_are_half():
     finally:
         OpenCLRuntime().destroy(h)
     # fp32 (the default) writes the plan as before: no "precision" key
-    lowered = offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": "fp32"}})
+    lowered = offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": "fp32"}}, passes="none")
     (delegate,) = lowered.main.body.operations
     assert "precision" not in json.loads(delegate.attributes["processed"])
 
@@ -671,7 +671,7 @@ def _overflowing():
 
 def _fp16_module(program, check: str | None):
     specs = {"opencl": {"precision": "fp16", **({"fp16_check": check} if check is not None else {})}}
-    lowered = offload.to_backend(program, "opencl", compile_specs=specs)
+    lowered = offload.to_backend(program, "opencl", compile_specs=specs, passes="none")
     module = runtime.load(offload.save(lowered))
     assert all(d.runs_on == "backend" for d in module.method("forward").delegates)
     return module
@@ -701,4 +701,6 @@ def test_fp16_check_reruns_an_overflowing_call_in_float32_and_warns_once():
 
 def test_fp16_check_takes_0_or_1():
     with pytest.raises(CompileSpecError, match="fp16_check='yes'"):
-        offload.to_backend(_overflowing(), "opencl", compile_specs={"opencl": {"fp16_check": "yes"}})
+        offload.to_backend(
+            _overflowing(), "opencl", compile_specs={"opencl": {"fp16_check": "yes"}}, passes="none"
+        )

@@ -39,7 +39,7 @@ def test_range(dtype, start, limit, delta, tmp_path):
 def test_range_specializes_per_value(tmp_path):
     # one program, run with several lengths: the inputs are read on the host each time
     p = _range_model(np.int64)
-    lowered = offload.to_backend(p, "opencl")
+    lowered = offload.to_backend(p, "opencl", passes="none")
     path = tmp_path / "m.pte"
     offload.save(lowered, path)
     module = offload.runtime.load(str(path))
@@ -101,7 +101,7 @@ def test_trilu_fp16(tmp_path):
     from offload import runtime
 
     p = _trilu(np.float32, (5, 6), 1, True)
-    lowered = offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": "fp16"}})
+    lowered = offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": "fp16"}}, passes="none")
     offload.save(lowered, tmp_path / "m.pte")
     x = RNG.standard_normal((5, 6)).astype(np.float16).astype(np.float32)  # half holds it exactly
     feeds = {"x": x, "k": np.array(-1, np.int64)}

@@ -258,7 +258,7 @@ def test_fp16_storage(op, attrs, tmp_path):
     peep = op == "LSTM"
     p, feeds = _case(op, direction="bidirectional", lens=[5, 2, 4], init=True, peep=peep, half=True, **attrs)
     want = reference(p, feeds)
-    lowered = offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": "fp16"}})
+    lowered = offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": "fp16"}}, passes="none")
     assert [o.op_type for o in lowered.main.body.operations] == ["Delegate"]
     offload.save(lowered, tmp_path / "m.pte")
     module = runtime.load(str(tmp_path / "m.pte"))
@@ -274,7 +274,7 @@ def test_fp16_storage(op, attrs, tmp_path):
 
 def _recorded(program, blas: bool):
     """The device-free record of ``program`` lowered whole to cuda (what every GPU builder is asked)."""
-    lowered = offload.to_backend(program, "cuda")
+    lowered = offload.to_backend(program, "cuda", passes="none")
     (d,) = [op for op in lowered.main.body.operations if op.op_type == "Delegate"]
     plan, _ = blob.unpack(d.attributes["processed"])
     host = {int(i): d.attributes["fallback"].constants[n].const_value for i, n in plan["weights"].items()}
@@ -348,13 +348,13 @@ def test_refused_ops_stay_on_the_cpu(op, attrs, dtype, reason):
     p = _node_program(op, (2, 1, 2), attrs, dtype)
     support = registry.get("opencl").compiler().supports(p.main.body.operations[0])
     assert not support and reason in support.reason, support
-    lowered = offload.to_backend(p, "opencl")
+    lowered = offload.to_backend(p, "opencl", passes="none")
     assert [o.op_type for o in lowered.main.body.operations] == [op]
 
 
 def test_a_plan_whose_weights_do_not_fit_is_malformed():
     p, _ = _case("GRU", I=4, H=6)
-    lowered = offload.to_backend(p, "cuda")
+    lowered = offload.to_backend(p, "cuda", passes="none")
     (d,) = [op for op in lowered.main.body.operations if op.op_type == "Delegate"]
     plan, _ = blob.unpack(d.attributes["processed"])
     host = {int(i): d.attributes["fallback"].constants[n].const_value for i, n in plan["weights"].items()}
@@ -376,7 +376,7 @@ def test_symbolic_sequence_and_batch_specialize_per_shape(tmp_path):
     weights.append(("B", _normal((1, 8 * H))))
     inputs = [("x", ["T", "N", I]), ("lens", ["N"], np.int32), ("h0", [1, "N", H])]
     p = model([node], inputs, ["Y", "Y_h"], weights)
-    lowered = offload.to_backend(p, "opencl")
+    lowered = offload.to_backend(p, "opencl", passes="none")
     assert [o.op_type for o in lowered.main.body.operations] == ["Delegate"]
     offload.save(lowered, tmp_path / "m.pte")
     module = runtime.load(str(tmp_path / "m.pte"))

@@ -26,7 +26,9 @@ def test_chain_becomes_one_delegate_and_input_is_unchanged():
     p = build(nodes, ["c"], constants={"w": np.full((2, 3), 2.0)})
     before = dump(p)
     backend = FakeBackend("fake", SUP)
-    lowered = offload.to_backend(p, Partitioner([backend]), compile_specs={"fake": {"level": 3}})
+    lowered = offload.to_backend(
+        p, Partitioner([backend]), compile_specs={"fake": {"level": 3}}, passes="none"
+    )
     assert dump(p) == before
     verify(p)
     d0, d1 = _delegates(lowered)
@@ -50,7 +52,7 @@ def test_chain_becomes_one_delegate_and_input_is_unchanged():
 
 def test_weight_used_only_inside_moves_with_its_name():
     p = build([("a", "Mul", ["x", "w"]), ("n", "Neg", ["a"])], ["n"], constants={"w": np.ones((2, 3))})
-    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]))
+    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]), passes="none")
     (d,) = _delegates(lowered)
     assert list(d.attributes["fallback"].constants) == ["w"]
     assert "w" not in lowered.main.body.constants
@@ -58,7 +60,7 @@ def test_weight_used_only_inside_moves_with_its_name():
 
 def test_weight_shared_with_cpu_is_copied_under_a_fresh_name():
     p = build([("a", "Mul", ["x", "w"]), ("n", "Sub", ["a", "w"])], ["n"], constants={"w": np.ones((2, 3))})
-    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]))
+    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]), passes="none")
     (d,) = _delegates(lowered)
     (name,) = d.attributes["fallback"].constants
     assert name != "w" and "w" in lowered.main.body.constants
@@ -67,7 +69,7 @@ def test_weight_shared_with_cpu_is_copied_under_a_fresh_name():
 def test_outputs_used_outside_and_function_results():
     nodes = [("a", "Relu", ["x"]), ("b", "Relu", ["a"]), ("n", "Neg", ["a"])]
     p = build(nodes, ["b", "n"])
-    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]))
+    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]), passes="none")
     (d,) = _delegates(lowered)
     assert [v.name for v in d.outputs] == ["a", "b"]
     got, want = offload.evaluate(lowered, {"x": X}), offload.evaluate(p, {"x": X})
@@ -80,7 +82,7 @@ def test_merged_partition_is_placed_after_its_inputs():
     # a and b merge across n, but b reads n: the delegate must come after n.
     nodes = [("a", "Relu", ["x"]), ("n", "Neg", ["x"]), ("b", "Relu", ["n"]), ("c", "Sub", ["a", "b"])]
     p = build(nodes, ["c"])
-    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]))
+    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]), passes="none")
     assert len(_delegates(lowered)) == 1
     np.testing.assert_array_equal(
         offload.evaluate(lowered, {"x": X})["c"], offload.evaluate(p, {"x": X})["c"]
@@ -91,7 +93,7 @@ def test_if_program_lowered_both_ways():
     args = {"x": X, "cond": np.array(True)}
     p = _if_program(SUP)
     for ops in (SUP, SUP | {"If"}):
-        lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", ops)]))
+        lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", ops)]), passes="none")
         np.testing.assert_array_equal(offload.evaluate(lowered, args)["y"], offload.evaluate(p, args)["y"])
 
 
@@ -105,7 +107,7 @@ def test_unknown_compile_spec_and_unknown_backend_in_specs():
 
 def test_nothing_supported_gives_an_equal_copy():
     p = build([("n", "Neg", ["x"])], ["n"])
-    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]))
+    lowered = offload.to_backend(p, Partitioner([FakeBackend("fake", SUP)]), passes="none")
     assert lowered is not p and dump(lowered) == dump(p)
 
 
@@ -116,7 +118,7 @@ def _same_numerics(program, backend_ops, min_ops=1):
         shape = [d if isinstance(d, int) else 1 for d in v.type.shape]
         inputs[v.name] = rng.standard_normal(shape).astype(v.type.dtype.numpy)
     backend = FakeBackend("fake", backend_ops)
-    lowered = offload.to_backend(program, Partitioner([backend], min_ops=min_ops))
+    lowered = offload.to_backend(program, Partitioner([backend], min_ops=min_ops), passes="none")
     assert _delegates(lowered)
     want, got = offload.evaluate(program, inputs), offload.evaluate(lowered, inputs)
     assert got.keys() == want.keys()
@@ -150,7 +152,7 @@ def test_backend_by_registered_name(example_model):
     if registry.find("example") is None:
         pytest.skip("the example plugin backend is not installed")
     program = offload.load(example_model)
-    lowered = offload.to_backend(program, "example")
+    lowered = offload.to_backend(program, "example", passes="none")
     assert all(d.attributes["backend"] == "example" for d in _delegates(lowered))
     x = np.random.default_rng(1).standard_normal([1, 3, 32, 32]).astype(np.float32)
     name = program.main.inputs[0].name

@@ -1,6 +1,7 @@
 """The pass registry, the pipeline and offload.optimize."""
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 import offload
@@ -111,3 +112,40 @@ def test_default_pipeline_matches_onnxruntime_on_a_small_cnn():
     )
     out = check(data, "default", {"x": rand(1, 3, 5, 5, seed=9)}, rtol=1e-4, atol=1e-5)
     assert op_types(out) == {"Conv": 1, "Relu": 1, "Reshape": 1}
+
+
+def test_to_backend_runs_the_default_pipeline_first_unless_told_not_to():
+    from onnx import TensorProto as TP
+    from onnx import helper as H
+    from onnx import numpy_helper as NH
+
+    from offload.partitioner import Partitioner
+    from tests.partitioner.helpers import FakeBackend
+
+    rng = np.random.default_rng(0)
+    inits = {"w": rng.standard_normal((4, 3, 3, 3)), "s": rng.random(4) + 0.5, "b": rng.standard_normal(4)}
+    inits |= {"m": rng.standard_normal(4), "v": rng.random(4) + 0.5}
+    graph = H.make_graph(
+        [
+            H.make_node("Conv", ["x", "w"], ["c"]),
+            H.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+            H.make_node("Relu", ["n"], ["y"]),
+        ],
+        "g",
+        [H.make_tensor_value_info("x", TP.FLOAT, [1, 3, 6, 6])],
+        [H.make_tensor_value_info("y", TP.FLOAT, None)],
+        [NH.from_array(a.astype(np.float32), k) for k, a in inits.items()],
+    )
+    data = H.make_model(graph, opset_imports=[H.make_opsetid("", 21)], ir_version=10).SerializeToString()
+    program = offload.load(data)
+    x = {"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)}
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, x)[0]
+    for passes, fallback_ops in [
+        ("default", ["Conv", "Relu"]),
+        ("none", ["Conv", "BatchNormalization", "Relu"]),
+    ]:
+        backend = FakeBackend("fake", {"Conv", "BatchNormalization", "Relu"})
+        lowered = offload.to_backend(program, Partitioner([backend]), passes=passes)
+        (delegate,) = lowered.main.body.operations
+        assert [op.op_type for op in delegate.attributes["fallback"].operations] == fallback_ops
+        np.testing.assert_allclose(offload.evaluate(lowered, x)["y"], want, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,1 @@
+"""Passes over tensor-shaping ops: Concat, Slice, Reshape, OneHot."""

@@ -1,0 +1,1 @@
+"""Precision passes: running a float32 model in float16 inside."""
