@@ -31,7 +31,11 @@ def load(model: str | os.PathLike | bytes) -> Program:
         if not os.path.exists(path):
             raise ModelFormatError(f"{path}: no such file")
         if os.path.isdir(path):
-            raise ModelFormatError(f"{path}: is a folder; offload reads ONNX models from files")
+            from .nnpackage import import_nnpackage_folder, is_package_folder
+
+            if is_package_folder(path):
+                return import_nnpackage_folder(path)
+            raise ModelFormatError(f"{path}: is a folder without metadata/MANIFEST (not an nnpackage)")
         size = os.path.getsize(path)
         if size > MAX_MODEL_BYTES:
             raise ModelFormatError(f"{path}: {size} bytes is larger than the {MAX_MODEL_BYTES}-byte limit")
@@ -45,6 +49,10 @@ def load(model: str | os.PathLike | bytes) -> Program:
         from .tflite import import_tflite
 
         return import_tflite(data, origin)
+    if kind == "zip":
+        from .nnpackage import import_nnpackage_zip
+
+        return import_nnpackage_zip(data, origin)
     if kind != "onnx":
         raise ModelFormatError(
             f"{origin}: looks like a {kind} file; this version of offload imports ONNX models"

@@ -42,6 +42,14 @@ from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
 from offload.schemas.generated.tflite.Padding import Padding
 from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 
+from .tflite_quant import (
+    ACTIVATION_DTYPES,
+    HYBRID_OPS,
+    QUANTIZED_DTYPES,
+    dequantize_array,
+    hybrid_input,
+    quant_inputs,
+)
 from .tflite_reader import Buffer, Table
 
 MAX_RANK = 64
@@ -336,6 +344,11 @@ UNARY = {
     "TANH": "Tanh",
     "HARD_SWISH": "HardSwish",  # x·relu6(x + 3)/6 = ONNX's x·max(0, min(1, x/6 + 1/2))
     "ELU": "Elu",  # alpha 1
+    "FLOOR": "Floor",
+    "CEIL": "Ceil",
+    "SIN": "Sin",
+    "COS": "Cos",
+    "SIGN": "Sign",
 }
 
 
@@ -535,11 +548,311 @@ def batch_matmul(node: Node) -> list:
     return node.op("MatMul", [x, y])
 
 
-@rule("DEQUANTIZE", version=4)
+@rule("DEQUANTIZE", version=6)
 def dequantize(node: Node) -> list:
-    if node.tensors[0].get("type") != TflType.FLOAT16:
-        raise node.unsupported("only float16 inputs (fp16 weights) are dequantized in this version")
-    return node.op("Cast", node.inputs[:1], {"to": int(DataType.FLOAT)})
+    """float16 weights: a Cast; int8/uint8/int16 tensors: their float values (a constant
+    dequantized at import, DequantizeLinear for an activation)."""
+    x = node.inputs[0]
+    if node.tensors[0].get("type") == TflType.FLOAT16:
+        return node.op("Cast", [x], {"to": int(DataType.FLOAT)})
+    y = node.imp.dequantized(x)
+    if y is x:
+        raise node.unsupported(f"input of type {x.type} has no scale to dequantize with")
+    return [
+        y
+        if y.producer is not None and y.producer.op_type == "DequantizeLinear"
+        else node.one("Identity", [y])
+    ]
+
+
+@rule("QUANTIZE", version=3)
+def quantize(node: Node) -> list:
+    """float → int: QuantizeLinear; int → int (a change of scale): DequantizeLinear first."""
+    x = node.imp.dequantized(node.inputs[0])
+    y = node.imp.quantized(x, node.outputs[0], f"operator {node.index} output 0")
+    if y is x:
+        raise node.unsupported("its output has no scale to quantize with")
+    return [y]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules: transposed convolution, resizing, depth ↔ space, normalisation, padding modes.
+
+
+def _int64(node: Node, i: int) -> Value:
+    """Input ``i`` (an int32 or int64 shape, size or axis tensor) as int64."""
+    v = node.inputs[i]
+    if v.const_value is not None:
+        return node.ints(v.const_value.astype(np.int64))
+    return node.one("Cast", [v], {"to": int(DataType.INT64)})
+
+
+def _out_dtype(node: Node, i: int = 0) -> DataType:
+    code = node._tensor(i, True, None).get("type")
+    if code not in DTYPES:
+        raise node.unsupported(f"output type {_TYPE_NAMES.get(code, code)} is not supported")
+    return DTYPES[code]
+
+
+def _cast_to_output(node: Node, x: Value, i: int = 0) -> Value:
+    """``x`` (an int64 index result) cast to the type the file gives output ``i``."""
+    dtype = _out_dtype(node, i)
+    return x if dtype == DataType.INT64 else node.one("Cast", [x], {"to": int(dtype)})
+
+
+@rule("TRANSPOSE_CONV", version=5, inputs=3)
+def transpose_conv(node: Node) -> list:
+    """Inputs (output shape, OHWI filter, NHWC input, optional bias). TFLite places input pixel i
+    at output i·stride - before, where ``before`` is the SAME padding of a conv from the output
+    shape back to the input; ONNX ConvTranspose does the same with pads [before, after], after
+    whatever the output shape leaves (output_padding when it asks for more)."""
+    out_shape = node.const(0).astype(np.int64).reshape(-1)
+    _, kh, kw, _ = node.shape(1, 4)
+    _, h, w, _ = node.dims(2, 4)
+    strides = [node.opt("stride_h"), node.opt("stride_w")]
+    if len(out_shape) != 4 or min(strides) < 1 or not isinstance(h, int) or not isinstance(w, int):
+        raise node.fail(
+            f"output shape {out_shape.tolist()}, strides {strides} or input {h}×{w} is not usable"
+        )
+    padding = node.opt("padding")
+    if padding not in (Padding.SAME, Padding.VALID):
+        raise node.fail(f"padding {padding} is neither SAME nor VALID")
+    begin, end, extra = [], [], []
+    for size, k, s, out in ((h, kh, strides[0], out_shape[1]), (w, kw, strides[1], out_shape[2])):
+        before = same_pads(int(out), k, s, 1)[0] if padding == Padding.SAME else 0
+        after = s * (size - 1) + k - before - int(out)
+        begin.append(before)
+        end.append(max(after, 0))
+        extra.append(max(-after, 0))
+    attrs = {"strides": strides, "kernel_shape": [kh, kw], "pads": begin + end}
+    if any(extra):
+        attrs["output_padding"] = extra
+    w_ = permuted(node, 1, [3, 0, 1, 2])  # OHWI → IOHW
+    x = node.inputs[2]
+    y = in_nchw(node, "ConvTranspose", [x, w_, _optional(node, 3)], attrs)
+    return [node.activation(y) if "fused_activation_function" in node.options.fields else y]
+
+
+@rule("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", version=4, inputs=2)
+def resize(node: Node) -> list:
+    """ONNX Resize on the H and W axes of NHWC. TFLite's coordinate rules map to ONNX modes:
+    bilinear samples out·scale (asymmetric), or (out + ½)·scale - ½ clamped at the edges
+    (half_pixel), or out·(in - 1)/(out - 1) (align_corners); nearest takes
+    floor(out·scale), floor((out + ½)·scale) (tf_half_pixel_for_nn) or round-half-up of the
+    align_corners coordinate."""
+    align, half = bool(node.opt("align_corners")), bool(node.opt("half_pixel_centers"))
+    if align and half:
+        raise node.fail("align_corners and half_pixel_centers are both set")
+    if node.name == "RESIZE_BILINEAR":
+        mode = "align_corners" if align else "half_pixel" if half else "asymmetric"
+        attrs = {"mode": "linear", "coordinate_transformation_mode": mode}
+    else:
+        mode = "align_corners" if align else "tf_half_pixel_for_nn" if half else "asymmetric"
+        rounding = "round_prefer_ceil" if align else "floor"
+        attrs = {"mode": "nearest", "coordinate_transformation_mode": mode, "nearest_mode": rounding}
+    attrs["axes"] = [1, 2]
+    return node.op("Resize", [node.inputs[0], None, None, _int64(node, 1)], attrs)
+
+
+@rule("DEPTH_TO_SPACE", "SPACE_TO_DEPTH", version=2)
+def depth_space(node: Node) -> list:
+    # TFLite orders the moved channels (row offset, column offset, channel): ONNX's DCR order.
+    size = int(node.opt("block_size"))
+    if size < 1:
+        raise node.fail(f"block size {size} is not positive")
+    if node.name == "DEPTH_TO_SPACE":
+        return [in_nchw(node, "DepthToSpace", node.inputs[:1], {"blocksize": size, "mode": "DCR"})]
+    return [in_nchw(node, "SpaceToDepth", node.inputs[:1], {"blocksize": size})]
+
+
+L2_EPSILON = 1e-6  # TFLite divides by max(‖x‖, 1e-6)
+
+
+@rule("L2_NORMALIZATION", version=2)
+def l2_normalization(node: Node) -> list:
+    x = node.inputs[0]
+    total = node.one("ReduceSum", [node.one("Mul", [x, x]), node.ints([-1])], {"keepdims": 1})
+    norm = node.one("Max", [node.one("Sqrt", [total]), node.scalar(L2_EPSILON)])
+    return [node.activation(node.one("Div", [x, norm]))]
+
+
+@rule("MIRROR_PAD", version=3, inputs=2)
+def mirror_pad(node: Node) -> list:
+    """REFLECT is ONNX Pad's reflect mode; SYMMETRIC (the border repeated) has no ONNX mode and
+    is built axis by axis: the reversed first ``before`` and last ``after`` slices around x."""
+    paddings = node.const(1).astype(np.int64).reshape(-1, 2)
+    x = node.inputs[0]
+    if node.opt("mode") == 0:
+        return node.op(
+            "Pad", [x, node.ints(np.concatenate([paddings[:, 0], paddings[:, 1]]))], {"mode": "reflect"}
+        )
+    if node.opt("mode") != 1:
+        raise node.fail(f"mirror pad mode {node.opt('mode')} is neither REFLECT nor SYMMETRIC")
+    shape = node.shape(0)
+    if len(shape) != len(paddings):
+        raise node.fail(f"{len(paddings)} paddings for an input of rank {len(shape)}")
+    for axis, (before, after) in enumerate(paddings.tolist()):
+        if before < 0 or after < 0 or max(before, after) > shape[axis]:
+            raise node.fail(f"padding ({before}, {after}) of axis {axis} exceeds its size {shape[axis]}")
+        if not before and not after:
+            continue
+        parts = [x]
+        axes = node.ints([axis])
+        step = node.ints([-1])
+        if before:
+            edge = node.ints([before - 1])
+            parts.insert(0, node.one("Slice", [x, edge, node.ints([INT64_MIN]), axes, step]))
+        if after:
+            start, stop = node.ints([shape[axis] - 1]), node.ints([shape[axis] - 1 - after])
+            parts.append(node.one("Slice", [x, start, stop, axes, step]))
+        x = node.one("Concat", parts, {"axis": axis})
+    return [node.one("Identity", [x]) if x is node.inputs[0] else x]
+
+
+@rule("GELU", version=2)
+def gelu(node: Node) -> list:
+    approximate = "tanh" if node.options is not None and node.opt("approximate") else "none"
+    return node.op("Gelu", node.inputs[:1], {"approximate": approximate})
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules: math, comparisons, logic, selection, indices.
+
+COMPARE = {
+    "LESS": "Less",
+    "LESS_EQUAL": "LessOrEqual",
+    "GREATER": "Greater",
+    "GREATER_EQUAL": "GreaterOrEqual",
+    "EQUAL": "Equal",
+    "LOGICAL_AND": "And",
+    "LOGICAL_OR": "Or",
+    "POW": "Pow",
+}
+
+
+@rule(*COMPARE, version=4, inputs=2)
+def compare(node: Node) -> list:
+    return node.op(COMPARE[node.name], node.inputs[:2])
+
+
+@rule("NOT_EQUAL", version=3, inputs=2)
+def not_equal(node: Node) -> list:
+    return node.op("Not", [node.one("Equal", node.inputs[:2])])
+
+
+@rule("LOGICAL_NOT", version=1)
+def logical_not(node: Node) -> list:
+    return node.op("Not", node.inputs[:1])
+
+
+@rule("SQUARE", version=1)
+def square(node: Node) -> list:
+    return node.op("Mul", [node.inputs[0], node.inputs[0]])
+
+
+def _is_float(node: Node, i: int) -> bool:
+    return DTYPES.get(node.tensors[i].get("type")) in (DataType.FLOAT, DataType.FLOAT16, DataType.DOUBLE)
+
+
+@rule("FLOOR_DIV", version=3, inputs=2)
+def floor_div(node: Node) -> list:
+    a, b = node.inputs[:2]
+    if _is_float(node, 0):
+        return node.op("Floor", [node.one("Div", [a, b])])
+    # integers: subtract the floored remainder (the divisor's sign, ONNX Mod fmod=0) first,
+    # then the division is exact
+    rest = node.one("Mod", [a, b], {"fmod": 0})
+    return node.op("Div", [node.one("Sub", [a, rest]), b])
+
+
+@rule("FLOOR_MOD", version=2, inputs=2)
+def floor_mod(node: Node) -> list:
+    a, b = node.inputs[:2]
+    if not _is_float(node, 0):
+        return node.op("Mod", [a, b], {"fmod": 0})
+    # TFLite: m = fmod(a, b), plus b when m is nonzero and its sign differs from b's
+    m = node.one("Mod", [a, b], {"fmod": 1})
+    zero = node.scalar(0.0)
+    differ = node.one("Xor", [node.one("Less", [m, zero]), node.one("Less", [b, zero])])
+    fix = node.one("And", [differ, node.one("Not", [node.one("Equal", [m, zero])])])
+    return node.op("Where", [fix, node.one("Add", [m, b]), m])
+
+
+@rule("SELECT", "SELECT_V2", version=2, inputs=3)
+def select(node: Node) -> list:
+    cond, x, y = node.inputs[:3]
+    rank_c, rank_x = len(node.shape(0)), len(node.shape(1))
+    if node.name == "SELECT" and rank_c == 1 and rank_x > 1:  # SELECT picks whole rows by a vector
+        cond = node.one("Reshape", [cond, node.ints([-1] + [1] * (rank_x - 1))])
+    return node.op("Where", [cond, x, y])
+
+
+@rule("CAST", version=6)
+def cast(node: Node) -> list:
+    return node.op("Cast", node.inputs[:1], {"to": int(_out_dtype(node))})
+
+
+@rule("ARG_MAX", "ARG_MIN", version=3, inputs=2)
+def arg_extremum(node: Node) -> list:
+    # both take the first of equal values, as ONNX's select_last_index = 0 does
+    op = "ArgMax" if node.name == "ARG_MAX" else "ArgMin"
+    y = node.one(op, node.inputs[:1], {"axis": node.axis(1), "keepdims": 0})
+    return [_cast_to_output(node, y)]
+
+
+@rule("TOPK_V2", version=3, inputs=2)
+def top_k(node: Node) -> list:
+    k = node.one("Reshape", [_int64(node, 1), node.ints([1])])
+    values, indices = node.op("TopK", [node.inputs[0], k], {"axis": -1, "largest": 1, "sorted": 1}, 2)
+    return [values, _cast_to_output(node, indices, 1)]
+
+
+@rule("GATHER_ND", version=4, inputs=2)
+def gather_nd(node: Node) -> list:
+    return node.op("GatherND", [node.inputs[0], _int64(node, 1)])
+
+
+@rule("CUMSUM", version=1, inputs=2)
+def cumsum(node: Node) -> list:
+    attrs = {"exclusive": int(bool(node.opt("exclusive"))), "reverse": int(bool(node.opt("reverse")))}
+    return node.op("CumSum", [node.inputs[0], _int64(node, 1)], attrs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules: shapes made at run time.
+
+
+@rule("BROADCAST_TO", version=3, inputs=2)
+def broadcast_to(node: Node) -> list:
+    return node.op("Expand", [node.inputs[0], _int64(node, 1)])
+
+
+@rule("TILE", version=3, inputs=2)
+def tile(node: Node) -> list:
+    return node.op("Tile", [node.inputs[0], _int64(node, 1)])
+
+
+@rule("FILL", version=4, inputs=2)
+def fill(node: Node) -> list:
+    value = node.one("Reshape", [node.inputs[1], node.ints([])])
+    return node.op("Expand", [value, _int64(node, 0)])
+
+
+@rule("ZEROS_LIKE", version=1)
+def zeros_like(node: Node) -> list:
+    zero = node.imp.const(np.zeros((), _out_dtype(node).numpy))
+    return node.op("Expand", [zero, node.one("Shape", node.inputs[:1])])
+
+
+@rule("SHAPE", version=1)
+def shape(node: Node) -> list:
+    return [_cast_to_output(node, node.one("Shape", node.inputs[:1]))]
+
+
+@rule("RANGE", version=2, inputs=3)
+def range_(node: Node) -> list:
+    scalars = [node.one("Reshape", [v, node.ints([])]) for v in node.inputs[:3]]
+    return node.op("Range", scalars)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -553,6 +866,7 @@ class _Importer:
         self.model = self.buf.root()
         self.block = Block(name="main")
         self.namer = Namer()
+        self.real: dict[str, Value] = {}  # a quantized value's name → its dequantized value
 
     def fail(self, what: str) -> ModelFormatError:
         return ModelFormatError(f"{self.origin}: malformed tflite model: {what}")
@@ -563,6 +877,55 @@ class _Importer:
     def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
         names = [self.namer.fresh(op_type) for _ in range(num_outputs)]
         return self.block.append(Operation(op_type, list(inputs), attrs, output_names=names)).outputs
+
+    # ---- quantized tensors ------------------------------------------------------------------
+
+    def dequantized(self, v: Value) -> Value:
+        """``v``'s real values: itself unless it is an integer tensor with a scale (tflite_quant)."""
+        t = v.type
+        if not isinstance(t, TensorType) or t.quant is None or t.dtype not in QUANTIZED_DTYPES:
+            return v
+        if v.name not in self.real:
+            if v.const_value is not None:
+                self.real[v.name] = self.const(dequantize_array(v.const_value, t.quant))
+            elif t.dtype in ACTIVATION_DTYPES:
+                params, attrs = quant_inputs(self, t.quant, t.dtype)
+                self.real[v.name] = self.op("DequantizeLinear", [v, *params], attrs)[0]
+            else:
+                return v
+        return self.real[v.name]
+
+    def quantized(self, y: Value, t: Table, path: str) -> Value:
+        """``y`` (real values) stored as tensor ``t`` says: QuantizeLinear when it has a scale."""
+        ttype = self.tensor_type(t, path)
+        if ttype.quant is None or ttype.dtype not in ACTIVATION_DTYPES:
+            return y
+        params, attrs = quant_inputs(self, ttype.quant, ttype.dtype)
+        q = self.op("QuantizeLinear", [y, *params], attrs)[0]
+        q.type = TensorType(ttype.dtype, None, ttype.quant)  # the shape is inferred later
+        return q
+
+    def quantization_around(self, node: Node) -> None:
+        """Real-valued inputs for ``node``'s float rule (tflite_quant cases 1 to 3)."""
+        x = node.inputs[0]
+        w = node.inputs[1] if len(node.inputs) > 1 else None
+        hybrid = (  # types as the file gives them: op outputs are not typed until the end
+            node.name in HYBRID_OPS
+            and x is not None
+            and node.tensors[0].get("type") == TflType.FLOAT32
+            and w is not None
+            and w.const_value is not None
+            and w.type.quant is not None
+            and w.type.dtype == DataType.INT8
+        )
+        node.inputs = [None if v is None else self.dequantized(v) for v in node.inputs]
+        if hybrid:
+            if node.name == "FULLY_CONNECTED":
+                asymmetric, axes = bool(node.opt("asymmetric_quantize_inputs")), [-1]
+            else:  # per-channel filters take the asymmetric path, per-tensor ones the symmetric
+                asymmetric = node.name == "DEPTHWISE_CONV_2D" or w.type.quant.scale.size > 1
+                axes = [1, 2, 3]
+            node.inputs[0] = hybrid_input(node, x, axes, asymmetric)
 
     # ---- tensors --------------------------------------------------------------------------
 
@@ -719,9 +1082,16 @@ class _Importer:
                 raise node.fail(f"needs {ARITY[name]} inputs, has {present}")
             if not outs:
                 raise node.fail("has no outputs")
+            if name not in ("QUANTIZE", "DEQUANTIZE"):
+                self.quantization_around(node)
             results = fn(node)
             if len(results) != len(outs):
                 raise node.fail(f"has {len(outs)} outputs, its translation {len(results)}")
+            if name not in ("QUANTIZE", "DEQUANTIZE"):
+                results = [
+                    self.quantized(v, t, f"{path}.outputs[{k}]")
+                    for k, (v, t) in enumerate(zip(results, node.outputs))
+                ]
             for i, v in zip(outs, results):
                 if i in values:
                     raise node.fail(f"tensor {i} is written twice")

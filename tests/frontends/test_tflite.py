@@ -22,6 +22,7 @@ from tests.frontends.tflite.build import binary_model
 HERE = Path(__file__).resolve().parent / "tflite"
 FIXTURES = sorted(p.stem for p in HERE.glob("*.tflite"))
 FLOAT32 = [name for name in FIXTURES if name.endswith("_f32")]
+QUANTIZED = (np.int8, np.uint8, np.int16)
 
 try:
     from ai_edge_litert.interpreter import Interpreter
@@ -40,6 +41,14 @@ def oracle(name: str) -> tuple[dict, dict]:
 def assert_close(got: dict, want: dict) -> None:
     assert sorted(got) == sorted(want)
     for name, w in want.items():
+        if w.dtype.kind in "biu":
+            assert got[name].dtype == w.dtype, name
+            if w.dtype in QUANTIZED:  # quantized values: within one unit of LiteRT's
+                diff = np.abs(got[name].astype(np.int64) - w)
+                assert diff.max(initial=0) <= 1, (name, diff.max())
+            else:  # indices, shapes, masks: exact
+                np.testing.assert_array_equal(got[name], w, err_msg=name)
+            continue
         # 1e-4 relative to the output's scale: softmax outputs hold values near 0
         scale = max(float(np.abs(w).max()), 1e-6)
         np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-4 * scale, err_msg=name)
@@ -73,12 +82,28 @@ def test_matches_the_stored_litert_outputs(name):
     assert_close(offload.evaluate(program, feeds), want)
 
 
+def random_like(rng, array: np.ndarray, quant: tuple = (1.0, 0)) -> np.ndarray:
+    """Seeded standard-normal inputs like ``array``'s; for an int8 input, quantized by its
+    (scale, zero point), the distribution the model was calibrated on."""
+    x = rng.standard_normal(array.shape).astype(np.float32)
+    if array.dtype == np.float32:
+        return x
+    info = np.iinfo(array.dtype)
+    scale, zero = quant
+    return np.clip(np.round(x / scale) + zero, info.min, info.max).astype(array.dtype)
+
+
+def input_quantization(model: Path) -> dict:
+    return {d["name"]: d["quantization"] for d in Interpreter(model_path=str(model)).get_input_details()}
+
+
 @needs_litert
 @pytest.mark.parametrize("name", FIXTURES)
 def test_matches_litert_live(name):
     feeds, _ = oracle(name)
     rng = np.random.default_rng(7)
-    feeds = {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in feeds.items()}
+    quant = input_quantization(HERE / f"{name}.tflite")
+    feeds = {k: random_like(rng, v, quant[k]) for k, v in feeds.items()}
     got = offload.evaluate(offload.load(HERE / f"{name}.tflite"), feeds)
     assert_close(got, litert(HERE / f"{name}.tflite", feeds))
 
@@ -219,3 +244,26 @@ def test_schema_parser_agrees_with_flatc():
                 assert offsets[camel] == f.voffset, (table, f)
                 checked += 1
     assert checked > 200  # of the 313 fields; the rest are flatc accessors of another shape
+
+
+def test_int8_model_carries_quantization_on_its_types_and_has_float_weights():
+    program = offload.load(HERE / "cnn_int8.tflite")
+    (image,) = program.main.inputs
+    (probs,) = program.main.outputs
+    for v in (image, probs):
+        assert v.type.dtype.name == "INT8" and v.type.quant is not None and v.type.quant.scale.size == 1
+    with np.load(HERE / "cnn_int8.npz") as z:
+        assert z["output_0"].dtype == np.int8 and len(np.unique(z["output_0"])) > 5  # not saturated
+    body = program.main.body
+    convs = [op for op in body.operations if op.op_type == "Conv"]
+    assert convs and all(op.inputs[1].const_value.dtype == np.float32 for op in convs)  # dequantized
+    kinds = {op.op_type for op in body.operations}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= kinds
+
+
+def test_dynamic_range_model_quantizes_hybrid_inputs_like_litert():
+    body = offload.load(HERE / "cnn_dr8.tflite").main.body
+    # one conv has int8 weights: LiteRT quantizes its input per batch row; so does the import
+    assert sum(op.op_type == "Round" for op in body.operations) == 2  # zero point and values
+    convs = [op for op in body.operations if op.op_type == "Conv"]
+    assert all(op.inputs[1].const_value.dtype == np.float32 for op in convs)  # weights dequantized

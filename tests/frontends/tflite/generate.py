@@ -7,7 +7,7 @@ offload with. TensorFlow is not a dependency of offload's tests; run this script
 environment::
 
     python3 -m venv /work/tfvenv && /work/tfvenv/bin/pip install tensorflow-cpu ai-edge-litert
-    /work/tfvenv/bin/python tests/frontends/tflite/generate.py
+    /work/tfvenv/bin/python tests/frontends/tflite/generate.py [case ...]
 
 The ``.npz`` holds ``input_names`` / ``output_names`` (tensor names of the main subgraph) and
 arrays ``input_<i>`` / ``output_<i>`` in that order.
@@ -119,11 +119,121 @@ class Elementwise(tf.Module):
         }
 
 
+class Image(tf.Module):
+    """NHWC image ops beyond the CNN: transpose conv (SAME with its odd padding, VALID, fused
+    bias), every RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR coordinate mode, depth ↔ space,
+    L2 normalisation, both MIRROR_PAD modes, and GELU exact and approximate."""
+
+    def __init__(self):
+        rng = np.random.default_rng(4)
+        self.tw1, self.tb1 = _const(rng, 3, 3, 6, 4), _const(rng, 6)
+        self.tw2 = _const(rng, 2, 2, 4, 4)
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 5, 6, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        t1 = tf.nn.conv2d_transpose(x, self.tw1, [1, 10, 12, 6], 2, "SAME") + self.tb1
+        t2 = tf.nn.conv2d_transpose(x, self.tw2, [1, 10, 12, 4], 2, "VALID")
+        v1 = tf.compat.v1
+        bilinear = [
+            v1.image.resize_bilinear(x, [9, 7]),
+            v1.image.resize_bilinear(x, [9, 7], align_corners=True),
+            v1.image.resize_bilinear(x, [9, 7], half_pixel_centers=True),
+            v1.image.resize_bilinear(x, [3, 4], half_pixel_centers=True),
+        ]
+        nearest = [
+            v1.image.resize_nearest_neighbor(x, [9, 7]),
+            v1.image.resize_nearest_neighbor(x, [9, 7], align_corners=True),
+            v1.image.resize_nearest_neighbor(x, [9, 7], half_pixel_centers=True),
+            v1.image.resize_nearest_neighbor(x, [3, 4], half_pixel_centers=True),
+        ]
+        t3 = tf.nn.conv2d_transpose(x, self.tw2, [1, 11, 13, 4], 2, "VALID")  # one more than it fills
+        d2s = tf.nn.depth_to_space(tf.concat([x, x * 2.0], -1), 2)  # [1, 10, 12, 2]
+        s2d = tf.nn.space_to_depth(t2, 2)  # [1, 5, 6, 16]
+        l2 = tf.math.l2_normalize(s2d, axis=-1)
+        reflect = tf.pad(x, [[0, 0], [2, 1], [1, 2], [0, 0]], mode="REFLECT")
+        symmetric = tf.pad(x, [[0, 0], [1, 2], [2, 0], [0, 0]], mode="SYMMETRIC")
+        return {
+            "transposed": tf.nn.relu(t1) + tf.concat([t2, t2[..., :2]], axis=-1),
+            "transposed_wider": t3,
+            "bilinear": tf.concat([tf.reshape(b, [-1]) for b in bilinear], 0),
+            "nearest": tf.concat([tf.reshape(n, [-1]) for n in nearest], 0),
+            "space": d2s * tf.reduce_sum(l2, axis=-1, keepdims=True)[:, :, :, :1][:, :1, :1],
+            "l2": l2,
+            "pads": tf.concat([tf.reshape(reflect, [-1]), tf.reshape(symmetric, [-1])], 0),
+            "gelu": tf.nn.gelu(x) + tf.nn.gelu(x * 2.0, approximate=True),
+        }
+
+
+class Math(tf.Module):
+    """Unary and binary math, comparisons and logic, select, cast, arg max / min, top-k,
+    cumulative sums, tiling, broadcasting and gather_nd."""
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([3, 8], tf.float32, name="a"),
+            tf.TensorSpec([3, 8], tf.float32, name="b"),
+        ]
+    )
+    def __call__(self, a, b):
+        a3 = a * 3.0
+        unary = tf.square(a) + tf.floor(a3) - tf.math.ceil(b * 3.0) + tf.sin(a) * tf.cos(b)
+        power = tf.pow(tf.abs(a) + 0.5, b)
+        floors = tf.math.floordiv(a3, b + 4.0) + tf.math.floormod(a3, b + 4.0)
+        less, greater = tf.less(a, b), tf.greater(a, 0.0)
+        logic = tf.logical_or(tf.logical_and(less, greater), tf.logical_not(tf.less_equal(b, 0.5)))
+        compare = tf.math.logical_xor(tf.equal(tf.floor(a3), tf.floor(b * 3.0)), tf.greater_equal(a, -0.5))
+        compare = tf.logical_or(compare, tf.not_equal(tf.floor(a3), 0.0))
+        selected = tf.where(logic, a, b * 2.0)
+        as_int = tf.cast(a3 * 2.0, tf.int32)
+        top, top_index = tf.math.top_k(a, 3)
+        index = tf.constant([[2, 1], [0, 7], [1, 3], [2, 2]])
+        return {
+            "unary": unary,
+            "power": power,
+            "floors": floors,
+            "logic": logic,
+            "compare": compare,
+            "selected": selected,
+            "as_int": as_int,
+            "as_float": tf.cast(as_int, tf.float32) * 0.5,
+            "argmax": tf.argmax(a, axis=1),
+            "argmin": tf.argmin(b, axis=0, output_type=tf.int32),
+            "top": top,
+            "top_index": top_index,
+            "cumsum": tf.cumsum(a, axis=1) + tf.cumsum(b, axis=1, exclusive=True, reverse=True),
+            "tiled": tf.tile(a[:, :3], [2, 3]),
+            "broadcast": tf.broadcast_to(tf.reduce_sum(b, axis=0), [2, 3, 8]),
+            "gathered": tf.gather_nd(a, index) + tf.gather_nd(b, index[:, :1])[:, 0],
+        }
+
+
+class Dynamic(tf.Module):
+    """Ops whose results depend on a shape known only when run: shape, range, fill, zeros_like."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        n = tf.shape(x)[0]
+        steps = tf.cast(tf.range(0, n * 2, 2), tf.float32)  # RANGE with a limit read from SHAPE
+        filled = tf.fill(tf.stack([n, 3]), 1.5)
+        return {
+            "shape": tf.shape(x),
+            "steps": steps,
+            "rows": x + tf.expand_dims(steps, 1) + tf.zeros_like(x),
+            "filled": filled * tf.reduce_sum(x),
+        }
+
+
 CASES = {
     "cnn_f32": (Cnn, "float32", {"image": (2, 16, 16, 3)}),
     "cnn_f16w": (Cnn, "float16", {"image": (2, 16, 16, 3)}),
     "shapes_f32": (Shapes, "float32", {"x": (2, 6, 8), "y": (2, 8, 5)}),
     "elementwise_f32": (Elementwise, "float32", {"a": (3, 4, 5), "b": (3, 1, 5)}),
+    "cnn_dr8": (Cnn, "dynamic_int8", {"image": (2, 16, 16, 3)}),
+    "cnn_int8": (Cnn, "int8", {"image": (2, 16, 16, 3)}),
+    "elementwise_int8": (Elementwise, "int8", {"a": (3, 4, 5), "b": (3, 1, 5)}),
+    "image_ops": (Image, "float32", {"x": (1, 5, 6, 4)}),
+    "math_ops": (Math, "float32", {"a": (3, 8), "b": (3, 8)}),
+    "dynamic_ops": (Dynamic, "float32", {"x": (5, 4)}),
 }
 
 
@@ -133,6 +243,23 @@ def convert(module: tf.Module, weights: str) -> bytes:
     if weights == "float16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
+    elif weights == "dynamic_int8":  # int8 weights, float activations
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif weights == "int8":  # int8 weights and activations, int8 inputs and outputs
+        specs = fn.structured_input_signature[0]
+        rng = np.random.default_rng(11)
+
+        def samples():  # by name: the calibrator's input order is not the signature's
+            for _ in range(32):
+                yield {
+                    s.name: rng.standard_normal([d or 1 for d in s.shape]).astype(np.float32) for s in specs
+                }
+
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = samples
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.int8
+        converter.inference_output_type = tf.int8
     return converter.convert()
 
 
@@ -152,7 +279,11 @@ def oracle(model: bytes, shapes: dict, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     arrays = {"input_names": np.array([d["name"] for d in inputs])}
     for i, (detail, shape) in enumerate(zip(inputs, shapes)):
-        arrays[f"input_{i}"] = rng.standard_normal(shape).astype(np.float32)
+        x = rng.standard_normal(shape).astype(np.float32)
+        if detail["dtype"] == np.int8:  # int8 I/O: the float sample quantized as the model says
+            scale, zero = detail["quantization"]
+            x = np.clip(np.round(x / scale) + zero, -128, 127).astype(np.int8)
+        arrays[f"input_{i}"] = x
         interp.set_tensor(detail["index"], arrays[f"input_{i}"])
     interp.invoke()
     outputs = interp.get_output_details()
@@ -163,7 +294,11 @@ def oracle(model: bytes, shapes: dict, seed: int) -> dict:
 
 
 def main() -> None:
+    """Writes every case, or the cases named on the command line."""
+    chosen = sys.argv[1:] or list(CASES)
     for seed, (name, (cls, weights, shapes)) in enumerate(CASES.items()):
+        if name not in chosen:
+            continue
         model = convert(cls(), weights)
         if len(model) > MAX_BYTES:
             sys.exit(f"{name}: {len(model)} bytes, over the {MAX_BYTES}-byte limit for a committed fixture")

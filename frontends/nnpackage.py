@@ -1,0 +1,186 @@
+"""nnpackage import: a zip (``.nnpkg``) or a folder whose ``metadata/MANIFEST`` names the model.
+
+The MANIFEST is JSON in one of two forms: the first specification's ``{"main-model": "m.tflite"}``
+or today's ``{"major-version", "minor-version", "patch-version", "models": [...],
+"model-types": [...], "configs": [...], "pkg-inputs": [...], "pkg-outputs": [...]}``. A package
+holding one model imports that model; several models joined through ``pkg-inputs`` /
+``pkg-outputs`` are refused for now (issue 12). Model files are TFLite (``TFL3``) or circle
+(``CIR0``: TFLite's schema with a few additions, read with the TFLite reader; an operator only
+circle has is refused by name).
+
+Nothing in a package is trusted: an entry name must be relative and stay inside the package
+(no ``..``, no absolute or drive path, no symlink out of a folder); every entry's size, the
+total and the compression ratio are bounded before and while reading, so no zip bomb is
+inflated; a bad archive, a missing or malformed MANIFEST ends in ``ModelFormatError``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import posixpath
+import zipfile
+import zlib
+
+from offload.errors import ModelFormatError, UnsupportedOpError
+from offload.ir import Program
+
+MANIFEST = "metadata/MANIFEST"
+MAX_ENTRIES = 4096
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_ENTRY_BYTES = 1 << 32  # one model file
+MAX_TOTAL_BYTES = 1 << 33  # everything read from one package
+MAX_RATIO = 100  # uncompressed / compressed, for entries over RATIO_FLOOR bytes
+RATIO_FLOOR = 1 << 20
+MODEL_TYPES = {"tflite": b"TFL3", "circle": b"CIR0"}
+
+
+def _entry_name(name: str, origin: str) -> str:
+    """``name`` as a normalised relative path inside the package, or a ModelFormatError."""
+    if (
+        not name
+        or "\\" in name
+        or "\x00" in name
+        or name.startswith("/")
+        or (len(name) > 1 and name[1] == ":")
+    ):
+        raise ModelFormatError(f"{origin}: entry name {name!r} is not a relative path inside the package")
+    norm = posixpath.normpath(name)
+    if norm == ".." or norm.startswith("../") or norm.startswith("/"):
+        raise ModelFormatError(f"{origin}: entry name {name!r} leaves the package")
+    return norm
+
+
+class _Zip:
+    """The entries of a zip package, each read at most once, bounded."""
+
+    def __init__(self, data: bytes, origin: str):
+        self.origin = origin
+        self.read_total = 0
+        try:
+            self.zip = zipfile.ZipFile(io.BytesIO(data))
+            infos = self.zip.infolist()
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as e:
+            raise ModelFormatError(f"{origin}: not a readable zip archive: {e}") from None
+        if len(infos) > MAX_ENTRIES:
+            raise ModelFormatError(f"{origin}: {len(infos)} entries, more than {MAX_ENTRIES}")
+        self.entries: dict[str, zipfile.ZipInfo] = {}
+        for info in infos:
+            name = _entry_name(info.filename, origin)
+            if name in self.entries:
+                raise ModelFormatError(f"{origin}: entry {name!r} appears twice")
+            self.entries[name] = info
+
+    def read(self, name: str, limit: int) -> bytes:
+        info = self.entries.get(_entry_name(name, self.origin))
+        where = f"{self.origin}: entry {name!r}"
+        if info is None or info.is_dir():
+            raise ModelFormatError(f"{where} is not in the package")
+        if info.flag_bits & 0x1:
+            raise ModelFormatError(f"{where} is encrypted")
+        size = info.file_size
+        if size > limit or self.read_total + size > MAX_TOTAL_BYTES:
+            raise ModelFormatError(f"{where}: {size} bytes is over the limit")
+        if size > RATIO_FLOOR and size > MAX_RATIO * max(info.compress_size, 1):
+            raise ModelFormatError(
+                f"{where}: compressed {MAX_RATIO}:1 or more ({info.compress_size} → {size} bytes); refused"
+            )
+        try:
+            with self.zip.open(info) as f:
+                data = f.read(size + 1)  # the header's size is checked, not trusted
+        except (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, OSError, ValueError) as e:
+            raise ModelFormatError(f"{where}: cannot be read: {e}") from None
+        if len(data) != size:
+            raise ModelFormatError(f"{where}: holds {len(data)} bytes, its header says {size}")
+        self.read_total += size
+        return data
+
+
+class _Folder:
+    """The files of a package folder, confined to it."""
+
+    def __init__(self, root: str):
+        self.origin = root
+        self.root = os.path.realpath(root)
+
+    def read(self, name: str, limit: int) -> bytes:
+        path = os.path.realpath(os.path.join(self.root, _entry_name(name, self.origin)))
+        if os.path.commonpath([path, self.root]) != self.root:
+            raise ModelFormatError(f"{self.origin}: {name!r} leads outside the package folder")
+        if not os.path.isfile(path):
+            raise ModelFormatError(f"{self.origin}: {name!r} is not in the package")
+        size = os.path.getsize(path)
+        if size > limit:
+            raise ModelFormatError(f"{self.origin}: {name!r}: {size} bytes is over the limit")
+        with open(path, "rb") as f:
+            return f.read(limit + 1)
+
+
+def _manifest(files) -> tuple[str, str]:
+    """The one model's entry name and type, from the MANIFEST in either form."""
+    where = f"{files.origin}: {MANIFEST}"
+    try:
+        manifest = json.loads(files.read(MANIFEST, MAX_MANIFEST_BYTES).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ModelFormatError(f"{where} is not JSON: {e}") from None
+    if not isinstance(manifest, dict):
+        raise ModelFormatError(f"{where} is not a JSON object")
+    if "models" in manifest:
+        models, types = manifest["models"], manifest.get("model-types")
+        if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
+            raise ModelFormatError(f"{where}: 'models' is not a non-empty list of file names")
+        if types is not None and (not isinstance(types, list) or len(types) != len(models)):
+            raise ModelFormatError(f"{where}: 'model-types' does not list one type per model")
+        if len(models) > 1:
+            raise UnsupportedOpError(
+                f"{where}: {len(models)} models joined by pkg-inputs/pkg-outputs; offload imports "
+                "packages of one model (issue 12)"
+            )
+        model = models[0]
+        kind = types[0] if types else posixpath.splitext(model)[1].lstrip(".")
+    elif "main-model" in manifest:
+        model = manifest["main-model"]
+        if not isinstance(model, str):
+            raise ModelFormatError(f"{where}: 'main-model' is not a file name")
+        kind = posixpath.splitext(model)[1].lstrip(".")
+    else:
+        raise ModelFormatError(f"{where} names no model ('models' or 'main-model')")
+    if not isinstance(kind, str):
+        raise ModelFormatError(f"{where}: model type {kind!r} is not a string")
+    return model, kind
+
+
+def _import(files) -> Program:
+    model, kind = _manifest(files)
+    data = files.read(model, MAX_ENTRY_BYTES)
+    origin = f"{files.origin}/{model}"
+    identifier = data[4:8] if len(data) >= 8 else b""
+    found = {v: k for k, v in MODEL_TYPES.items()}.get(identifier)
+    if found is None:
+        raise UnsupportedOpError(
+            f"{origin}: a {kind!r} model file offload cannot read (TFLite and circle flatbuffers only)"
+        )
+    if kind in MODEL_TYPES and kind != found:
+        raise ModelFormatError(f"{origin}: the MANIFEST says {kind}, the file is {found}")
+    if found == "circle":  # the TFLite layout under another identifier
+        data = data[:4] + MODEL_TYPES["tflite"] + data[8:]
+    from .tflite import import_tflite
+
+    program = import_tflite(data, origin)
+    program.metadata["format"] = f"nnpackage/{found}"
+    return program
+
+
+def is_package_folder(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, *MANIFEST.split("/")))
+
+
+def import_nnpackage_zip(data: bytes, origin: str) -> Program:
+    """Import the model of a zipped nnpackage (``.nnpkg``)."""
+    return _import(_Zip(data, origin))
+
+
+def import_nnpackage_folder(path: str) -> Program:
+    """Import the model of an nnpackage folder (one holding metadata/MANIFEST)."""
+    return _import(_Folder(path))

@@ -1,0 +1,180 @@
+"""nnpackage import: packages built here from the committed TFLite fixtures, and hostile zips."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import offload
+from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError
+from offload.frontends import nnpackage
+from tests.frontends.test_tflite import HERE, assert_close, oracle
+
+MODEL = "elementwise_f32"
+NEW_MANIFEST = {
+    "major-version": "1",
+    "minor-version": "2",
+    "patch-version": "0",
+    "configs": [],
+    "models": ["model.tflite"],
+    "model-types": ["tflite"],
+}
+
+
+def zipped(entries: dict, compression=zipfile.ZIP_DEFLATED) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def package(manifest: dict, model_name: str = "model.tflite", model: bytes | None = None) -> dict:
+    model = (HERE / f"{MODEL}.tflite").read_bytes() if model is None else model
+    return {"metadata/MANIFEST": json.dumps(manifest), model_name: model}
+
+
+def check_runs(program) -> None:
+    feeds, want = oracle(MODEL)  # LiteRT's outputs, stored by generate.py
+    assert_close(offload.evaluate(program, feeds), want)
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [NEW_MANIFEST, {"main-model": "model.tflite"}, {**NEW_MANIFEST, "model-types": None}],
+    ids=["versioned", "main-model", "type-from-extension"],
+)
+def test_zip_package_matches_litert(manifest, tmp_path):
+    data = zipped(package({k: v for k, v in manifest.items() if v is not None}))
+    path = tmp_path / "m.nnpkg"
+    path.write_bytes(data)
+    program = offload.load(path)
+    assert program.metadata["format"] == "nnpackage/tflite"
+    check_runs(program)
+    check_runs(offload.load(data))  # bytes sniffed as a zip
+
+
+def test_stored_entries_and_subfolders(tmp_path):
+    manifest = {**NEW_MANIFEST, "models": ["models/m.tflite"]}
+    check_runs(offload.load(zipped(package(manifest, "models/m.tflite"), zipfile.ZIP_STORED)))
+
+
+def test_folder_package(tmp_path):
+    for name, data in package(NEW_MANIFEST).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    check_runs(offload.load(tmp_path))
+
+
+def test_folder_without_manifest_is_refused(tmp_path):
+    with pytest.raises(ModelFormatError, match="without metadata/MANIFEST"):
+        offload.load(tmp_path)
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="the file system has no symbolic links")
+def test_folder_symlink_out_of_the_package_is_refused(tmp_path):
+    outside = tmp_path / "outside.tflite"
+    outside.write_bytes((HERE / f"{MODEL}.tflite").read_bytes())
+    pkg = tmp_path / "pkg"
+    (pkg / "metadata").mkdir(parents=True)
+    (pkg / "metadata" / "MANIFEST").write_text(json.dumps(NEW_MANIFEST))
+    (pkg / "model.tflite").symlink_to(outside)
+    with pytest.raises(ModelFormatError, match="outside the package"):
+        offload.load(pkg)
+
+
+def test_circle_model_reads_as_tflite():
+    data = bytearray((HERE / f"{MODEL}.tflite").read_bytes())
+    data[4:8] = b"CIR0"
+    manifest = {**NEW_MANIFEST, "models": ["m.circle"], "model-types": ["circle"]}
+    program = offload.load(zipped(package(manifest, "m.circle", bytes(data))))
+    assert program.metadata["format"] == "nnpackage/circle"
+    check_runs(program)
+
+
+@pytest.mark.parametrize(
+    "entries, match",
+    [
+        ({"metadata/MANIFEST": json.dumps({"main-model": "../evil.tflite"})}, "leaves the package"),
+        ({"metadata/MANIFEST": json.dumps({"main-model": "/etc/passwd"})}, "not a relative path"),
+        ({"metadata/MANIFEST": json.dumps({"main-model": "C:/m.tflite"})}, "not a relative path"),
+        ({"../metadata/MANIFEST": "{}"}, "leaves the package"),
+        ({"model.tflite": b"x"}, "MANIFEST' is not in the package"),
+        ({"metadata/MANIFEST": "{not json"}, "not JSON"),
+        ({"metadata/MANIFEST": "[1]"}, "not a JSON object"),
+        ({"metadata/MANIFEST": "{}"}, "names no model"),
+        ({"metadata/MANIFEST": json.dumps({"models": []})}, "non-empty list"),
+        ({"metadata/MANIFEST": json.dumps({"models": ["a"], "model-types": []})}, "one type per model"),
+        ({"metadata/MANIFEST": json.dumps({"main-model": "missing.tflite"})}, "not in the package"),
+        (package({**NEW_MANIFEST, "model-types": ["circle"]}), "MANIFEST says circle"),
+    ],
+)
+def test_bad_packages_are_format_errors(entries, match):
+    with pytest.raises(ModelFormatError, match=match):
+        offload.load(zipped(entries))
+
+
+def test_several_models_and_unknown_files_are_refused_by_name():
+    two = package({**NEW_MANIFEST, "models": ["model.tflite", "b.tflite"], "model-types": ["tflite"] * 2})
+    with pytest.raises(UnsupportedOpError, match="2 models"):
+        offload.load(zipped(two))
+    onnx_inside = package({"main-model": "m.onnx"}, "m.onnx", b"\x08\x07" * 20)
+    with pytest.raises(UnsupportedOpError, match="TFLite and circle"):
+        offload.load(zipped(onnx_inside))
+
+
+def test_zip_bomb_is_refused_before_inflating(monkeypatch):
+    monkeypatch.setattr(nnpackage, "RATIO_FLOOR", 1 << 10)
+    bomb = package({"main-model": "model.tflite"}, model=bytes(1 << 20))  # 1 MiB of zeros: ~1000:1
+    with pytest.raises(ModelFormatError, match="compressed 100:1"):
+        offload.load(zipped(bomb))
+
+
+def test_entry_over_the_size_limit_is_refused(monkeypatch):
+    monkeypatch.setattr(nnpackage, "MAX_ENTRY_BYTES", 1000)
+    with pytest.raises(ModelFormatError, match="over the limit"):
+        offload.load(zipped(package(NEW_MANIFEST)))
+
+
+def test_lying_size_header_is_caught():
+    data = bytearray(zipped(package(NEW_MANIFEST), zipfile.ZIP_STORED))
+    # shrink the declared size of the model entry in its central directory record
+    model = (HERE / f"{MODEL}.tflite").read_bytes()
+    size = len(model).to_bytes(4, "little")
+    central = data.rfind(b"PK\x01\x02")
+    at = data.index(size, central)
+    data[at : at + 4] = (len(model) - 16).to_bytes(4, "little")
+    with pytest.raises(ModelFormatError):
+        offload.load(bytes(data))
+
+
+def test_mutated_zips_end_in_offload_errors():
+    data = zipped(package(NEW_MANIFEST))
+    rng = np.random.default_rng(5)
+    mutants = [data[:n] for n in sorted({4, 30, len(data) // 2, len(data) - 22, len(data) - 1})]
+    for _ in range(150):
+        flipped = bytearray(data)
+        for at in rng.integers(0, len(data), 1 + int(rng.integers(0, 3))):
+            flipped[at] ^= 1 << int(rng.integers(0, 8))
+        mutants.append(bytes(flipped))
+    for i, mutant in enumerate(mutants):
+        try:
+            offload.load(mutant)
+        except OffloadError:
+            pass
+        except Exception as e:  # pragma: no cover - the failure this test exists for
+            pytest.fail(f"mutant {i} raised {type(e).__name__}: {e}")
+
+
+def test_sniffing_a_folder_path_string(tmp_path):
+    for name, data in package({"main-model": "model.tflite"}).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    check_runs(offload.load(str(tmp_path)))
+    assert Path(tmp_path, "metadata", "MANIFEST").is_file()
