@@ -398,7 +398,7 @@ def _run_files(args, progress: Progress) -> int:
     if args.ray:
         results = _run_on_ray(args, module, method, samples)
     else:
-        results = [method.run(s) for s in samples]
+        results = [method.run(s) for s in progress.items(samples, f"running {len(samples)} files")]
     elapsed = time.perf_counter() - start
     for name, outputs in zip(files, results):
         np.savez(os.path.join(args.output_dir, os.path.splitext(name)[0] + ".npz"), **outputs)

@@ -23,3 +23,12 @@ def test_progress_shows_each_step_and_its_time_on_a_terminal():
         assert stream.getvalue() == "lowering …"
     assert stream.getvalue().startswith("lowering …\rlowering: ")
     assert stream.getvalue().endswith(" s\n")
+
+
+def test_items_show_a_bar_on_a_terminal_only():
+    quiet = io.StringIO()
+    assert list(Progress(quiet).items(range(3), "files")) == [0, 1, 2]
+    assert quiet.getvalue() == ""
+    stream = _Tty()
+    assert list(Progress(stream).items(range(3), "files")) == [0, 1, 2]
+    assert "files" in stream.getvalue() and "3/3" in stream.getvalue()
