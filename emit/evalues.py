@@ -27,6 +27,7 @@ from offload.schemas.generated.executorch_flatbuffer.TensorShapeDynamism import 
 from offload.schemas.pte import SCALAR_TYPE_NAMES, SCALAR_TYPES
 
 INT32_MAX = (1 << 31) - 1
+MAX_PTE_RANK = 255  # dim_order holds one uint8 per dimension
 
 
 def _evalue(kind: int, table) -> EValueT:
@@ -122,6 +123,10 @@ def _tensor(dtype: DataType, shape, name: str, what: str) -> TensorT:
     if shape is None:
         t.shapeDynamism = TensorShapeDynamism.DYNAMIC_UNBOUND
     else:
+        if len(shape) > MAX_PTE_RANK:
+            raise UnsupportedOpError(
+                f"{what}: rank {len(shape)} does not fit a .pte tensor (at most {MAX_PTE_RANK})"
+            )
         t.sizes = _dims(shape, what)
         t.dimOrder = list(range(len(t.sizes)))
         static = all(d >= 0 for d in t.sizes)

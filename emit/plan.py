@@ -34,6 +34,7 @@ from . import evalues
 from . import memory_plan as mp
 
 MEMORY_ID = 1  # non_const_buffer_sizes[0] is reserved, as in ExecuTorch
+MAX_ARENA_BYTES = (1 << 63) - 1  # offsets are two uint32 halves; sizes are read as int64
 
 
 class _Fixed:
@@ -473,6 +474,11 @@ class PlanBuilder:
         outputs = [ix(v) for v in self.block.outputs]
         inputs = [ix(v) for v in self.inputs]
         plan = self._memory_plan(values, ix, outputs)
+        if plan.arena_size > MAX_ARENA_BYTES:
+            raise UnsupportedOpError(
+                f"plan '{self.name}': its tensors need an arena of {plan.arena_size} bytes; "
+                f"a .pte arena holds at most {MAX_ARENA_BYTES} (64-bit offsets)"
+            )
         for v, offset in plan.offsets.items():
             evalues.set_allocation(values[v], MEMORY_ID, offset)
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from offload.errors import ModelFormatError, VerificationError
 from offload.ir import (
@@ -21,6 +22,7 @@ from offload.ir import (
     TensorType,
     Value,
     infer_types,
+    lookup,
     verify,
 )
 from offload.schemas.generated import onnx_pb2 as pb
@@ -196,6 +198,8 @@ class _Importer:
             self.inline(fn, node, inputs, attrs, block, scope, types, where)
             return
         if domain == "" and node.op_type == "Constant":
+            if len(node.output) != 1 or not node.output[0]:
+                raise self.fail(f"{where}: a Constant has one named output, this one has {list(node.output)}")
             value = _constant_value(attrs, where, self)
             name = node.output[0]
             scope.define(name, block.add_constant(name, value), self)
@@ -206,9 +210,17 @@ class _Importer:
         version = self.opsets[domain]
         outputs = list(node.output)
         built = upgrade(
-            _Builder(self, block, scope), domain, node.op_type, version, inputs, attrs, len(outputs)
+            _Builder(self, block, scope),
+            domain,
+            node.op_type,
+            version,
+            inputs,
+            attrs,
+            len(outputs),
+            f"{self.origin}: {where}",
         )
         if built is None:
+            _check_attributes(domain, node.op_type, attrs, f"{self.origin}: {where}")
             op = Operation(
                 node.op_type, inputs, attrs, domain=domain, name=node.name, output_names=outputs or []
             )
@@ -314,6 +326,7 @@ class _Builder:
         return self.block.add_constant(self.imp.fresh("const"), np.asarray(array, dtype=dtype))
 
     def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
+        _check_attributes("", op_type, attrs or {}, f"{self.imp.origin}: {op_type} made from an older opset")
         names = [self.imp.fresh(op_type) for _ in range(num_outputs)]
         op = self.block.append(Operation(op_type, inputs, attrs, output_names=names))
         return op.outputs
@@ -331,6 +344,42 @@ _ATTR_FIELDS = [
     (_A.TENSORS, "tensors"),
     (_A.GRAPHS, "graphs"),
 ]
+
+
+def _is_list_of(*kinds: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and all(isinstance(x, kinds) for x in v)
+
+
+# What an imported attribute's value must be, by the type its op's schema gives it
+# (ir/onnx_ops.py): a file that puts a list where an int belongs is refused here, not by the
+# emitter or a kernel that trusts the schema.
+_ATTR_KINDS: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: isinstance(v, int),
+    "float": lambda v: isinstance(v, (int, float)),
+    "str": lambda v: isinstance(v, str),
+    "ints": _is_list_of(int),
+    "floats": _is_list_of(int, float),
+    "strs": _is_list_of(str),
+    "tensor": lambda v: isinstance(v, np.ndarray),
+    "sparse_tensor": lambda v: isinstance(v, np.ndarray),
+    "tensors": _is_list_of(np.ndarray),
+    "graph": lambda v: isinstance(v, Block),
+    "graphs": _is_list_of(Block),
+}
+
+
+def _check_attributes(domain: str, op_type: str, attrs: dict, where: str) -> None:
+    schema = lookup(domain, op_type)
+    if schema is None:
+        return  # an op offload does not know: running it is what fails
+    for name, value in attrs.items():
+        spec = schema.attributes.get(name)
+        fits = _ATTR_KINDS.get(spec.type) if spec is not None else None
+        if fits is not None and not fits(value):
+            shown = type(value).__name__ if isinstance(value, (Block, np.ndarray)) else repr(value)[:80]
+            raise ModelFormatError(
+                f"{where}: attribute '{name}' of {op_type} must be of type {spec.type}, not {shown}"
+            )
 
 
 def _attribute_proto(name: str, value, type_: int) -> pb.AttributeProto:
@@ -570,7 +619,23 @@ def parse_model(data: bytes, origin: str) -> pb.ModelProto:
         raise ModelFormatError(f"{origin}: not a valid ONNX protobuf ({e})") from None
     if not model.HasField("graph"):
         raise ModelFormatError(f"{origin}: ONNX model has no graph")
+    _check_text(model, origin, "model")
     return model
+
+
+def _check_text(msg: Message, origin: str, path: str) -> None:
+    """Every string field (names, op types, attribute names) is UTF-8 text: protobuf hands an
+    ill-formed one over as bytes, which would reach the IR as a name."""
+    for field, value in msg.ListFields():
+        if field.type not in (field.TYPE_STRING, field.TYPE_MESSAGE):
+            continue
+        single = isinstance(value, (str, bytes, Message))
+        for i, v in enumerate([value] if single else value):
+            where = f"{path}.{field.name}" + ("" if single else f"[{i}]")
+            if field.type == field.TYPE_STRING and isinstance(v, bytes):
+                raise ModelFormatError(f"{origin}: {where} {v[:40]!r} is not UTF-8 text")
+            if field.type == field.TYPE_MESSAGE:
+                _check_text(v, origin, where)
 
 
 def import_onnx(data: bytes, origin: str = "<bytes>", base_dir: str | None = None) -> Program:

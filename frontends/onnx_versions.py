@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 _UPGRADES: dict[str, list[tuple[int, Callable]]] = {}
@@ -186,27 +187,46 @@ def _legacy_broadcast(b, op_type, inputs, attrs, n_out):
     axis = attrs.pop("axis", None)
     if op_type == "PRelu" and axis is None:
         axis = 1  # before 7 a 1-D slope was per channel
-    if axis is not None and op_type != "Gemm" and len(inputs) == 2 and inputs[1] is not None:
+    if axis is not None and op_type != "Gemm" and len(inputs) == 2 and None not in inputs:
         a_rank = inputs[0].type.rank if inputs[0].type is not None else None
         rhs = inputs[1]
         r_rank = rhs.type.rank if rhs.type is not None else None
-        if a_rank is not None and r_rank is not None and r_rank > 0 and axis + r_rank < a_rank:
-            trailing = list(range(r_rank, r_rank + a_rank - axis - r_rank))
-            inputs[1] = b.op("Unsqueeze", [rhs, b.const(trailing)])[0]
+        if a_rank is not None and r_rank is not None and r_rank > 0:
+            axis = axis + a_rank if axis < 0 else axis
+            if not 0 <= axis <= a_rank - r_rank:
+                raise ValueError(f"axis {axis} does not place a rank-{r_rank} operand in a rank-{a_rank} one")
+            if axis + r_rank < a_rank:
+                trailing = list(range(r_rank, a_rank - axis))
+                inputs[1] = b.op("Unsqueeze", [rhs, b.const(trailing)])[0]
 
 
 _LEGACY_ATTRS = ("consumed_inputs",)
 
 
-def upgrade(builder, domain: str, op_type: str, version: int, inputs: list, attrs: dict, n_out: int):
-    """Rewrite one node imported under opset ``version``; see the module docstring."""
+def upgrade(
+    builder, domain: str, op_type: str, version: int, inputs: list, attrs: dict, n_out: int, where: str = ""
+):
+    """Rewrite one node imported under opset ``version``; see the module docstring.
+
+    A node that lacks what its old form requires (an attribute, an input) or holds a value of
+    the wrong kind there is a ModelFormatError naming ``where``, the op and the version.
+    """
     for legacy in _LEGACY_ATTRS:
         attrs.pop(legacy, None)
     if domain != "":
         return None
     for before, fn in _UPGRADES.get(op_type, ()):
         if version < before:
-            out = fn(builder, op_type, inputs, attrs, n_out)
+            try:
+                out = fn(builder, op_type, inputs, attrs, n_out)
+            except KeyError as e:
+                raise _malformed(where, op_type, version, f"it has no attribute {e}") from None
+            except (IndexError, TypeError, ValueError) as e:
+                raise _malformed(where, op_type, version, str(e)) from None
             if out is not None:
                 return out
     return None
+
+
+def _malformed(where: str, op_type: str, version: int, why: str) -> ModelFormatError:
+    return ModelFormatError(f"{where}: not a valid {op_type} of opset {version}: {why}")

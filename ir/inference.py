@@ -32,6 +32,7 @@ _log = logging.getLogger(__name__)
 _FOLDED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("offload_folded", default=None)
 MAX_FOLDED_ELEMENTS = 64  # larger results are not worth tracking: shape vectors are short
 MAX_READ_ELEMENTS = 4096  # a "shape" or "axes" input larger than this is a weight, not a shape
+MAX_RANK = 64  # an inferred rank past this (the frontends' limit) is left unknown: no tensor has it
 
 _SAME_UPPER_LOWER = ("SAME_UPPER", "SAME_LOWER")
 
@@ -91,9 +92,11 @@ def _ints_value(op: Operation, i: int) -> list[int] | None:
 
 
 def _length(op: Operation, i: int) -> int | None:
-    """The static length of 1-D input ``i`` (from its type), even when its values are unknown."""
+    """The static length of 1-D input ``i`` (from its type), even when its values are unknown;
+    None past MAX_RANK: the callers read it as a rank, and no tensor has a longer shape."""
     s = _shape(op, i)
-    return s[0] if s is not None and len(s) == 1 and isinstance(s[0], int) else None
+    ok = s is not None and len(s) == 1 and isinstance(s[0], int) and s[0] <= MAX_RANK
+    return s[0] if ok else None
 
 
 def _unknown_dims(rank: int | None) -> tuple | None:
@@ -831,9 +834,7 @@ def _reshape(op, attrs):
         return [None]
     target = _dims_value(op, 1)
     if target is None:
-        n = _shape(op, 1)
-        rank_known = n is not None and len(n) == 1 and isinstance(n[0], int)
-        return [TensorType(t.dtype, (None,) * n[0] if rank_known else None)]
+        return [TensorType(t.dtype, _unknown_dims(_length(op, 1)))]
     return [TensorType(t.dtype, _reshape_dims(t.shape, target, bool(attrs.get("allowzero"))))]
 
 
@@ -1001,10 +1002,10 @@ def _expand(op, attrs):
         return [None]
     target = _dims_value(op, 1)
     if target is None:
-        n = _shape(op, 1)
-        if n is None or len(n) != 1 or not isinstance(n[0], int):
+        n = _length(op, 1)
+        if n is None:
             return [TensorType(t.dtype, None)]
-        target = [None] * n[0]
+        target = [None] * n
     return [TensorType(t.dtype, broadcast_shapes(t.shape, tuple(target)))]
 
 
@@ -1089,8 +1090,7 @@ def _constant_of_shape(op, attrs):
     dtype = DataType.from_numpy(value.dtype) if isinstance(value, np.ndarray) else DataType.FLOAT
     dims = _dims_value(op, 0)
     if dims is None:
-        n = _shape(op, 0)
-        dims = [None] * n[0] if n is not None and len(n) == 1 and isinstance(n[0], int) else None
+        dims = _unknown_dims(_length(op, 0))
     return [_tt(dtype, dims)]
 
 
@@ -1748,6 +1748,8 @@ def _clean(t) -> ValueType | None:
         return None
     if t.shape is None:
         return t
+    if len(t.shape) > MAX_RANK:
+        return TensorType(t.dtype, None, t.quant)  # e.g. Expand read a 65536-long shape input
     dims = []
     for d in t.shape:
         if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0:

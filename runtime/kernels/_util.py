@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from offload.errors import UnsupportedOpError
+from offload.errors import ShapeError, UnsupportedOpError
+
+# The largest result a shape-making kernel (Tile, ...) computes; past it the shape is refused
+# before numpy allocates, so a hostile repeat count is a ShapeError, not a crash or an OOM kill.
+MAX_RESULT_BYTES = 1 << 34
 
 
 def normalize_axis(axis: int, rank: int, op: str = "") -> int:
@@ -37,3 +43,16 @@ def out_for(ctx, i: int, shape, dtype) -> np.ndarray | None:
 
 def unsupported(op: str, what: str) -> UnsupportedOpError:
     return UnsupportedOpError(f"{op}: {what} is not supported by the CPU kernels")
+
+
+def check_result(shape, dtype, op: str) -> tuple[int, ...]:
+    """``shape`` when a result of it and ``dtype`` fits MAX_RESULT_BYTES; ShapeError otherwise."""
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"{op}: negative dimension in the result shape {shape}")
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes > MAX_RESULT_BYTES:
+        raise ShapeError(
+            f"{op}: a result of shape {shape} would take {nbytes} bytes, over {MAX_RESULT_BYTES}"
+        )
+    return shape

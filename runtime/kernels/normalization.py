@@ -146,11 +146,15 @@ def mean_variance_normalization(ctx, X, *, axes):
 
 
 def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    if x.size == 0:  # see _softmax
+        return x.copy()
     shifted = x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
 def _softmax(x: np.ndarray, axis: int, out=None) -> np.ndarray:
+    if x.size == 0:  # a max over an empty axis fills every other axis: (2**31 - 1, 0) makes 8 GiB
+        return x.copy()
     e = np.exp(x - np.max(x, axis=axis, keepdims=True, initial=-np.inf))
     return np.divide(e, np.sum(e, axis=axis, keepdims=True), out=out)
 

@@ -6,10 +6,11 @@ import math
 
 import numpy as np
 
+from offload.errors import ShapeError
 from offload.ir import DataType
 
 from . import kernel
-from ._util import normalize_axes, normalize_axis, out_for, unsupported
+from ._util import check_result, normalize_axes, normalize_axis, out_for, unsupported
 
 
 def _ints(a) -> list[int]:
@@ -76,7 +77,13 @@ def expand(ctx, input, shape):
 
 @kernel("Tile")
 def tile(ctx, input, repeats):
-    return np.tile(input, _ints(repeats))
+    reps = _ints(repeats)
+    if len(reps) != input.ndim:
+        raise ShapeError(f"Tile: {len(reps)} repeats for an input of rank {input.ndim}")
+    shape = check_result([d * r for d, r in zip(input.shape, reps)], input.dtype, "Tile")
+    if math.prod(shape) == 0:  # np.tile would still repeat the non-empty axes first
+        return np.empty(shape, input.dtype)
+    return np.tile(input, reps)
 
 
 @kernel("DepthToSpace")
@@ -385,6 +392,14 @@ def _resize_plan(X, roi, scales, sizes, axes, policy, crop):
     rank = X.ndim
     axes = list(range(rank)) if axes is None else list(normalize_axes(axes, rank, "Resize"))
     n = len(axes)
+    # Counts first: a hostile scales/roi input may hold millions of values, one per axis is read.
+    for name, given, want in (
+        ("roi", roi if crop else None, 2 * n),
+        ("scales", scales, n),
+        ("sizes", sizes, n),
+    ):
+        if not _absent(given) and np.size(given) != want:
+            raise ShapeError(f"Resize: {np.size(given)} {name} values for {n} resized axes (expected {want})")
     r = [0.0] * n + [1.0] * n
     if crop and not _absent(roi):
         r = [float(v) for v in np.asarray(roi).reshape(-1)]

@@ -1,0 +1,1 @@
+"""Tests of the fuzzing harnesses: the regression corpus replayed, a short fuzz run per harness."""

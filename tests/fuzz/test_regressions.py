@@ -1,0 +1,97 @@
+"""Every input a fuzzer found is replayed through its harness's contract, with the error it must
+now give: only ``offload.errors`` exceptions, each within the time bound, and the message its
+fix wrote (so a fix that regresses into a different error, or none, fails here)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from fuzz.harnesses import HARNESSES
+
+CORPUS = Path(__file__).resolve().parents[2] / "fuzz" / "corpus"
+TIME_BOUND = 3.0  # seconds: the fuzzers' 1 s bound, with room for a loaded test machine
+
+# harness/file → (the OffloadError class, a fragment of its message); None: the input now runs.
+EXPECTED = {
+    "onnx_proto/add-v6-broadcast-missing-input.onnx": ("ModelFormatError", "Add input 0 (A) is required"),
+    "onnx_proto/add-v6-huge-negative-axis.onnx": (
+        "ModelFormatError",
+        "not a valid Add of opset 6: axis -2147483646 does not place a rank-1 operand in a rank-2 one",
+    ),
+    "onnx_proto/add-v6-string-axis.onnx": ("ModelFormatError", "not a valid Add of opset 6"),
+    "onnx_proto/concatfromsequence-string-new-axis.onnx": (
+        "ModelFormatError",
+        "attribute 'new_axis' of ConcatFromSequence must be of type int",
+    ),
+    "onnx_proto/constant-without-output.onnx": ("ModelFormatError", "a Constant has one named output"),
+    "onnx_proto/expand-65536-long-shape.onnx": ("KernelError", "maximum supported dimension"),
+    "onnx_proto/node-output-not-utf8.onnx": (
+        "ModelFormatError",
+        "model.graph.node[0].output[0] b'\\xb1' is not UTF-8 text",
+    ),
+    "onnx_proto/unsqueeze-2g-long-axes.onnx": (
+        "UnsupportedOpError",
+        "dimension 2147483648 does not fit a .pte tensor size",
+    ),
+    "onnx_proto/gradient-graph-for-strings.onnx": (
+        "ModelFormatError",
+        "attribute 'xs' of Gradient must be of type strs, not Block",
+    ),
+    "onnx_proto/pad-v0-no-pads.onnx": ("ModelFormatError", "not a valid Pad of opset 0"),
+    "onnx_proto/reshape-ints-allowzero.onnx": (
+        "ModelFormatError",
+        "attribute 'allowzero' of Reshape must be of type int, not []",
+    ),
+    "onnx_proto/resize-a-million-scales.onnx": (
+        "ShapeError",
+        "Resize: 1000000 scales values for 4 resized axes (expected 4)",
+    ),
+    "onnx_proto/resize-v6-one-input.onnx": ("ModelFormatError", "not a valid Resize of opset 6"),
+    "onnx_proto/slice-v6-no-starts.onnx": (
+        "ModelFormatError",
+        "not a valid Slice of opset 6: it has no attribute 'starts'",
+    ),
+    "onnx_proto/softmax-2g-by-2g-input.onnx": (
+        "UnsupportedOpError",
+        "plan 'forward': its tensors need an arena of 36893488113059364912 bytes",
+    ),
+    "onnx_proto/softmax-empty-2g-rows.onnx": None,
+    "onnx_proto/softmax-v1-no-input.onnx": ("ModelFormatError", "not a valid Softmax of opset 1"),
+    "onnx_proto/transpose-int-perm.onnx": (
+        "ModelFormatError",
+        "attribute 'perm' of Transpose must be of type ints, not 256",
+    ),
+    "pte/tile-huge-repeats-and-a-zero.pte": ("KernelError", "op 'Tile' (onnx::Tile) failed"),
+}
+
+
+def _regressions() -> list[str]:
+    return sorted(
+        f"{h}/{p.name}"
+        for h in HARNESSES
+        for p in (CORPUS / h / "regressions").glob("*")
+        if p.is_file() and not p.name.startswith(".")
+    )
+
+
+@pytest.mark.parametrize("key", _regressions())
+def test_regression_keeps_the_contract(key):
+    harness, name = key.split("/", 1)
+    data = (CORPUS / harness / "regressions" / name).read_bytes()
+    start = time.perf_counter()
+    error = HARNESSES[harness].check(data)  # a finding raises out of here
+    elapsed = time.perf_counter() - start
+    assert elapsed < TIME_BOUND, f"{key} took {elapsed:.2f} s"
+    assert key in EXPECTED, f"{key}: add the error it gives now ({error!r}) to EXPECTED"
+    if EXPECTED[key] is None:
+        assert error is None, f"{key} should run now, but stopped at {error!r}"
+        return
+    kind, fragment = EXPECTED[key]
+    assert type(error).__name__ == kind and fragment in str(error), f"{key}: {error!r}"
+
+
+def test_every_expectation_has_its_file():
+    assert set(EXPECTED) <= set(_regressions())
