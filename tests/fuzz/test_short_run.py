@@ -6,6 +6,7 @@ exception other than an OffloadError, an input slower than the harness's time bo
 
 from __future__ import annotations
 
+import resource
 import signal
 import subprocess
 import sys
@@ -23,6 +24,13 @@ RUNS = 2500
 TIME_BOUND_S = 3  # libFuzzer's -timeout for one input here (1 s in the long runs)
 
 
+def _rss_limit_mb() -> int:
+    """The long runs' 2 GiB on top of this process's peak: a forked child inherits the parent's
+    peak resident size (libFuzzer reads it through getrusage), so inside a full test session the
+    child starts near the peak pytest reached."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 + 2048
+
+
 @pytest.mark.parametrize("name", sorted(HARNESSES))
 def test_short_fuzz_run(name, tmp_path):
     corpus = tmp_path / "corpus"
@@ -37,6 +45,7 @@ def test_short_fuzz_run(name, tmp_path):
         f"-atheris_runs={RUNS}",
         "-seed=1",
         f"-timeout={TIME_BOUND_S}",
+        f"-rss_limit_mb={_rss_limit_mb()}",
         f"-artifact_prefix={tmp_path}/",
         *folders,
     ]
