@@ -28,8 +28,8 @@ def build(program: Program, backend, compile_specs=None, *, measure: bool = True
     reasons grouped with counts, the partition summary, and when ``measure`` a profile of one run
     (random inputs; static input shapes only) and, under precision=fp16, each output's error
     against the fp32 delegate."""
+    from offload.ir.rewrite import reads, top_level_op
     from offload.partitioner import Partitioner
-    from offload.partitioner.partition import reads, top_level_op
     from offload.partitioner.report import value_bytes
 
     partitioner = backend if isinstance(backend, Partitioner) else Partitioner(backend)

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from offload.delegates.backend import BackendCompiler, Support
 from offload.errors import BackendUnavailableError
-from offload.ir import Block, Function, Operation, Program, Value
+from offload.ir import Function, Operation, Program, Value
+from offload.ir.rewrite import reads, top_level_op
 
 from .report import Placement, Reason, Report
 
@@ -73,31 +74,6 @@ class Partition:
                 if v.producer is None or id(v.producer) not in inside:
                     seen.setdefault(id(v), v)
         return list(seen.values())
-
-
-def top_level_op(op: Operation) -> Operation:
-    """The op of the function's top-level block that holds ``op`` (itself if it is one)."""
-    while op.block is not None and op.block.parent is not None:
-        op = op.block.parent
-    return op
-
-
-def reads(op: Operation) -> list[Value]:
-    """The values ``op`` reads: its inputs, plus what its nested blocks read from outside them."""
-    out = [v for v in op.inputs if v is not None]
-    for block in op.blocks:
-        out.extend(_captured(block))
-    return out
-
-
-def _captured(block: Block) -> list[Value]:
-    defined = {id(v) for v in [*block.inputs, *block.constants.values()]}
-    out = []
-    for op in block.operations:
-        out.extend(v for v in reads(op) if id(v) not in defined)
-        defined.update(id(v) for v in op.outputs)
-    out.extend(v for v in block.outputs if id(v) not in defined)
-    return out
 
 
 class _Groups:
