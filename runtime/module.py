@@ -527,19 +527,13 @@ class Method:
                     self._store(frame, slot, value)
                 else:
                     frame[slot] = value
-            steps, pc, n = self._steps, 0, len(self._steps)
-            if profile is not None:
-                self._profiled(frame, profile, options)
-            elif options is None:
+            if options is None and profile is None:  # the hot loop: nothing to check or record
+                steps, pc, n = self._steps, 0, len(self._steps)
                 while pc < n:
                     nxt = steps[pc].run(frame)
                     pc = pc + 1 if nxt is None else nxt
             else:
-                options.check(self.where)
-                while pc < n:
-                    options.check(self.where)
-                    nxt = steps[pc].run(frame)
-                    pc = pc + 1 if nxt is None else nxt
+                self._run_watched(frame, options, profile)
             return [self.module._detach(frame[i]) for i in self._output_slots]
         finally:
             with self._pool_lock:
@@ -547,17 +541,19 @@ class Method:
             if profile is not None:
                 profile.add(f"plan {self.name}", "plan", start, now())
 
-    def _profiled(self, frame: _Frame, profile: Profile, options: RunOptions | None) -> None:
-        """The chain run with an event per instruction (its time on this thread)."""
+    def _run_watched(self, frame: _Frame, options: RunOptions | None, profile: Profile | None) -> None:
+        """The chain with ``options`` checked before every instruction and, when profiling, an
+        event per instruction (its time on this thread)."""
         steps, pc, n = self._steps, 0, len(self._steps)
         while pc < n:
             if options is not None:
                 options.check(self.where)
             step = steps[pc]
-            start = now()
+            start = now() if profile is not None else 0
             nxt = step.run(frame)
-            name, cat, args = _describe(step)
-            profile.add(name, cat, start, now(), pc=pc, **args)
+            if profile is not None:
+                name, cat, args = _describe(step)
+                profile.add(name, cat, start, now(), pc=pc, **args)
             pc = pc + 1 if nxt is None else nxt
 
     def _acquire(self) -> tuple[list, list]:
@@ -583,10 +579,9 @@ class Method:
             return
         if view is not None:
             if _fits(value, view):
-                if value is not view:
-                    # The kernel allocated its result instead of writing into ctx.out.
-                    self.allocated_results += value.base is None
-                    np.copyto(view, value, casting="no")
+                # The kernel allocated its result instead of writing into ctx.out.
+                self.allocated_results += value.base is None
+                np.copyto(view, value, casting="no")
                 frame[slot] = view
                 return
             if self.module.strict and not _layout_only(value, view):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import threading
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -27,7 +26,7 @@ from ..gpu.builder import PlanValues, host_weights
 from ..gpu.control import has_control, run
 from ..gpu.ops.linalg import GemmCall
 from ..gpu.plan import parse
-from ..gpu.precision import as_fp32, fp16_check, overflowed, warning, without
+from ..gpu.precision import Fp32Rerun
 from ..gpu.specialize import (
     Specializations,
     describe,
@@ -118,10 +117,7 @@ class Handle:
     weights: dict[int, object]  # their device buffers, uploaded once, shared by every specialization
     specializations: Specializations
     lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per handle
-    # fp16_check: what a float32 run of the same partition needs (``gpu/precision.py``).
-    fp32: tuple | None = None  # (compile specs, weights by name) when the check is on
-    fp32_handle: Handle | None = None
-    warned: bool = False
+    fp32: Fp32Rerun | None = None  # fp16_check (``gpu/precision.py``)
 
 
 class CUDABuilder(PlanValues):
@@ -190,8 +186,9 @@ class CUDARuntime(BackendRuntime):
         plan, binaries = blob.unpack(processed)
         plan = parse(plan, "cuda")  # a damaged plan: ModelFormatError, not a crash
         handle = self._init(plan, binaries, compile_specs, weights)
-        if plan.get("precision") == "fp16" and fp16_check(compile_specs, "cuda"):
-            handle.fp32 = (without(compile_specs, "precision", "fp16_check", "shapes"), weights)
+        handle.fp32 = Fp32Rerun.wanted(
+            "cuda", plan, compile_specs, lambda plan, specs: self._init(plan, binaries, specs, weights)
+        )
         return handle
 
     def _init(
@@ -284,24 +281,15 @@ class CUDARuntime(BackendRuntime):
                 ]
         except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
             raise KernelError(f"cuda backend: {type(e).__name__}: {e}") from e
-        if handle.fp32 is None or not overflowed(outputs):
-            return outputs
-        with handle.lock:  # fp16_check: the float32 plan, made once
-            if handle.fp32_handle is None:
-                specs, weights = handle.fp32
-                handle.fp32_handle = self._init(as_fp32(handle.plan), handle.binaries, specs, weights)
-            warn, handle.warned = not handle.warned, True
-        if warn:
-            warnings.warn(warning("cuda"), RuntimeWarning, stacklevel=3)
-        return self.execute(handle.fp32_handle, inputs)
+        return outputs if handle.fp32 is None else handle.fp32.checked(outputs, inputs, self.execute)
 
     def describe(self, handle: Handle) -> str:
         return describe(handle.plan, handle.specializations)
 
     def destroy(self, handle: Handle) -> None:
-        if handle.fp32_handle is not None:
-            self.destroy(handle.fp32_handle)
-            handle.fp32_handle = None
+        if handle.fp32 is not None and handle.fp32.handle is not None:
+            self.destroy(handle.fp32.handle)
+            handle.fp32.handle = None
         # CuPy returns the arrays to its pool when the last reference goes.
         with handle.lock:
             handle.specializations.clear()

@@ -13,6 +13,7 @@ import numpy as np
 
 from offload.errors import UnsupportedOpError
 from offload.ir import Operation, Program, TensorType, Value, lookup
+from offload.ir.rewrite import reads
 
 from ..backend import BackendCompiler, CompileSpec, CompileSpecError, PreprocessResult, Support
 from . import control, ops
@@ -78,18 +79,6 @@ def _attrs(op: Operation) -> dict:
     return {k: _attr(a) for k, a in attrs.items() if _attr(a) is not None}
 
 
-def _reads(op: Operation) -> list[Value]:
-    """The values ``op`` reads: its inputs and, for an If or Loop, every value its branches or body
-    name (a superset of what they capture from outside, which is all fusion needs)."""
-    found = [v for v in op.inputs if v is not None]
-    for block in op.blocks:
-        found.extend(block.outputs)
-        for inner in block.walk():
-            found.extend(v for v in inner.inputs if v is not None)
-            found.extend(v for b in inner.blocks for v in b.outputs)
-    return found
-
-
 def _fusion_groups(body) -> list[list[int]]:
     """The partition's ops as groups of step indices, in plan order.
 
@@ -101,7 +90,7 @@ def _fusion_groups(body) -> list[list[int]]:
     ops = body.operations
     users: dict[int, set[int]] = {}
     for s, op in enumerate(ops):
-        for v in _reads(op):
+        for v in reads(op):  # a branch or loop body reading a value counts as a use
             users.setdefault(id(v), set()).add(s)
     outputs = {id(v) for v in body.outputs}
     producer = {id(v): s for s, op in enumerate(ops) for v in op.outputs if v is not None}

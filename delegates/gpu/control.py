@@ -75,9 +75,8 @@ def _constants(block: Block) -> Support | None:
 def _reads_parameter_as_shape(op: Operation) -> str | None:
     """The name of a nested block parameter (a Loop's iteration number or carried value) that an
     op inside ``op`` reads as a shape-deciding input: it changes per iteration, the plan cannot."""
-    from .ops import HOST_INPUTS as FAMILIES
+    from .compiler import HOST_INPUTS as table  # the families' and this module's, merged there
 
-    table = {**FAMILIES, **HOST_INPUTS}
     params = {
         id(v): v
         for b in op.blocks

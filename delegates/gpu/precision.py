@@ -10,6 +10,11 @@ float32 plan that gives inf or NaN too is then the answer, as it would be withou
 
 from __future__ import annotations
 
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from ..backend import CompileSpec, CompileSpecError
@@ -42,12 +47,41 @@ def as_fp32(plan: dict) -> dict:
     return {k: v for k, v in plan.items() if k != "precision"}
 
 
-def without(specs: list[CompileSpec], *keys: str) -> list[CompileSpec]:
-    return [s for s in specs if s.key not in keys]
+@dataclass
+class Fp32Rerun:
+    """A handle's fp16_check: how to make its float32 twin (``make(plan, specs)``, called once,
+    on the first overflow) and the twin once made. Both backends keep one on their handles."""
 
+    backend: str
+    plan: dict
+    specs: list[CompileSpec]
+    make: Callable[[dict, list[CompileSpec]], object]
+    handle: object = None
+    warned: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-def warning(backend: str) -> str:
-    return (
-        f"{backend} backend: the fp16 plan's outputs hold inf or NaN (a value past half's range); "
-        "this call, and every later one that overflows, runs again in float32 (fp16_check=1)"
-    )
+    @classmethod
+    def wanted(cls, backend: str, plan: dict, specs: list[CompileSpec], make) -> Fp32Rerun | None:
+        """One for an fp16 plan compiled with fp16_check=1; None otherwise."""
+        if plan.get("precision") != "fp16" or not fp16_check(specs, backend):
+            return None
+        return cls(
+            backend, plan, [s for s in specs if s.key not in ("precision", "fp16_check", "shapes")], make
+        )
+
+    def checked(self, outputs: list[np.ndarray], inputs: list[np.ndarray], execute) -> list[np.ndarray]:
+        """``outputs``, or when they overflowed, ``execute(twin, inputs)`` (warned once)."""
+        if not overflowed(outputs):
+            return outputs
+        with self.lock:
+            if self.handle is None:
+                self.handle = self.make(as_fp32(self.plan), self.specs)
+            warn, self.warned = not self.warned, True
+        if warn:
+            warnings.warn(
+                f"{self.backend} backend: the fp16 plan's outputs hold inf or NaN (a value past half's "
+                "range); this call, and every later one that overflows, runs again in float32 (fp16_check=1)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return execute(self.handle, inputs)

@@ -15,7 +15,6 @@ import json
 import math
 import threading
 import time
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -29,7 +28,7 @@ from ..gpu.api import Buf, Ints, Scratch
 from ..gpu.builder import PlanValues, host_weights
 from ..gpu.control import has_control, run
 from ..gpu.plan import parse
-from ..gpu.precision import as_fp32, fp16_check, overflowed, warning, without
+from ..gpu.precision import Fp32Rerun
 from ..gpu.specialize import (
     Specializations,
     describe,
@@ -78,10 +77,7 @@ class Handle:
     weights: dict[int, object]  # their device buffers, uploaded once, shared by every specialization
     specializations: Specializations
     lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per handle
-    # fp16_check: what a float32 run of the same partition needs (``gpu/precision.py``).
-    fp32: tuple | None = None  # (compile specs, weights by name) when the check is on
-    fp32_handle: Handle | None = None
-    warned: bool = False
+    fp32: Fp32Rerun | None = None  # fp16_check (``gpu/precision.py``)
 
 
 class PlanBuilder(PlanValues):
@@ -197,27 +193,16 @@ class OpenCLRuntime(BackendRuntime):
             buffers,
             cache,
         )
-        if plan.get("precision") == "fp16" and fp16_check(compile_specs, "opencl"):
-            handle.fp32 = (without(compile_specs, "precision", "fp16_check", "shapes"), weights)
+        handle.fp32 = Fp32Rerun.wanted(
+            "opencl",
+            plan,
+            compile_specs,
+            lambda plan, specs: self.init(json.dumps(plan).encode(), specs, weights),
+        )
         for shapes in planned_shapes(plan, compile_specs, "opencl"):
             cache.get(shapes, lambda shapes=shapes: self._specialize(handle, list(shapes)))
         device.queue.finish()
         return handle
-
-    def _checked(
-        self, handle: Handle, inputs: list[np.ndarray], outputs: list[np.ndarray]
-    ) -> list[np.ndarray]:
-        """fp16_check: outputs with inf/NaN are computed again by the float32 plan."""
-        if handle.fp32 is None or not overflowed(outputs):
-            return outputs
-        with handle.lock:  # made once, whichever thread meets the first overflow
-            if handle.fp32_handle is None:
-                specs, weights = handle.fp32
-                handle.fp32_handle = self.init(json.dumps(as_fp32(handle.plan)).encode(), specs, weights)
-            warn, handle.warned = not handle.warned, True
-        if warn:
-            warnings.warn(warning("opencl"), RuntimeWarning, stacklevel=4)
-        return self.execute(handle.fp32_handle, inputs)
 
     def _specialize(self, handle: Handle, inputs: list) -> Specialized:
         """The plan's launches recorded for these inputs (arrays, or shapes), buffers placed, args bound."""
@@ -286,15 +271,15 @@ class OpenCLRuntime(BackendRuntime):
                     )
             except cl.Error as e:
                 raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e
-        return self._checked(handle, inputs, outputs)
+        return outputs if handle.fp32 is None else handle.fp32.checked(outputs, inputs, self.execute)
 
     def describe(self, handle: Handle) -> str:
         return describe(handle.plan, handle.specializations)
 
     def destroy(self, handle: Handle) -> None:
-        if handle.fp32_handle is not None:
-            self.destroy(handle.fp32_handle)
-            handle.fp32_handle = None
+        if handle.fp32 is not None and handle.fp32.handle is not None:
+            self.destroy(handle.fp32.handle)
+            handle.fp32.handle = None
         with handle.lock:
             handle.specializations.clear()
             for buf in handle.weights.values():

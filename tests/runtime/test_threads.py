@@ -2,7 +2,7 @@
 
 Runs of a Method take arena sets from a pool (``runtime/module.py``); GPU delegate handles
 serialize their own runs. The reference for each call is the same module run single-threaded
-first, which the other tests hold to onnxruntime.
+first, itself checked against onnxruntime.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 import offload
@@ -25,6 +26,10 @@ def _hammer(module, name: str) -> list[str]:
         fixtures.inputs(name, k % fixtures.CASES[name], np.random.default_rng(k)) for k in range(THREADS)
     ]
     want = [module.run(f) for f in feeds]
+    session = ort.InferenceSession(fixtures.path(name), providers=["CPUExecutionProvider"])
+    for f, w in zip(feeds, want):  # the single-threaded answers, held to onnxruntime first
+        for key, value in zip([o.name for o in session.get_outputs()], session.run(None, f)):
+            np.testing.assert_allclose(w[key], value, rtol=1e-4, atol=1e-4)
     failures: list[str] = []
     start = threading.Barrier(THREADS)
 
