@@ -31,11 +31,23 @@ def load(model: str | os.PathLike | bytes) -> Program:
         if not os.path.exists(path):
             raise ModelFormatError(f"{path}: no such file")
         if os.path.isdir(path):
+            from .coreml_reader import is_mlpackage
             from .nnpackage import import_nnpackage_folder, is_package_folder
 
             if is_package_folder(path):
                 return import_nnpackage_folder(path)
-            raise ModelFormatError(f"{path}: is a folder without metadata/MANIFEST (not an nnpackage)")
+            if is_mlpackage(path):
+                from .coreml import import_coreml
+
+                return import_coreml(path)
+            raise ModelFormatError(
+                f"{path}: is a folder with neither metadata/MANIFEST (an nnpackage) "
+                "nor Manifest.json (an .mlpackage)"
+            )
+        if path.lower().endswith(".mlmodel"):  # protobuf, like ONNX: told apart by its name
+            from .coreml import import_coreml
+
+            return import_coreml(path)
         size = os.path.getsize(path)
         if size > MAX_MODEL_BYTES:
             raise ModelFormatError(f"{path}: {size} bytes is larger than the {MAX_MODEL_BYTES}-byte limit")

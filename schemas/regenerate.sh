@@ -6,6 +6,9 @@
 #    the version that matches the flatbuffers runtime) and --gen-object-api.
 #  - tflite/ from tflite.fbs (TFLite's upstream schema.fbs), with the same flatc and no object
 #    API: the TFLite frontend reads tables in place after checking them (frontends/tflite_reader.py).
+#  - coreml/*_pb2.py from coreml/*.proto (Core ML's mlmodel/format, apple/coremltools at
+#    e0e2f42b, BSD-3-Clause, LICENSE.txt beside them), with the same protoc; Model.proto imports
+#    every model kind, so all of them are generated.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 venv=${OFFLOAD_CODEGEN_VENV:-/tmp/offload-codegen}
@@ -27,3 +30,10 @@ rm -rf "$out/tflite"
 "$venv/bin/flatc" --python -o "$out" "$here/tflite.fbs"
 sed -i -E 's/(^|[^.[:alnum:]_])tflite\./\1offload.schemas.generated.tflite./g' "$out"/tflite/*.py
 touch "$out/tflite/__init__.py"
+rm -rf "$out/coreml"
+mkdir -p "$out/coreml"
+(cd "$here/coreml" && "$venv/bin/python" -m grpc_tools.protoc -I. --python_out="$out/coreml" ./*.proto)
+# protoc writes `import X_pb2` for a top-level module; ours live inside offload.
+sed -i -E 's/^import ([A-Za-z]+_pb2) as/from offload.schemas.generated.coreml import \1 as/; s/^from ([A-Za-z]+_pb2) import \*/from offload.schemas.generated.coreml.\1 import */' \
+  "$out"/coreml/*_pb2.py
+touch "$out/coreml/__init__.py"
