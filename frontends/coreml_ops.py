@@ -11,7 +11,7 @@ import numpy as np
 
 from offload.ir import DataType, Value
 
-from . import coreml_tensor_ops  # noqa: F401  (registers the shape/tensor rules)
+from . import coreml_sequence_ops, coreml_tensor_ops  # noqa: F401  (register their rules)
 from .coreml_node import Node, rule
 
 FLOATS = (DataType.FLOAT, DataType.FLOAT16, DataType.DOUBLE, DataType.BFLOAT16)

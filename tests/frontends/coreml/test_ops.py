@@ -33,7 +33,9 @@ def check(name: str, got: dict, want: dict, tolerance: float) -> None:
         assert g.shape == w.shape, f"{name}.{k}: shape {g.shape}, expected {w.shape}"
         if w.dtype.kind in "fc":
             scale = max(float(np.max(np.abs(w))) if w.size else 0.0, 1.0)
-            np.testing.assert_allclose(g.astype(np.float64), w, rtol=0, atol=tolerance * scale, err_msg=f"{name}.{k}")
+            np.testing.assert_allclose(
+                g.astype(np.float64), w, rtol=0, atol=tolerance * scale, err_msg=f"{name}.{k}"
+            )
         else:
             np.testing.assert_array_equal(g, w, err_msg=f"{name}.{k}")
 
