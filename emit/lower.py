@@ -68,7 +68,10 @@ def lower(
     Raises UnsupportedOpError for an op that cannot be lowered (no schema, a Loop that never ends…).
     """
     state = _Lowering(program, constant_alignment)
-    plans = [PlanBuilder(state, name, fn.body, []).build() for name, fn in program.functions.items()]
+    plans = [
+        PlanBuilder(state, name, fn.body, [], states=fn.states).build()
+        for name, fn in program.functions.items()
+    ]
     while state.pending:
         name, block, captured, keep_constants = state.pending.popleft()
         plans.append(PlanBuilder(state, name, block, captured, keep_constants).build())

@@ -160,7 +160,13 @@ class PlanBuilder:
     """Lowers one block (a function body or a sub-plan's graph) to an ExecutionPlanT."""
 
     def __init__(
-        self, lowering, name: str, block: Block, captured: list[Value], keep_constants: bool = False
+        self,
+        lowering,
+        name: str,
+        block: Block,
+        captured: list[Value],
+        keep_constants: bool = False,
+        states: list[str] = (),
     ):
         self.lowering = lowering
         # A delegate's fallback lists all its constants: they are the weights init receives.
@@ -168,6 +174,7 @@ class PlanBuilder:
         self.delegates: list = []
         self.name = name
         self.block = block
+        self.states = list(states)
         self.inputs = list(block.inputs) + list(captured)
         self.instrs: list = []
         self.operators: dict[tuple[str, str], int] = {}
@@ -485,7 +492,9 @@ class PlanBuilder:
         p = ExecutionPlanT()
         p.name = self.name
         meta = ContainerMetadataT()
-        meta.encodedInpStr = json.dumps([v.name for v in self.inputs])
+        names = [v.name for v in self.inputs]
+        # A method with state lists which inputs are state (runtime.Module keeps them).
+        meta.encodedInpStr = json.dumps({"inputs": names, "states": self.states} if self.states else names)
         meta.encodedOutStr = json.dumps([v.name for v in self.block.outputs])
         p.containerMetaType = meta
         p.values = values

@@ -89,6 +89,13 @@ class _Scope:
         return None
 
 
+class _State:
+    """A state input of a function (iOS18): its value as the ops so far have left it."""
+
+    def __init__(self, name: str, value: Value):
+        self.name, self.input, self.current = name, value, value
+
+
 class _Importer:
     def __init__(self, model: CoreMLModel):
         self.model = model
@@ -116,6 +123,8 @@ class _Importer:
         """An IR value for a binding: a Const becomes a constant of the function's top block."""
         if isinstance(bound, Value):
             return bound
+        if isinstance(bound, _State):
+            raise UnsupportedOpError(f"{self.origin}: state '{bound.name}' is read other than by read_state")
         key = id(bound)
         if key not in self.const_values:
             array = bound.array
@@ -246,6 +255,8 @@ class _Importer:
                 continue
             if op.type in ("cond", "while_loop"):
                 results = self.control(node, depth)
+            elif op.type in ("read_state", "write_state", "coreml_update_state"):
+                results = self.state_op(node, depth)
             else:
                 fn = RULES.get(op.type)
                 if fn is None:
@@ -273,6 +284,20 @@ class _Importer:
                 raise self.fail(f"block output '{name}' is never defined")
             outs.append(bound)
         return outs
+
+    def state_op(self, node: Node, depth: int) -> list[Value]:
+        """read_state gives the state's value so far; write_state sets it; coreml_update_state (the
+        builder's form, saved as write_state + read_state) sets it and gives it."""
+        name = "state" if node.type == "coreml_update_state" else "input"
+        state = node._one(name)
+        if not isinstance(state, _State):
+            raise node.fail(f"input '{name}' is not a state of the function")
+        if node.type == "read_state":
+            return [state.current]
+        if depth:
+            raise node.unsupported("a state written inside a cond / while_loop block")
+        state.current = node.x("value" if node.type == "coreml_update_state" else "data")
+        return [state.current] if node.type == "coreml_update_state" else []
 
     def sub_block(self, mil_block, scope: _Scope, inputs: list[Value], depth: int, name: str):
         """A nested IR block translating ``mil_block`` with its MIL inputs bound to ``inputs``."""
@@ -368,9 +393,11 @@ class _Importer:
         self.block = self.top = Block(name=name)
         self.const_values = {}
         scope = _Scope()
+        states: list[_State] = []
         for k, nv in enumerate(fn.inputs):
             where = f"function '{name}' input {k} ('{nv.name}')"
-            t = self.value_type(nv.type, where)
+            is_state = nv.type.WhichOneof("type") == "stateType"
+            t = self.value_type(nv.type.stateType.wrappedType if is_state else nv.type, where)
             if t.shape is None:
                 raise UnsupportedOpError(f"{self.origin}: {where}: inputs of unknown rank are not supported")
             t = TensorType(
@@ -381,14 +408,21 @@ class _Importer:
             self.namer.reserve(nv.name)
             v = Value(nv.name, t)
             self.block.inputs.append(v)
-            scope.names[nv.name] = v
+            if is_state:
+                if not t.is_static:
+                    raise UnsupportedOpError(f"{self.origin}: {where}: a state of unknown shape {t.shape}")
+                states.append(_State(nv.name, v))
+                scope.names[nv.name] = states[-1]
+            else:
+                scope.names[nv.name] = v
         outs = self.translate(fn.block_specializations[fn.opset], scope, 0)
-        for v in outs:
+        # The states' values after the call are the last outputs (ir.Function.states).
+        for v in [*outs, *(s.current for s in states)]:
             v = self.as_value(v)
             if v.producer is None or v in self.block.outputs:  # an input, a constant, or listed twice
                 v = self.op("Identity", [v])[0]
             self.block.outputs.append(v)
-        return Function(name, self.block, {"": 21})
+        return Function(name, self.block, {"": 21}, [s.name for s in states])
 
     def program(self) -> Program:
         spec = self.model.spec

@@ -80,7 +80,7 @@ def _clone_op(op: Operation, mapping: dict[int, Value]) -> Operation:
 
 
 def clone_function(fn: Function) -> Function:
-    return Function(fn.name, clone_block(fn.body), dict(fn.opset_imports))
+    return Function(fn.name, clone_block(fn.body), dict(fn.opset_imports), list(fn.states))
 
 
 def clone_program(program: Program) -> Program:

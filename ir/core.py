@@ -162,11 +162,17 @@ class Block:
 
 @dataclass(eq=False)
 class Function:
-    """A named entry point: one top-level block."""
+    """A named entry point: one top-level block.
+
+    ``states`` names the inputs that are state (Core ML ``state``, TFLite resource variables):
+    the last ``len(states)`` outputs are their values after a call, in the same order. The IR is
+    functional; a loaded module keeps each state between runs and feeds it back (runtime.Module).
+    """
 
     name: str
     body: Block
     opset_imports: dict[str, int] = field(default_factory=dict)
+    states: list[str] = field(default_factory=list)
 
     @property
     def inputs(self) -> list[Value]:

@@ -99,3 +99,18 @@ def verify(program: Program) -> None:
     """Raise VerificationError naming the op and the value on the first broken invariant."""
     for fn in program.functions.values():
         _block(fn.body, set(), set(), f"function '{fn.name}'")
+        names = [v.name for v in fn.inputs]
+        for k, s in enumerate(fn.states):
+            if s not in names or fn.states.index(s) != k:
+                _fail(f"function '{fn.name}'", f"state '{s}' is not one input of the function")
+            out = (
+                fn.outputs[len(fn.outputs) - len(fn.states) + k]
+                if len(fn.outputs) >= len(fn.states)
+                else None
+            )
+            want = fn.inputs[names.index(s)].type
+            if out is None or (out.type is not None and want is not None and out.type != want):
+                _fail(
+                    f"function '{fn.name}'",
+                    f"state '{s}' has no output of its type {want} among the last outputs",
+                )

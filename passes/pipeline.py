@@ -18,6 +18,8 @@ from .registry import resolve
 
 # The default pipeline: cleanup first (folding makes patterns visible), fusions, cleanup after.
 DEFAULT: tuple[str, ...] = (
+    # float16 programs (Core ML's default precision) compute in float32, as the GPU backends do
+    "quantization::fp16_compute_in_fp32",
     "cleanup::const_elimination",
     "cleanup::noop_elimination",
     "cleanup::dead_code_elimination",

@@ -29,7 +29,7 @@ from offload.errors import (
     ShapeError,
     UnsupportedOpError,
 )
-from offload.ir import lookup
+from offload.ir import TensorType, lookup
 from offload.profile import Profile, now, profiling
 from offload.schemas import pte as pte_format
 from offload.schemas.generated.executorch_flatbuffer.InstructionArguments import InstructionArguments
@@ -126,6 +126,11 @@ class Module:
         self, inputs: Mapping[str, Any], options: RunOptions | None = None, profile: Profile | None = None
     ) -> dict[str, Any]:
         return self._plans[0].run(inputs, options, profile)
+
+    def reset_state(self) -> None:
+        """Set the states of every method back to zeros (a model without state has none)."""
+        for m in self._plans:
+            m.reset_state()
 
     def close(self) -> None:
         """Destroy every backend handle (once; the CPU fallbacks need nothing released)."""
@@ -280,14 +285,18 @@ class Method:
         self._decode_values()
         self._input_slots = self._slots(plan.inputs, "inputs")
         self._output_slots = self._slots(plan.outputs, "outputs")
+        self.state_names: list[str] = []
         self.input_names = self._names(plan, "encodedInpStr", self._input_slots, "input")
         self.output_names = self._names(plan, "encodedOutStr", self._output_slots, "output")
-        self.inputs = [
-            Port(n, value_type(self._values[i])) for n, i in zip(self.input_names, self._input_slots)
-        ]
-        self.outputs = [
-            Port(n, value_type(self._values[i])) for n, i in zip(self.output_names, self._output_slots)
-        ]
+        ports = [Port(n, value_type(self._values[i])) for n, i in zip(self.input_names, self._input_slots)]
+        outs = [Port(n, value_type(self._values[i])) for n, i in zip(self.output_names, self._output_slots)]
+        # State inputs are fed from the values kept between runs; their new values come out as the
+        # last outputs and are kept, not returned. ``inputs``/``outputs`` are what a caller sees.
+        self._states = self._state_ports(ports, outs)
+        self.inputs = [p for p in ports if p.name not in self.state_names]
+        self.outputs = outs[: len(outs) - len(self.state_names)]
+        self._state_values: dict[str, np.ndarray] | None = None
+        self._state_lock = threading.Lock()
         self._steps: list = []
         self._callees: set[int] = set()
         self._fallbacks: set[int] = set()  # fallback plans of delegates that run on a backend
@@ -437,6 +446,12 @@ class Method:
             names = json.loads(text)
         except ValueError:
             raise ModelFormatError(f"{self.where}: the {stem} names are not JSON") from None
+        if stem == "input" and isinstance(names, dict):  # {"inputs": [...], "states": [...]}
+            states = names.get("states")
+            if not isinstance(states, list) or not all(isinstance(s, str) for s in states):
+                raise ModelFormatError(f"{self.where}: the state names must be a list of strings")
+            self.state_names = states
+            names = names.get("inputs")
         if (
             not isinstance(names, list)
             or len(names) != len(slots)
@@ -444,6 +459,42 @@ class Method:
         ):
             raise ModelFormatError(f"{self.where}: the {stem} names must be a list of {len(slots)} strings")
         return names
+
+    def _state_ports(self, inputs: list[Port], outputs: list[Port]) -> list[tuple[int, Port]]:
+        """(input position, port) of each state, checked against the outputs that update it."""
+        names = [p.name for p in inputs]
+        out = []
+        if len(set(self.state_names)) != len(self.state_names) or len(self.state_names) > len(outputs):
+            raise ModelFormatError(
+                f"{self.where}: states {self.state_names} do not fit {len(outputs)} outputs"
+            )
+        for k, s in enumerate(self.state_names):
+            if s not in names:
+                raise ModelFormatError(f"{self.where}: state '{s}' is not an input of the plan")
+            port = inputs[names.index(s)]
+            update = outputs[len(outputs) - len(self.state_names) + k]
+            if not isinstance(port.type, TensorType) or port.type != update.type or not port.type.is_static:
+                raise ModelFormatError(
+                    f"{self.where}: state '{s}' ({port.type}) needs a static tensor type, the same as "
+                    f"the output that updates it ({update.type})"
+                )
+            out.append((names.index(s), port))
+        return out
+
+    def reset_state(self) -> None:
+        """Set every state of the method back to its initial value (zeros, as Core ML does)."""
+        with self._state_lock:
+            self._state_values = None
+
+    def state(self) -> dict[str, np.ndarray]:
+        """A copy of the method's states as the last run left them (zeros before any run)."""
+        with self._state_lock:
+            return {k: v.copy() for k, v in self._current_states().items()}
+
+    def _current_states(self) -> dict[str, np.ndarray]:
+        if self._state_values is None:
+            self._state_values = {p.name: np.zeros(p.type.shape, p.type.dtype.numpy) for _, p in self._states}
+        return self._state_values
 
     def _prepare(self) -> None:
         chains = self.plan.chains or []
@@ -498,10 +549,31 @@ class Method:
             )
         args = check_inputs([(p.name, p.type) for p in self.inputs], inputs)
         options = options.start() if options else None
+        if self._states:
+            return self._run_with_states(args, options, profile)
         if profile is None:
             return dict(zip(self.output_names, self._call(args, options)))
         with profiling(profile):
             return dict(zip(self.output_names, self._call(args, options, profile)))
+
+    def _run_with_states(self, args: list, options, profile) -> dict[str, Any]:
+        """One run of a method with state: runs of it take turns, each sees the last one's states."""
+        with self._state_lock:
+            states = self._current_states()
+            full = list(args)
+            for position, port in sorted(self._states, key=lambda s: s[0]):
+                full.insert(position, states[port.name])
+            if profile is None:
+                results = self._call(full, options)
+            else:
+                with profiling(profile):
+                    results = self._call(full, options, profile)
+            n = len(self._states)
+            for (_, port), value in zip(self._states, results[len(results) - n :]):
+                states[port.name] = np.array(value, dtype=port.type.dtype.numpy, copy=True).reshape(
+                    port.type.shape
+                )
+            return dict(zip(self.output_names, results[: len(results) - n]))
 
     def _missing(self) -> list[str]:
         seen, todo, out = set(), [self.index], set()

@@ -11,7 +11,8 @@ from .runner import EXPECTED_FAILURES, case_id, load_expected_failures, run_case
 def main() -> None:
     cases = node_cases() + model_cases() + light_cases()
     before = load_expected_failures()
-    lines, passed = [], 0
+    # Entries for one path ("opencl:node/…") are kept as they are: this run takes the evaluate path.
+    lines, passed = [f"{k}  # {r}" for k, r in before.items() if ":" in k.split("/")[0]], 0
     for c in cases:
         reason = run_case(c)
         if reason is None:

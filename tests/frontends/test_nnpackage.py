@@ -73,7 +73,7 @@ def test_folder_package(tmp_path):
 
 
 def test_folder_without_manifest_is_refused(tmp_path):
-    with pytest.raises(ModelFormatError, match="without metadata/MANIFEST"):
+    with pytest.raises(ModelFormatError, match="neither metadata/MANIFEST"):
         offload.load(tmp_path)
 
 

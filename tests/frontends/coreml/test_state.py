@@ -1,0 +1,117 @@
+"""A stateful ML program (iOS18 state, read_state, coreml_update_state; generate_state.py):
+its state persists across runs of a loaded module, ``reset_state`` zeroes it, and each call's
+outputs match numpy's; on the CPU and with the arithmetic delegated to opencl."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import offload
+from offload import runtime
+from offload.errors import ModelFormatError
+from offload.runtime.evaluate import evaluate
+from tests.delegates.opencl_support import needs_opencl
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "state")
+MODEL = os.path.join(HERE, "accumulator.mlpackage")
+
+
+def oracle():
+    data = np.load(os.path.join(HERE, "accumulator.npz"))
+    calls = {}
+    for key in data.files:
+        kind, rest = key.split(":", 1)
+        name, call = rest.split("@")
+        calls.setdefault(call, ({}, {}))[kind == "out"][name] = data[key]
+    return calls
+
+
+def test_the_program_is_functional():
+    program = offload.load(MODEL)
+    fn = program.main
+    assert fn.states == ["acc"]
+    assert [v.name for v in fn.inputs] == ["acc", "x"]
+    assert len(fn.outputs) == 3  # doubled, scaled, then the state's new value
+    calls = oracle()
+    feeds, want = calls["0"]
+    got = evaluate(program, {"acc": np.zeros((2, 3), np.float16), **feeds})
+    np.testing.assert_allclose(got["doubled"], want["doubled"], atol=1e-3)
+
+
+def run_calls(module) -> None:
+    calls = oracle()
+    method = module.method("main")
+    assert [p.name for p in method.inputs] == ["x"] and [p.name for p in method.outputs] == [
+        "doubled",
+        "scaled",
+    ]
+    for call in ["0", "1", "2"]:
+        feeds, want = calls[call]
+        got = module.run(feeds)
+        assert set(got) == {"doubled", "scaled"}
+        for k in want:
+            np.testing.assert_allclose(
+                got[k].astype(np.float32), want[k].astype(np.float32), atol=2e-3, err_msg=call
+            )
+    module.reset_state()
+    assert not method.state()["acc"].any()
+    feeds, want = calls["reset"]
+    got = module.run(feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k].astype(np.float32), want[k].astype(np.float32), atol=2e-3)
+
+
+def test_state_persists_across_runs_on_the_cpu(tmp_path):
+    offload.save(offload.load(MODEL), tmp_path / "m.pte")
+    run_calls(runtime.load(str(tmp_path / "m.pte")))
+
+
+@needs_opencl
+def test_state_persists_across_runs_on_opencl(tmp_path):
+    lowered = offload.to_backend(offload.load(MODEL), "opencl")
+    assert any(op.op_type == "Delegate" for op in lowered.main.body.operations)
+    offload.save(lowered, tmp_path / "m.pte")
+    run_calls(runtime.load(str(tmp_path / "m.pte")))
+
+
+def test_threads_take_turns_on_the_state(tmp_path):
+    """Runs from several threads each add their input once: the sum of all of them remains."""
+    offload.save(offload.load(MODEL), tmp_path / "m.pte")
+    module = runtime.load(str(tmp_path / "m.pte"))
+    x = np.full((2, 3), 0.25, np.float16)
+
+    def work():
+        for _ in range(8):
+            module.run({"x": x})
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    np.testing.assert_array_equal(module.method("main").state()["acc"], np.full((2, 3), 8.0, np.float16))
+
+
+def test_a_state_name_that_is_no_input_is_refused(tmp_path):
+    program = offload.load(MODEL)
+    program.main.states = ["nothing"]
+    with pytest.raises(Exception, match="state 'nothing'"):
+        offload.save(program, tmp_path / "m.pte")
+        runtime.load(str(tmp_path / "m.pte"))
+
+
+def test_state_names_in_a_file_are_checked(tmp_path):
+    import json
+
+    offload.save(offload.load(MODEL), tmp_path / "m.pte")
+    data = (tmp_path / "m.pte").read_bytes()
+    good = json.dumps({"inputs": ["acc", "x"], "states": ["acc"]}).encode()
+    bad = b'{"inputs": ["acc", "x"], "states": [ "ac"]}'  # as long, naming no input
+    assert good in data and len(bad) == len(good)
+    (tmp_path / "bad.pte").write_bytes(data.replace(good, bad))
+    with pytest.raises(ModelFormatError, match="state 'ac' is not an input"):
+        runtime.load(str(tmp_path / "bad.pte"))

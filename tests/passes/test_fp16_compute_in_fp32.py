@@ -1,0 +1,79 @@
+"""quantization::fp16_compute_in_fp32: float16 chains compute in float32, rounding at their edges."""
+
+import numpy as np
+from onnx import TensorProto
+
+from .helpers import F32, model, node, op_types, optimized, rand
+
+P = ["quantization::fp16_compute_in_fp32"]
+F16 = TensorProto.FLOAT16
+
+
+def _chain(interface=F16):
+    """x (interface type) → Cast(fp16) → Mul · w → Add b → Relu → Sin (outside the table) → y."""
+    return model(
+        [
+            node("Cast", ["x"], ["h"], to=F16),
+            node("Mul", ["h", "w"], ["m"]),
+            node("Add", ["m", "b"], ["a"]),
+            node("Relu", ["a"], ["r"]),
+            node("Sin", ["r"], ["y"]),
+        ],
+        {"x": (interface, [4, 5])},
+        {"y": (F16, None), "r": (F16, None)},
+        {"w": rand(5, seed=1).astype(np.float16), "b": rand(5, seed=2).astype(np.float16)},
+    )
+
+
+def _reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """numpy: the chain in float32 from the float16 input, rounded to float16 once at its end."""
+    w, b = rand(5, seed=1).astype(np.float16), rand(5, seed=2).astype(np.float16)
+    r = np.maximum(x.astype(np.float16).astype(np.float32) * w.astype(np.float32) + b.astype(np.float32), 0)
+    r16 = r.astype(np.float16)
+    return r16, np.sin(r16)
+
+
+def test_a_float16_chain_runs_in_float32_and_rounds_once():
+    import offload
+
+    _original, out = optimized(_chain(), P)
+    types = op_types(out)
+    assert types["Mul"] == 1 and types["Add"] == 1 and types["Relu"] == 1
+    ops = {op.op_type: op for op in out.main.body.operations}
+    for name in ("Mul", "Add", "Relu"):
+        assert all(v.type.dtype.numpy == np.float32 for v in (*ops[name].inputs, ops[name].outputs[0]))
+    assert ops["Sin"].inputs[0].type.dtype.numpy == np.float16  # Sin is outside the table
+    assert [v.type.dtype.numpy for v in out.main.inputs + out.main.outputs] == [np.float16] * 3
+    assert [v.name for v in out.main.outputs] == ["y", "r"]
+    x = rand(4, 5, seed=3).astype(np.float16)
+    got = offload.evaluate(out, {"x": x})
+    r, y = _reference(x)
+    np.testing.assert_array_equal(got["r"], r)  # one rounding, after Relu
+    np.testing.assert_allclose(got["y"].astype(np.float32), y.astype(np.float32), atol=1e-3)
+
+
+def test_a_float32_interface_loses_its_cast_pair():
+    """Cast(fp32 → fp16) feeding a float32 chain: the pair fp32 → fp16 → fp32 goes, so the input's
+    float32 values reach Mul unrounded."""
+    import offload
+
+    _original, out = optimized(_chain(F32), P)
+    mul = next(op for op in out.main.body.operations if op.op_type == "Mul")
+    assert mul.inputs[0] is out.main.inputs[0] or mul.inputs[1] is out.main.inputs[0]
+    x = rand(4, 5, seed=4)
+    got = offload.evaluate(out, {"x": x})
+    w, b = rand(5, seed=1).astype(np.float16), rand(5, seed=2).astype(np.float16)
+    want = np.maximum(x * w.astype(np.float32) + b.astype(np.float32), 0).astype(np.float16)
+    np.testing.assert_array_equal(got["r"], want)
+
+
+def test_float32_and_mixed_ops_stay():
+    data = model(
+        [node("Add", ["x", "y"], ["z"]), node("Cast", ["z"], ["h"], to=F16), node("Relu", ["h"], ["r"])],
+        {"x": (F32, [3]), "y": (F32, [3])},
+        {"r": (F16, None)},
+    )
+    _original, out = optimized(data, P)
+    add = next(op for op in out.main.body.operations if op.op_type == "Add")
+    assert add.outputs[0].type.dtype.numpy == np.float32
+    assert op_types(out)["Relu"] == 1
