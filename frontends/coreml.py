@@ -441,6 +441,10 @@ class _Importer:
         meta = {"format": "coreml", "specification_version": str(spec.specificationVersion)}
         for k, v in spec.description.metadata.userDefined.items():
             meta[f"coreml.{k}"] = v
+        for feature in spec.description.input:
+            note = feature_note(feature)
+            if note:
+                meta[f"coreml.input.{feature.name}"] = note
         return Program(functions, meta, source=self.origin)
 
     def check_declared(self) -> None:
@@ -463,6 +467,29 @@ class _Importer:
                     f"{self.origin}: {where}: output '{v.name}' has shape {list(got.shape)} here, "
                     f"MIL declares {list(declared.shape)}"
                 )
+
+
+def feature_note(feature) -> str:
+    """What the model description says of an input beyond its tensor type: an image's color
+    space (the program itself scales and biases it), a flexible shape's ranges or choices."""
+    kind = feature.type.WhichOneof("Type")
+    if kind == "imageType":
+        t = feature.type.imageType
+        space = {10: "GRAYSCALE", 20: "RGB", 30: "BGR", 40: "GRAYSCALE_FLOAT16"}.get(
+            t.colorSpace, str(t.colorSpace)
+        )
+        return f"image {space} {t.width}x{t.height}: feed float32 NCHW pixel values (0-255) in that channel order"
+    if kind == "multiArrayType":
+        t = feature.type.multiArrayType
+        which = t.WhichOneof("ShapeFlexibility")
+        if which == "shapeRange":
+            ranges = [
+                (r.lowerBound, r.upperBound if r.upperBound >= 0 else None) for r in t.shapeRange.sizeRanges
+            ]
+            return f"flexible shape, ranges {ranges}"
+        if which == "enumeratedShapes":
+            return f"flexible shape, one of {[list(s.shape) for s in t.enumeratedShapes.shapes]}"
+    return ""
 
 
 def import_coreml(path: str | os.PathLike) -> Program:

@@ -1,6 +1,8 @@
-"""A stateful ML program (iOS18 state, read_state, coreml_update_state; generate_state.py):
-its state persists across runs of a loaded module, ``reset_state`` zeroes it, and each call's
-outputs match numpy's; on the CPU and with the arithmetic delegated to opencl."""
+"""A stateful ML program and an image input (generate_special.py).
+
+The stateful program (iOS18 state, read_state, coreml_update_state): its state persists across
+runs of a loaded module, ``reset_state`` zeroes it, and each call's outputs match numpy's, on the
+CPU and with the arithmetic delegated to opencl."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from offload.errors import ModelFormatError
 from offload.runtime.evaluate import evaluate
 from tests.delegates.opencl_support import needs_opencl
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "state")
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "special")
 MODEL = os.path.join(HERE, "accumulator.mlpackage")
 
 
@@ -115,3 +117,14 @@ def test_state_names_in_a_file_are_checked(tmp_path):
     (tmp_path / "bad.pte").write_bytes(data.replace(good, bad))
     with pytest.raises(ModelFormatError, match="state 'ac' is not an input"):
         runtime.load(str(tmp_path / "bad.pte"))
+
+
+def test_an_image_input_is_fed_as_pixels():
+    """ImageType: the program scales and biases the pixels itself; the description's color space
+    is kept in the program's metadata."""
+    here = os.path.join(HERE, "image_input")
+    data = np.load(here + ".npz")
+    program = offload.load(here + ".mlpackage")
+    assert program.metadata["coreml.input.img"].startswith("image BGR 8x8")
+    got = evaluate(program, {"img": data["in:img"]})
+    np.testing.assert_allclose(got["features"], data["out:features"], rtol=1e-4, atol=1e-4)
