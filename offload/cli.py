@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.required = True
 
     comp = sub.add_parser("compile", help="import a model and write it as a .pte file")
-    comp.add_argument("model", help="model file (.onnx)")
+    comp.add_argument("model", help="model file (.onnx, .tflite, nnpackage, .mlpackage, .mlmodel)")
     comp.add_argument("-o", "--output", required=True, metavar="OUT.pte", help="where to write the .pte file")
     chosen = comp.add_mutually_exclusive_group()
     chosen.add_argument(
@@ -68,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="run a .pte file (or a model, compiled in memory) and summarize its outputs"
     )
-    run.add_argument("model", help=".pte file or model file (.onnx)")
+    run.add_argument(
+        "model", help=".pte file or model file (.onnx, .tflite, nnpackage, .mlpackage, .mlmodel)"
+    )
     run.add_argument(
         "--input",
         action="append",
@@ -110,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser(
         "report", help="the delegation report of a model: where each op runs and why, as HTML with a picture"
     )
-    rep.add_argument("model", help="model file (.onnx)")
+    rep.add_argument("model", help="model file (.onnx, .tflite, nnpackage, .mlpackage, .mlmodel)")
     rep.add_argument("-o", "--output", required=True, metavar="REPORT.html", help="where to write the report")
     rep.add_argument("--json", action="store_true", help="write the report's data as JSON instead of HTML")
     rep.add_argument("--no-measure", action="store_true", help="do not run the model to measure it")
@@ -124,7 +126,9 @@ def _parser() -> argparse.ArgumentParser:
     _partition_arguments(rep)
 
     ins = sub.add_parser("inspect", help="print methods, inputs/outputs, op counts, constant and arena bytes")
-    ins.add_argument("model", help=".pte file or model file (.onnx)")
+    ins.add_argument(
+        "model", help=".pte file or model file (.onnx, .tflite, nnpackage, .mlpackage, .mlmodel)"
+    )
     ins.add_argument("--ir", action="store_true", help="also print a model's IR as text (model files only)")
     ins.add_argument(
         "--passes",
@@ -232,6 +236,8 @@ def _delegated(program, partitioner, specs=None):
 
 
 def _is_pte(path: str) -> bool:
+    if os.path.isdir(path):  # a model folder: an .mlpackage or an nnpackage
+        return False
     if not os.path.isfile(path):
         raise OffloadError(f"{path}: no such file")
     with open(path, "rb") as f:
@@ -529,6 +535,8 @@ def _inspect(args, progress: Progress) -> int:
             print(f"  input  {port.name}: {port.type}")
         for port in method.outputs:
             print(f"  output {port.name}: {port.type}")
+        for port in method.states:
+            print(f"  state  {port.name}: {port.type}  (kept between runs)")
         arena, planned = method.arena_bytes, method.planned_bytes
         share = (
             f" ({arena / planned:.0%} of the {planned} bytes its tensors take unshared)" if planned else ""

@@ -292,7 +292,7 @@ class Method:
         outs = [Port(n, value_type(self._values[i])) for n, i in zip(self.output_names, self._output_slots)]
         # State inputs are fed from the values kept between runs; their new values come out as the
         # last outputs and are kept, not returned. ``inputs``/``outputs`` are what a caller sees.
-        self._states = self._state_ports(ports, outs)
+        self._states = self._state_ports(ports, outs)  # (input position, port) of each state
         self.inputs = [p for p in ports if p.name not in self.state_names]
         self.outputs = outs[: len(outs) - len(self.state_names)]
         self._state_values: dict[str, np.ndarray] | None = None
@@ -480,6 +480,11 @@ class Method:
                 )
             out.append((names.index(s), port))
         return out
+
+    @property
+    def states(self) -> list[Port]:
+        """The method's states: inputs the module feeds itself, kept between runs."""
+        return [p for _, p in self._states]
 
     def reset_state(self) -> None:
         """Set every state of the method back to its initial value (zeros, as Core ML does)."""
