@@ -681,6 +681,8 @@ class _Frame(list):
 
 def _describe(step) -> tuple[str, str, dict]:
     """(name, category, arguments) of a step's profile event."""
+    if isinstance(step, _PreparedStep):
+        step = step.kernel
     if isinstance(step, _KernelStep):
         return step.label or step.op_name, "kernel", {"op": step.op_name}
     if isinstance(step, _DelegateStep):
@@ -751,6 +753,56 @@ class _KernelStep:
         return StepInfo("kernel", self.op_name, reads, tuple(i for i in self.out_slots if i), None)
 
 
+class _PreparedStep:
+    """A kernel call prepared at load (``kernels.prepared``): its inputs go straight into the
+    op's call writing into the output's arena view. An input that is not a C-contiguous array,
+    or not of the declared type (the call raises before writing), takes the kernel's way."""
+
+    __slots__ = ("call", "in_slots", "kernel", "out_slot")
+
+    def run(self, frame: list) -> None:
+        args = [frame[i] for i in self.in_slots]
+        for a in args:
+            if type(a) is not np.ndarray or not a.flags.c_contiguous:
+                return self.kernel.run(frame)
+        out = frame.planned[self.out_slot]
+        try:
+            self.call(out, *args)
+        except Exception:  # another type or shape than declared, or a failure the kernel names
+            return self.kernel.run(frame)
+        frame[self.out_slot] = out
+        return None
+
+    def info(self) -> StepInfo:
+        return self.kernel.info()
+
+
+def _prepared(m: Method, step: _KernelStep, domain: str, op_type: str) -> _PreparedStep | None:
+    """The prepared form of ``step`` where its op has one and every type is static here."""
+    factory = kernels.find_prepared(domain, op_type)
+    if factory is None or len(step.out_slots) != 1 or not step.out_slots[0] or not step.in_slots:
+        return None
+    out = m._planned[step.out_slots[0]]
+    if out is None or any(isinstance(a, SubPlan) for a in step.attrs.values()):
+        return None
+    specs = []
+    for i in step.in_slots:
+        known = m._planned[i] if m._planned[i] is not None else m._initial[i]
+        if isinstance(known, np.ndarray):
+            specs.append((known.dtype, known.shape))
+            continue
+        declared = value_type(m._values[i]) if i else None  # a method input, checked when given
+        if not isinstance(declared, TensorType) or not declared.is_static or known is not None:
+            return None
+        specs.append((declared.dtype.numpy, tuple(declared.shape)))
+    call = factory(step.attrs, specs, (out.dtype, out.shape))
+    if call is None:
+        return None
+    fast = _PreparedStep()
+    fast.call, fast.in_slots, fast.kernel, fast.out_slot = call, list(step.in_slots), step, step.out_slots[0]
+    return fast
+
+
 def _missing_kernel(name: str, where: str):
     def fn(ctx, *args, **attrs):
         raise UnsupportedOpError(f"{where}: no CPU kernel for {name}")
@@ -796,7 +848,7 @@ def _prepare_kernel(m: Method, call, pc: int, where: str, label: str, operators,
         m._unsupported.append(name)
         fn = _missing_kernel(name, where)
     step.fn = fn
-    return step
+    return _prepared(m, step, domain, op_type) or step
 
 
 _OVERLOAD = re.compile(r"^in(\d+)$")

@@ -13,6 +13,12 @@ from collections.abc import Callable
 from offload.errors import KernelError, OffloadError
 
 KERNELS: dict[tuple[str, str], Callable] = {}
+# Prepared calls (``@prepared``): for an op whose input and output types are known when a .pte
+# method loads, ``factory(attrs, inputs, output)`` (each a (numpy dtype, shape) pair, None for
+# one not known) returns ``call(out, *inputs)`` writing the op's result into ``out``, the same
+# values its kernel computes, or None where it has none. The method calls it on C-contiguous
+# inputs instead of the kernel, skipping the kernel's checks and context (runtime/module.py).
+PREPARED: dict[tuple[str, str], Callable] = {}
 
 # Modules that register kernels; imported on first lookup.
 _MODULES = (
@@ -46,6 +52,17 @@ def kernel(*names: str, domain: str = ""):
         for n in names:
             KERNELS[(domain, n)] = fn
         return fn
+
+    return wrap
+
+
+def prepared(*names: str, domain: str = ""):
+    """Register the decorated factory as the prepared-call maker of the named ops."""
+
+    def wrap(factory):
+        for n in names:
+            PREPARED[(domain, n)] = factory
+        return factory
 
     return wrap
 
@@ -94,6 +111,11 @@ def _describe(a) -> str:
 def find(domain: str, op_type: str) -> Callable | None:
     _load_all()
     return KERNELS.get(("" if domain == "ai.onnx" else domain, op_type))
+
+
+def find_prepared(domain: str, op_type: str) -> Callable | None:
+    _load_all()
+    return PREPARED.get(("" if domain == "ai.onnx" else domain, op_type))
 
 
 def all_kernels() -> dict[tuple[str, str], Callable]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from offload.ir import DataType
 
-from . import kernel
+from . import kernel, prepared
 from ._util import out_for, unsupported
 
 # ---------------------------------------------------------------- helpers
@@ -90,6 +90,26 @@ def _binary(fn):
         return _same(a, fn(_up(a), _up(b)))
 
     return run
+
+
+def _plain(spec) -> bool:
+    """A known, static type numpy computes in directly (no widening of a narrow float)."""
+    return spec is not None and spec[0].kind in "iuf" and spec[0] not in _NARROW_FLOATS
+
+
+def _ufunc_call(fn):
+    """The prepared call of a ``_unary`` / ``_binary`` ufunc kernel: the ``out=`` branch it takes
+    on C-contiguous inputs of the output's type. ``casting="no"`` refuses (TypeError) a value of
+    another type than the file declares; the method then runs the kernel."""
+
+    def factory(attrs, inputs, output):
+        if not _plain(output) or not all(_plain(s) and s[0] == output[0] for s in inputs):
+            return None
+        if len(inputs) == 1:
+            return lambda out, x: fn(x, out=out, casting="no")
+        return lambda out, a, b: fn(a, b, out=out, casting="no")
+
+    return factory
 
 
 def _predicate(fn):
@@ -168,6 +188,8 @@ _UNARY = {
 }
 for _name, _fn in _UNARY.items():
     kernel(_name)(_unary(_fn))
+    if isinstance(_fn, np.ufunc):
+        prepared(_name)(_ufunc_call(_fn))
 
 
 @kernel("IsInf")
@@ -192,6 +214,7 @@ for _name, _fn in {
     "BitwiseXor": np.bitwise_xor,
 }.items():
     kernel(_name)(_binary(_fn))
+    prepared(_name)(_ufunc_call(_fn))
 
 
 @kernel("Div")
@@ -313,6 +336,51 @@ for _name, _fn in {
     "IsNaN": np.isnan,
 }.items():
     kernel(_name)(_predicate(_fn))
+
+
+def _pairwise_call(fn):
+    """Max / Min of two inputs of the output's type: one ufunc, as ``_fold`` applies it."""
+    make = _ufunc_call(fn)
+
+    def factory(attrs, inputs, output):
+        return make(attrs, inputs, output) if len(inputs) == 2 else None
+
+    return factory
+
+
+prepared("Max")(_pairwise_call(np.maximum))
+prepared("Min")(_pairwise_call(np.minimum))
+
+
+@prepared("Where")
+def _where_call(attrs, inputs, output):
+    cond, x, y = inputs if len(inputs) == 3 else (None, None, None)
+    if cond is None or cond[0] != np.bool_ or not _plain(output) or x[0] != output[0] or y[0] != output[0]:
+        return None
+
+    def call(out, c, a, b):
+        if a.dtype != out.dtype or b.dtype != out.dtype or c.dtype != np.bool_:
+            raise TypeError("not the declared types")
+        choose = c.copy() if np.may_share_memory(c, out) else c  # out may reuse an input's memory
+        keep = a.copy() if np.may_share_memory(a, out) else a
+        np.copyto(out, b, casting="no")
+        np.copyto(out, keep, casting="no", where=choose)
+
+    return call
+
+
+@prepared("Clip")
+def _clip_call(attrs, inputs, output):
+    """Clip with both bounds given, of the input's type: maximum, then minimum (max wins)."""
+    if len(inputs) != 3 or not _plain(output) or not all(s[0] == output[0] for s in inputs):
+        return None
+
+    def call(out, x, lo, hi):
+        hi = hi.copy() if np.may_share_memory(hi, out) else hi  # out may reuse an input's memory
+        np.maximum(x, lo, out=out, casting="no")
+        np.minimum(out, hi, out=out, casting="no")
+
+    return call
 
 
 @kernel("Where")
@@ -525,6 +593,35 @@ for _name, _fn in {
     "HardSwish": lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
 }.items():
     kernel(_name)(_unary(_fn))
+
+
+@prepared("Relu")
+def _relu_call(attrs, inputs, output):
+    if not _plain(output) or len(inputs) != 1 or inputs[0] != output:
+        return None
+    return lambda out, x: np.maximum(x, 0, out=out, casting="no")
+
+
+@prepared("Sigmoid")
+def _sigmoid_call(attrs, inputs, output):
+    """_sigmoid's arithmetic (as its kernel computes it in the input's float type) into ``out``."""
+    if not _plain(output) or output[0].kind != "f" or len(inputs) != 1 or inputs[0] != output:
+        return None
+    one = output[0].type(1.0)
+
+    def call(out, x):
+        if x.dtype != out.dtype or x.shape != out.shape:
+            raise TypeError("not the declared type")
+        positive = x >= 0  # before ``out`` (which may share x's memory) is written
+        e = np.abs(x)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        d = np.add(e, one)
+        np.divide(e, d, out=out)  # e / (1 + e)
+        np.divide(one, d, out=d)  # 1 / (1 + e)
+        np.copyto(out, d, where=positive)
+
+    return call
 
 
 @kernel("Relu")
