@@ -34,7 +34,7 @@ def now() -> int:
 @dataclass
 class Event:
     name: str
-    cat: str  # plan | kernel | move | jump | free | delegate | specialize | device | copy
+    cat: str  # plan | kernel | move | jump | free | delegate | specialize | device | copy | load | build
     start: int  # ns, on ``now()``'s clock
     dur: int  # ns
     track: str  # "cpu <thread id>" or a device's name
@@ -90,10 +90,10 @@ class Profile:
             json.dump(self.trace(), f)
 
     def summary(self, top: int = 15) -> str:
-        """The names that took the most time (plan events left out: they hold the others)."""
+        """The names that took the most time (plan and load events left out: they hold the others)."""
         rows: dict[tuple[str, str], list[float]] = {}
         for e in self.events:
-            if e.cat != "plan":
+            if e.cat not in ("plan", "load"):
                 rows.setdefault((e.cat, e.name), []).append(e.dur / 1e6)
         total = sum(sum(v) for (cat, _), v in rows.items() if cat in ("kernel", "delegate")) or 1.0
         ranked = sorted(rows.items(), key=lambda kv: -sum(kv[1]))[:top]

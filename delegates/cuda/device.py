@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 
+from offload import profile
 from offload.errors import KernelError, OffloadError
 
 from . import blob
@@ -91,10 +92,12 @@ def build(device: Device, source: str, options: str = "", binaries=()) -> object
     if module is not None:
         BUILD_STATS["memory_hits"] += 1
         return module
+    started, origin = profile.now(), "stored binary"
     module = _stored(blob.select(list(binaries), kernel_key(source, options), device.cc))
     if module is not None:
         BUILD_STATS["loaded"] += 1
     else:
+        origin = "source"
         module = cp.RawModule(
             code=cuda_source(source, options), options=nvrtc_options(options), backend="nvrtc"
         )
@@ -103,6 +106,9 @@ def build(device: Device, source: str, options: str = "", binaries=()) -> object
         except cp.cuda.compiler.CompileException as e:
             raise CUDABuildError(f"cuda backend: kernel build failed on {device.name}:\n{e}") from None
         BUILD_STATS["built"] += 1
+    run = profile.active()
+    if run is not None:  # a profiled load or run: each build is an event
+        run.add("kernel build", "build", started, profile.now(), origin=origin, source_bytes=len(source))
     _MODULES[key] = module
     return module
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from offload import profile
+
 from offload.errors import KernelError, OffloadError
 
 try:
@@ -121,7 +123,8 @@ def build(device: Device, source: str, options: str = ""):
         return program
     folder = cache_dir()
     path = folder / f"{key}.bin" if folder is not None else None
-    start = time.perf_counter()
+    start, started = time.perf_counter(), profile.now()
+    origin = "disk cache"
     if path is not None and path.is_file():
         program = _from_disk(device, path, options)
         if program is not None:
@@ -136,8 +139,12 @@ def build(device: Device, source: str, options: str = ""):
             ) from None
         BUILD_STATS["built"] += 1
         BUILD_STATS["build_seconds"] += time.perf_counter() - start
+        origin = "source"
         if path is not None:
             _to_disk(program, path)
+    run = profile.active()
+    if run is not None:  # a profiled load or run: each build (or disk-cache load) is an event
+        run.add("kernel build", "build", started, profile.now(), origin=origin, source_bytes=len(source))
     _PROGRAMS[(key, id(device.context))] = program
     return program
 

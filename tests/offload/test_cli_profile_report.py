@@ -20,6 +20,7 @@ def test_run_profile_writes_a_chrome_trace_with_an_event_per_instruction(example
     kernels = [e for e in events if e.get("cat") == "kernel"]
     assert kernels and all(e["ph"] == "X" and e["dur"] >= 0 for e in kernels)
     assert {e["args"]["op"] for e in kernels} >= {"onnx::Conv", "onnx::Softmax"}
+    assert [e["name"] for e in events if e.get("cat") == "load"] == ["load"]  # the load is recorded too
     assert "total ms" in printed and f"wrote {trace}" in printed
 
 

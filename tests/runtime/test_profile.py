@@ -101,3 +101,22 @@ def test_a_new_shape_shows_its_specialization():
         module.run(fixtures.inputs("gru_model", case, np.random.default_rng(case)), profile=profile)
     names = [e["name"] for e in _chrome_events(profile)]
     assert names.count("specialize") == 2  # the third run met its shape again
+
+
+@pytest.mark.skipif(not RT.is_available(), reason="no OpenCL platform")
+def test_a_profiled_load_shows_each_kernel_build(tmp_path, monkeypatch):
+    """Kernel builds (here from source: an empty disk cache, the process cache cleared) are
+    events of the profile that is active while the module loads."""
+    from offload.delegates.opencl import device as cl_device
+    from offload.profile import profiling
+
+    monkeypatch.setenv("OFFLOAD_CACHE_DIR", str(tmp_path / "cache"))
+    cl_device.clear_memory_cache()
+    lowered = offload.save(offload.to_backend(_example(tmp_path), "opencl"))
+    built = cl_device.BUILD_STATS["built"]
+    profile = Profile()
+    with profiling(profile):
+        runtime.load(lowered).run(_image())
+    builds = [e for e in _chrome_events(profile) if e["cat"] == "build"]
+    assert len(builds) == cl_device.BUILD_STATS["built"] - built > 0
+    assert all(e["name"] == "kernel build" and e["args"]["origin"] == "source" for e in builds)
