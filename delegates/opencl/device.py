@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 
 from offload import profile
-
 from offload.errors import KernelError, OffloadError
 
 try:
