@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -52,3 +55,34 @@ def test_report_as_json(example_model, tmp_path, flag):
     assert main(["report", example_model, "--backend", "example", "-o", str(out), flag, "--no-measure"]) == 0
     data = json.loads(out.read_text())
     assert data["summary"]["ops"] == len(data["ops"]) and data["backends"] == ["example"]
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine (Debian: apt-get install chromium)")
+def test_report_renders_in_a_browser(example_model, tmp_path):
+    """Chromium (headless) lays the page out: every op's box of the SVG has a size on screen and
+    lies inside the drawing, and the page's JSON parses in the browser's own JSON."""
+    out = tmp_path / "report.html"
+    assert main(["report", example_model, "--backend", "opencl", "-o", str(out)]) == 0
+    probe = """<script>
+    const svg = document.querySelector('svg'), area = svg.getBoundingClientRect();
+    const boxes = [...svg.querySelectorAll('g.op')].map(g => g.getBoundingClientRect());
+    const inside = boxes.filter(b => b.width > 10 && b.height > 5 && b.left >= area.left - 1 &&
+      b.right <= area.right + 1 && b.top >= area.top - 1 && b.bottom <= area.bottom + 1).length;
+    const data = JSON.parse(document.getElementById('report-data').textContent);
+    const p = document.createElement('pre'); p.id = 'probe';
+    p.textContent = JSON.stringify({ops: boxes.length, inside: inside, json_ops: data.ops.length});
+    document.body.appendChild(p);
+    </script>"""
+    page = tmp_path / "probe.html"
+    page.write_text(out.read_text().replace("</body>", probe + "</body>"))
+    dom = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    found = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
+    assert found == {"ops": 10, "inside": 10, "json_ops": 10}
