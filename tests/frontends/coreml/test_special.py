@@ -128,3 +128,38 @@ def test_an_image_input_is_fed_as_pixels():
     assert program.metadata["coreml.input.img"].startswith("image BGR 8x8")
     got = evaluate(program, {"img": data["in:img"]})
     np.testing.assert_allclose(got["features"], data["out:features"], rtol=1e-4, atol=1e-4)
+
+
+def test_a_run_that_raises_leaves_the_state_as_it_was(tmp_path, monkeypatch):
+    from offload.errors import KernelError, RunTerminated
+    from offload.runtime import kernels
+
+    mul = kernels.find("", "Mul")  # float16: the kernel runs (no prepared call)
+    armed = {"on": False, "calls": 0}
+
+    def mul_failing_on_demand(ctx, *args, **kw):
+        if armed["on"]:
+            armed["calls"] += 1
+            if armed["calls"] == 2:  # the second Mul: the state's new value (Add) exists by then
+                raise RuntimeError("injected")
+        return mul(ctx, *args, **kw)
+
+    monkeypatch.setitem(kernels.KERNELS, ("", "Mul"), mul_failing_on_demand)
+    offload.save(offload.load(MODEL), tmp_path / "m.pte")
+    module = runtime.load(str(tmp_path / "m.pte"))
+    method = module.method("main")
+    feeds, _ = oracle()["0"]
+    module.run(feeds)
+    before = method.state()["acc"]
+    options = runtime.RunOptions()
+    options.terminate = True
+    with pytest.raises(RunTerminated):
+        module.run(feeds, options)
+    armed["on"] = True
+    with pytest.raises(KernelError, match="injected"):
+        module.run(feeds)
+    np.testing.assert_array_equal(method.state()["acc"], before)
+    armed["on"] = False
+    got = module.run(feeds)  # the next run starts from the state before the failed ones
+    want = 2 * (before.astype(np.float32) + feeds["x"].astype(np.float32))
+    np.testing.assert_allclose(got["doubled"].astype(np.float32), want, atol=4e-3)
