@@ -19,9 +19,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from offload.errors import OffloadError, ShapeError
+
 from .core import Block, Operation, Program, Value
 from .registry import inference, lookup
-from .types import DataType, Dim, OptionalType, SequenceType, TensorType, ValueType
+from .types import MAX_TENSOR_BYTES, DataType, Dim, OptionalType, SequenceType, TensorType, ValueType
 
 __all__ = ["FOLDABLE", "broadcast_shapes", "fold_op", "infer_op", "infer_types", "value_of"]
 
@@ -1777,6 +1779,23 @@ def _refine(declared: ValueType | None, inferred: ValueType | None) -> ValueType
     return TensorType(declared.dtype, dims, declared.quant)
 
 
+def _check_size(op: Operation, out: Value) -> None:
+    """A static shape past MAX_TENSOR_BYTES is refused before anything (folding) allocates it."""
+    t = out.type
+    if not isinstance(t, TensorType) or not t.is_static or t.dtype in (DataType.STRING, DataType.UNDEFINED):
+        return
+    try:
+        item = t.dtype.numpy.itemsize
+    except OffloadError:
+        return
+    nbytes = math.prod(t.shape) * item
+    if nbytes > MAX_TENSOR_BYTES:
+        raise ShapeError(
+            f"{op.op_type} '{op.name or out.name}': output '{out.name}' of shape {list(t.shape)} would take "
+            f"{nbytes} bytes, over the {MAX_TENSOR_BYTES}-byte limit (OFFLOAD_MAX_TENSOR_BYTES)"
+        )
+
+
 def _infer_block(block: Block, folded: dict) -> None:
     for op in block.operations:
         try:
@@ -1787,6 +1806,7 @@ def _infer_block(block: Block, folded: dict) -> None:
             _infer_block(b, folded)
         for out, t in zip(op.outputs, infer_op(op)):
             out.type = _refine(out.type, t)
+            _check_size(op, out)
         schema = lookup(op.domain, op.op_type)
         if schema is not None:
             try:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
+
+# The largest tensor (bytes) type inference accepts for a static shape and the CPU kernels make
+# from shape values (runtime/kernels/_util.check_result); environment OFFLOAD_MAX_TENSOR_BYTES.
+MAX_TENSOR_BYTES = int(os.environ.get("OFFLOAD_MAX_TENSOR_BYTES", 1 << 34))
 
 
 class DataType(enum.IntEnum):

@@ -7,10 +7,14 @@ import math
 import numpy as np
 
 from offload.errors import ShapeError, UnsupportedOpError
+from offload.ir.types import MAX_TENSOR_BYTES
 
-# The largest result a shape-making kernel (Tile, ...) computes; past it the shape is refused
-# before numpy allocates, so a hostile repeat count is a ShapeError, not a crash or an OOM kill.
-MAX_RESULT_BYTES = 1 << 34
+# The largest tensor a shape-making kernel (Tile, Expand, ConstantOfShape, Range, Pad, OneHot,
+# Resize, EyeLike, the random ops …) computes, and the largest static shape type inference
+# accepts; past it the shape is refused before numpy allocates, so a hostile repeat count or a
+# Reshape to 10¹² elements is a ShapeError, not a crash or an OOM kill. Environment variable
+# OFFLOAD_MAX_TENSOR_BYTES sets it (bytes) for the process.
+MAX_RESULT_BYTES = MAX_TENSOR_BYTES
 
 
 def normalize_axis(axis: int, rank: int, op: str = "") -> int:
@@ -53,6 +57,7 @@ def check_result(shape, dtype, op: str) -> tuple[int, ...]:
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize
     if nbytes > MAX_RESULT_BYTES:
         raise ShapeError(
-            f"{op}: a result of shape {shape} would take {nbytes} bytes, over {MAX_RESULT_BYTES}"
+            f"{op}: a result of shape {shape} would take {nbytes} bytes, over the {MAX_RESULT_BYTES}-byte "
+            "limit (OFFLOAD_MAX_TENSOR_BYTES)"
         )
     return shape

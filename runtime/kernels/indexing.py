@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernel
-from ._util import normalize_axis, unsupported
+from ._util import check_result, normalize_axis, unsupported
 
 
 def _wrap(indices, dim: int) -> np.ndarray:
@@ -121,6 +121,7 @@ def one_hot(ctx, indices, depth, values, *, axis):
     rank = np.ndim(indices) + 1
     axis = normalize_axis(axis, rank, "OneHot")
     n = int(np.asarray(depth).reshape(-1)[0])
+    check_result(np.shape(indices) + (max(n, 0),), np.asarray(values).dtype, "OneHot")
     off, on = np.asarray(values).reshape(-1)[:2]
     # Indices outside [-depth, depth) match no class and give an all-off row.
     idx = _wrap(indices, n)

@@ -16,7 +16,7 @@ import numpy as np
 from offload.ir import DataType
 
 from . import kernel
-from ._util import unsupported
+from ._util import check_result, unsupported
 
 _FLOATS = {np.dtype(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)}
 _SEEDED = weakref.WeakKeyDictionary()  # seeded operation -> its Generator
@@ -40,10 +40,12 @@ def _float_type(op: str, dtype, fallback) -> np.dtype:
 
 
 def _uniform(ctx, shape, dtype, low, high, seed) -> np.ndarray:
+    check_result(shape, np.float64, "RandomUniform")
     return _generator(ctx, seed).uniform(low, high, size=shape).astype(dtype)
 
 
 def _normal(ctx, shape, dtype, mean, scale, seed) -> np.ndarray:
+    check_result(shape, np.float64, "RandomNormal")
     return _generator(ctx, seed).normal(mean, scale, size=shape).astype(dtype)
 
 

@@ -72,6 +72,7 @@ def transpose(ctx, data, *, perm):
 @kernel("Expand")
 def expand(ctx, input, shape):
     out_shape = np.broadcast_shapes(input.shape, tuple(_ints(shape)))
+    check_result(out_shape, input.dtype, "Expand")
     return np.array(np.broadcast_to(input, out_shape))
 
 
@@ -135,7 +136,7 @@ def size(ctx, data):
 @kernel("ConstantOfShape")
 def constant_of_shape(ctx, input, *, value):
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value)
-    shape = _ints(input)
+    shape = check_result(_ints(input), fill.dtype, "ConstantOfShape")
     out = out_for(ctx, 0, shape, fill.dtype)
     if out is None:
         return np.full(shape, _scalar(fill), dtype=fill.dtype)
@@ -149,9 +150,11 @@ def range_(ctx, start, limit, delta, *, stash_type):
     if dtype.kind in "iu":
         s, l, d = (int(_scalar(v)) for v in (start, limit, delta))
         n = max(-((s - l) // d), 0)  # ceil((l - s) / d) in exact integer arithmetic
+        check_result((n,), np.int64, "Range")
         return (s + d * np.arange(n, dtype=np.int64)).astype(dtype)
     s, l, d = (float(_scalar(v)) for v in (start, limit, delta))
     n = max(math.ceil((l - s) / d), 0)
+    check_result((n,), np.float64, "Range")
     # Half-precision types count in the stash type so that large ranges stay exact.
     work = DataType(stash_type).numpy if dtype.itemsize < 4 else dtype
     i = np.arange(n).astype(work)
@@ -161,7 +164,7 @@ def range_(ctx, start, limit, delta, *, stash_type):
 @kernel("EyeLike")
 def eye_like(ctx, input, *, dtype, k):
     out = input.dtype if dtype is None else DataType(dtype).numpy
-    rows, cols = input.shape
+    rows, cols = check_result(input.shape, out, "EyeLike")
     return np.eye(rows, cols, k=k, dtype=out)
 
 
@@ -250,6 +253,7 @@ def pad(ctx, data, pads, constant_value=None, axes=None, *, mode):
     crop = tuple(slice(max(-b, 0), data.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(zip(before, after)))
     x = data[crop]
     width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    check_result([d + b + e for d, (b, e) in zip(x.shape, width)], data.dtype, "Pad")
     if mode == "constant":
         value = 0 if _absent(constant_value) else _scalar(constant_value)
         return np.pad(x, width, mode="constant", constant_values=np.asarray(value).astype(data.dtype))
@@ -448,6 +452,10 @@ def resize(
 ):
     crop = coordinate_transformation_mode == "tf_crop_and_resize"
     plan = _resize_plan(X, roi, scales, sizes, axes, keep_aspect_ratio_policy, crop)
+    final = list(X.shape)
+    for axis, out_len, *_ in plan:
+        final[axis] = out_len
+    check_result(final, np.float64, "Resize")
     # Integer tensors interpolate in float64 and round back.
     y = X if mode == "nearest" else X.astype(np.float64)
     outside = np.zeros([1] * X.ndim, dtype=bool)
