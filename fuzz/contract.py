@@ -19,6 +19,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
+import struct
+import tempfile
 import warnings
 
 import numpy as np
@@ -26,6 +29,7 @@ import numpy as np
 import offload
 from offload.errors import OffloadError
 from offload.ir import DataType, OptionalType, SequenceType, TensorType
+from offload.ir import types as ir_types
 from offload.runtime import RunOptions
 from offload.runtime.kernels import _util as kernel_util
 
@@ -38,7 +42,7 @@ SYMBOLIC_DIM = 2  # the size given to a dimension the file leaves unknown or sym
 
 
 def check_onnx(data: bytes) -> OffloadError | None:
-    """ONNX bytes → ``offload.load``; when it loads, ``offload.save`` → ``runtime.load`` → a bounded
+    """Model bytes (ONNX; TFLite and nnpackage zips are sniffed the same way) → ``offload.load``; when it loads, ``offload.save`` → ``runtime.load`` → a bounded
     run. Returns the OffloadError that stopped it (None: it ran, or its inputs were not built)."""
     with _harness_settings():
         try:
@@ -47,6 +51,58 @@ def check_onnx(data: bytes) -> OffloadError | None:
         except OffloadError as e:
             return e
         return _load_and_run(pte, data)
+
+
+def check_coreml(data: bytes) -> OffloadError | None:
+    """A Core ML package packed by ``pack_coreml`` (Manifest.json, the model file, weight.bin) →
+    written as an .mlpackage folder → ``offload.load`` → as ``check_onnx``."""
+    with _harness_settings():
+        path = _write_package(unpack_coreml(bytes(data)))
+        try:
+            program = offload.load(path)
+            pte = offload.save(program)
+        except OffloadError as e:
+            return e
+        return _load_and_run(pte, data)
+
+
+def pack_coreml(manifest: bytes, model: bytes, weights: bytes) -> bytes:
+    """One fuzz input holding a package's three files: two u32 lengths, then the files."""
+    return struct.pack("<II", len(manifest), len(model)) + manifest + model + weights
+
+
+def unpack_coreml(data: bytes) -> tuple[bytes, bytes, bytes]:
+    """The three files of ``pack_coreml``'s input; lengths past the end are cut, so every input
+    is a package (with empty or short files) rather than a harness error."""
+    head = data[:8].ljust(8, b"\0")
+    a, b = struct.unpack("<II", head)
+    body = data[8:]
+    a = min(a, len(body))
+    b = min(b, len(body) - a)
+    return body[:a], body[a : a + b], body[a + b :]
+
+
+_PACKAGE_ROOT: list[str] = []
+
+
+def _write_package(files: tuple[bytes, bytes, bytes]) -> str:
+    """The files into this process's package folder (each replaced, not rewritten in place: a
+    mapping of the previous weight file stays valid)."""
+    if not _PACKAGE_ROOT:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        _PACKAGE_ROOT.append(os.path.join(tempfile.mkdtemp(prefix="offload-fuzz-", dir=base), "m.mlpackage"))
+    root = _PACKAGE_ROOT[0]
+    weights = os.path.join(root, "Data", "com.apple.CoreML", "weights")
+    os.makedirs(weights, exist_ok=True)
+    for rel, content in zip(
+        ("Manifest.json", "Data/com.apple.CoreML/model.mlmodel", "Data/com.apple.CoreML/weights/weight.bin"),
+        files,
+    ):
+        path = os.path.join(root, rel)
+        with open(path + ".new", "wb") as f:
+            f.write(content)
+        os.replace(path + ".new", path)
+    return root
 
 
 def check_pte(data: bytes) -> OffloadError | None:
@@ -58,14 +114,14 @@ def check_pte(data: bytes) -> OffloadError | None:
 @contextlib.contextmanager
 def _harness_settings():
     """Warnings off and the kernels' result limit lowered, for one input; restored after it."""
-    saved = kernel_util.MAX_RESULT_BYTES
-    kernel_util.MAX_RESULT_BYTES = MAX_RESULT_BYTES
+    saved = kernel_util.MAX_RESULT_BYTES, ir_types.MAX_TENSOR_BYTES
+    kernel_util.MAX_RESULT_BYTES = ir_types.MAX_TENSOR_BYTES = MAX_RESULT_BYTES
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        kernel_util.MAX_RESULT_BYTES = saved
+        kernel_util.MAX_RESULT_BYTES, ir_types.MAX_TENSOR_BYTES = saved
 
 
 def _load_and_run(pte: bytes, data: bytes) -> OffloadError | None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import seeds
-from .contract import check_onnx, check_pte
+from .contract import check_coreml, check_onnx, check_pte
 from .mutate_onnx import mutate
 
 
@@ -37,5 +37,21 @@ HARNESSES = {
         check_pte,
         seeds.pte_seeds,
         doc=".pte bytes (byte mutations): offload.runtime.load, a bounded run",
+    ),
+    "tflite": Harness(
+        check_onnx,
+        seeds.tflite_seeds,
+        doc="TFLite flatbuffer bytes (byte mutations): the onnx contract (offload.load sniffs TFL3)",
+    ),
+    "nnpackage": Harness(
+        check_onnx,
+        seeds.nnpackage_seeds,
+        doc="nnpackage zip bytes (byte mutations): the onnx contract (offload.load sniffs the zip)",
+    ),
+    "coreml": Harness(
+        check_coreml,
+        seeds.coreml_seeds,
+        doc="a Core ML package's three files packed in one input (byte mutations): written as an "
+        ".mlpackage, then the onnx contract",
     ),
 }

@@ -52,6 +52,54 @@ def pte_seeds(small: bool = False) -> list[bytes]:
     return out
 
 
+def tflite_seeds(small: bool = False) -> list[bytes]:
+    """The TFLite test models (tests/frontends/tflite/, LiteRT-converted) under the size limit."""
+    limit = SMALL_SEED_BYTES if small else MAX_SEED_BYTES
+    paths = sorted((ROOT / "tests" / "frontends" / "tflite").glob("*.tflite"))
+    return [p.read_bytes() for p in paths if p.stat().st_size <= limit]
+
+
+def nnpackage_seeds(small: bool = False) -> list[bytes]:
+    """The TFLite seeds zipped as nnpackages, with each MANIFEST form offload reads."""
+    import io
+    import json
+    import zipfile
+
+    manifests = [
+        {"main-model": "model.tflite"},
+        {"major-version": "1", "minor-version": "2", "patch-version": "0", "configs": [],
+         "models": ["model.tflite"], "model-types": ["tflite"]},
+    ]  # fmt: skip
+    out = []
+    for k, model in enumerate(tflite_seeds(small)):
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("metadata/MANIFEST", json.dumps(manifests[k % 2]))
+            z.writestr("model.tflite", model)
+        out.append(buf.getvalue())
+    return out
+
+
+def coreml_seeds(small: bool = False) -> list[bytes]:
+    """The Core ML test packages (tests/frontends/coreml/ops, special), packed by pack_coreml."""
+    from .contract import pack_coreml
+
+    limit = SMALL_SEED_BYTES if small else MAX_SEED_BYTES
+    folder = ROOT / "tests" / "frontends" / "coreml"
+    out = []
+    for package in sorted(folder.glob("*/*.mlpackage")):
+        data = package / "Data" / "com.apple.CoreML"
+        weights = data / "weights" / "weight.bin"
+        packed = pack_coreml(
+            (package / "Manifest.json").read_bytes(),
+            (data / "model.mlmodel").read_bytes(),
+            weights.read_bytes() if weights.is_file() else b"",
+        )
+        if len(packed) <= limit:
+            out.append(packed)
+    return out[:: max(1, len(out) // 12)] if small else out  # the short runs: about a dozen
+
+
 def _onnx_backend_models() -> list[Path]:
     try:
         import onnx
