@@ -61,7 +61,14 @@ class _Zip:
         try:
             self.zip = zipfile.ZipFile(io.BytesIO(data))
             infos = self.zip.infolist()
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, EOFError, OSError) as e:
+        except (
+            zipfile.BadZipFile,
+            zipfile.LargeZipFile,
+            NotImplementedError,
+            ValueError,
+            EOFError,
+            OSError,
+        ) as e:
             # NotImplementedError: a zip version or feature Python's zipfile does not read
             raise ModelFormatError(f"{origin}: not a readable zip archive: {e}") from None
         if len(infos) > MAX_ENTRIES:
