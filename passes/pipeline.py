@@ -33,6 +33,7 @@ DEFAULT: tuple[str, ...] = (
     "optimize_quantization::nullify_redundant_quantization_zero_point",
     "optimize_tensor_operation::replace_stack_reshape",
     "optimize_tensor_operation::use_reflection_padding",
+    "optimize_tensor_operation::concat_to_pixel_shuffle",
     "optimize_tensor_operation::fuse_onehot_matmul_to_gather",
     "optimize_repeat_ops::merge_consecutive_reshapes",
     "optimize_repeat_ops::merge_consecutive_transposes",

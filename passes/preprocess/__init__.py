@@ -1,0 +1,1 @@
+"""Preprocess passes: what a program's interface looks like to the outside (names)."""
