@@ -318,12 +318,29 @@ def _summary(name: str, value) -> str:
     return line
 
 
+def _print_fp16_errors(reference, fp16, seed: int) -> None:
+    """add_fp16_cast's error per output against the float32 program, on seeded random inputs
+    (symbolic dims as 1)."""
+    from offload.passes.quantization.add_fp16_cast import output_errors
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for v in reference.main.inputs:
+        port = offload.runtime.module.Port(v.name, v.type)
+        feeds[v.name] = _random_input(port, rng)
+    for name, e in output_errors(reference, fp16, feeds).items():
+        print(
+            f"float16 error of '{name}' against float32: max abs {e['max_abs']:.3g}, max rel {e['max_rel']:.3g}"
+        )
+
+
 def _compile(args, progress: Progress) -> int:
     partitioner = _partitioner(args)
     specs = _compile_specs(args.spec)
     passes = _pass_choice(args)
     with progress.step(f"importing {args.model}"):
         program = offload.load(args.model)
+    original = program
     program, records = _optimized(program, passes, progress)
     if records:
         before, after = records[0].before, records[-1].after
@@ -331,6 +348,8 @@ def _compile(args, progress: Progress) -> int:
         print(
             f"graph passes: {sum(before.values())} -> {sum(after.values())} ops ({changed} passes changed it)"
         )
+    if any(r.name == "quantization::add_fp16_cast" and r.changed for r in records):
+        _print_fp16_errors(original, program, seed=0)
     if partitioner is not None:
         with progress.step("delegating to " + ", ".join(args.backend)):
             program = _delegated(program, partitioner, specs)

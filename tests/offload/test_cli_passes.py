@@ -71,3 +71,21 @@ def test_inspect_passes_needs_a_model_file(example_model, tmp_path, capsys):
     capsys.readouterr()
     assert main(["inspect", pte, "--passes"]) == 2
     assert "--passes needs a model file" in capsys.readouterr().err
+
+
+def test_compile_with_add_fp16_cast_reports_the_error_per_output(example_model, tmp_path, capsys):
+    """The error printed is the one numpy measures between the float32 model (onnxruntime) and
+    the float16 .pte on the same seeded inputs."""
+    import offload
+
+    pte = tmp_path / "m.pte"
+    assert main(["compile", example_model, "--passes", "quantization::add_fp16_cast", "-o", str(pte)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("float16 error of 'probs'"))
+    printed = float(line.split("max abs ")[1].split(",")[0])
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = ort.InferenceSession(example_model, providers=["CPUExecutionProvider"]).run(
+        ["probs"], {"image": x}
+    )[0]
+    got = offload.runtime.load(str(pte)).run({"image": x})["probs"]
+    assert 0 < printed < 1e-2
+    assert np.isclose(float(np.max(np.abs(got.astype(np.float64) - want))), printed, rtol=0.05, atol=1e-6)
