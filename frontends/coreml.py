@@ -131,7 +131,8 @@ class _Importer:
             if bound.dtype == DataType.STRING:
                 raise UnsupportedOpError(f"{self.origin}: a string constant cannot be a tensor input here")
             self.const_values[key] = self.top.add_constant(
-                self.namer.fresh("const"), np.ascontiguousarray(array)
+                self.namer.fresh("const"),
+                array if array.flags.c_contiguous else array.copy(),  # 0-d stays 0-d
             )
         return self.const_values[key]
 

@@ -29,7 +29,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OPS = os.path.join(HERE, "ops")
-FAMILIES = ["cases_math", "cases_tensor", "cases_sequence"]
+FAMILIES = ["cases_math", "cases_tensor", "cases_sequence", "cases_control"]
 
 
 @dataclass

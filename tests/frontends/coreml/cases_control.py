@@ -1,0 +1,59 @@
+"""Single-op cases: cond and while_loop (generate_ops.py; needs coremltools)."""
+
+from __future__ import annotations
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+from generate_ops import Case
+
+rng = np.random.default_rng(99)
+POS = (np.abs(rng.standard_normal((2, 3))) + 0.5).astype(np.float32)
+NEG = -POS
+
+
+def cond_prog(x):
+    pred = mb.greater(x=mb.reduce_sum(x=x), y=np.float32(0.0))
+    return mb.cond(
+        pred=pred,
+        _true_fn=lambda: mb.mul(x=x, y=np.float32(2.0)),
+        _false_fn=lambda: mb.sub(x=x, y=np.float32(1.0)),
+    )
+
+
+def cond_ref(x):
+    return [x * 2 if x.sum() > 0 else x - 1]
+
+
+def counting_loop(x):
+    """Adds x to an accumulator 5 times (the counter is a loop variable)."""
+    i0 = mb.fill(shape=[1], value=np.float32(0.0))
+    _, acc = mb.while_loop(
+        _cond=lambda i, acc: mb.less(x=mb.reduce_sum(x=i), y=np.float32(5.0)),
+        _body=lambda i, acc: (mb.add(x=i, y=np.float32(1.0)), mb.add(x=acc, y=x)),
+        loop_vars=(i0, x),
+    )
+    return acc
+
+
+def doubling_loop(x):
+    """Doubles x until its largest element reaches 100: the trip count depends on the data."""
+    y = mb.while_loop(
+        _cond=lambda v: mb.less(x=mb.reduce_max(x=v), y=np.float32(100.0)),
+        _body=lambda v: (mb.mul(x=v, y=np.float32(2.0)),),
+        loop_vars=(x,),
+    )
+    return y
+
+
+def doubling_ref(x):
+    while x.max() < 100:
+        x = x * 2
+    return [x]
+
+
+CASES = [
+    Case("c_cond_true", {"x": POS}, cond_prog, cond_ref),
+    Case("c_cond_false", {"x": NEG}, cond_prog, cond_ref),
+    Case("c_while_counting", {"x": POS}, counting_loop, lambda x: [x * 6]),
+    Case("c_while_doubling", {"x": POS}, doubling_loop, doubling_ref),
+]
