@@ -1022,28 +1022,69 @@ class _Importer:
         if subgraphs is None or len(subgraphs) == 0:
             raise self.fail("the model has no subgraphs")
         codes = self.operator_codes()
-        graph = subgraphs[0]
+        signatures = self.model.get("signature_defs")
+        functions: dict[str, Function] = {}
+        if signatures is not None and len(signatures) > 1:
+            # Several signatures: one method each, named by its key, its inputs and outputs by
+            # the signature's names (as LiteRT's signature runners take them).
+            for k, sig in enumerate(signatures):
+                where = f"signature_defs[{k}]"
+                key = sig.get("signature_key") or f"signature_{k}"
+                index = sig.get("subgraph_index")
+                if index >= len(subgraphs):
+                    raise self.fail(
+                        f"{where}.subgraph_index: {index} is outside the model's {len(subgraphs)} subgraphs"
+                    )
+                if key in functions:
+                    raise self.fail(f"{where}: signature key '{key}' appears twice")
+                names = tuple(
+                    {int(m.get("tensor_index")): m.get("name") for m in sig.items(field)}
+                    for field in ("inputs", "outputs")
+                )
+                functions[key] = self.function(subgraphs[index], index, key, codes, names)
+        else:
+            functions["forward"] = self.function(subgraphs[0], 0, "forward", codes, None)
+        meta = {"format": "tflite", "schema_version": str(self.model.get("version"))}
+        description = self.model.get("description")
+        if description:
+            meta["description"] = description
+        return Program(functions, meta, source=self.origin)
+
+    def function(self, graph: Table, sg: int, fn_name: str, codes, names) -> Function:
+        """Subgraph ``sg`` as function ``fn_name``; ``names`` ({tensor index: name} for inputs,
+        for outputs) renames its interface, as a signature does."""
+        self.block = Block(name=fn_name)
+        self.namer = Namer()
+        self.real = {}
         tensors = graph.get("tensors")
         count = 0 if tensors is None else len(tensors)
+        prefix = f"subgraphs[{sg}]"
 
         def index(i: int, path: str) -> int:
             if not 0 <= i < count:
                 raise self.fail(f"{path}: tensor index {i} is outside the subgraph's {count} tensors")
             return int(i)
 
+        in_names, out_names = names if names is not None else ({}, {})
+        if names is not None:
+            listed = [int(i) for i in graph.items("inputs")], [int(i) for i in graph.items("outputs")]
+            for field, mapping, want in (("inputs", in_names, listed[0]), ("outputs", out_names, listed[1])):
+                if sorted(mapping) != sorted(want):
+                    raise self.fail(f"signature '{fn_name}': its {field} are not the {field} of {prefix}")
+            for name in [*in_names.values(), *out_names.values()]:
+                self.namer.reserve(name)
         values: dict[int, Value] = {}
         for k, i in enumerate(graph.items("inputs")):
-            i = index(i, f"subgraphs[0].inputs[{k}]")
-            path = f"subgraphs[0].tensors[{i}]"
-            v = Value(
-                self.namer.fresh(tensors[i].get("name") or f"input_{k}"), self.tensor_type(tensors[i], path)
-            )
+            i = index(i, f"{prefix}.inputs[{k}]")
+            path = f"{prefix}.tensors[{i}]"
+            name = in_names.get(i) or self.namer.fresh(tensors[i].get("name") or f"input_{k}")
+            v = Value(name, self.tensor_type(tensors[i], path))
             self.block.inputs.append(v)
             values[i] = v
 
         def value(i: int) -> Value:
             if i not in values:
-                path = f"subgraphs[0].tensors[{i}]"
+                path = f"{prefix}.tensors[{i}]"
                 t = tensors[i]
                 if t.get("buffer") == 0 or self.buffer_data(t.get("buffer"), path) is None:
                     raise self.fail(f"{path} ('{t.get('name')}') is read before any operator writes it")
@@ -1051,7 +1092,7 @@ class _Importer:
             return values[i]
 
         for n, op in enumerate(graph.items("operators")):
-            path = f"subgraphs[0].operators[{n}]"
+            path = f"{prefix}.operators[{n}]"
             code = op.get("opcode_index")
             if code >= len(codes):
                 raise self.fail(
@@ -1096,23 +1137,20 @@ class _Importer:
                 if i in values:
                     raise node.fail(f"tensor {i} is written twice")
                 tname = tensors[i].get("name")
-                if tname and tname not in self.namer.taken:
+                if tname and tname not in self.namer.taken and i not in out_names:
                     self.namer.taken.add(tname)
                     v.name = tname
                 values[i] = v
 
         for k, i in enumerate(graph.items("outputs")):
-            i = index(i, f"subgraphs[0].outputs[{k}]")
+            i = index(i, f"{prefix}.outputs[{k}]")
             v = value(i)
-            if v.producer is None or v in self.block.outputs:  # an input, a constant, or listed twice
-                v = self.op("Identity", [v])[0]
+            if v.producer is None or v in self.block.outputs or i in out_names:
+                v = self.op("Identity", [v])[0]  # an input, a constant, listed twice, or renamed
+                if i in out_names:
+                    v.name = out_names[i]
             self.block.outputs.append(v)
-        fn = Function("forward", self.block, {"": 21})
-        meta = {"format": "tflite", "schema_version": str(self.model.get("version"))}
-        description = self.model.get("description")
-        if description:
-            meta["description"] = description
-        return Program({"forward": fn}, meta, source=self.origin)
+        return Function(fn_name, self.block, {"": 21})
 
 
 def import_tflite(data: bytes, origin: str = "<bytes>") -> Program:

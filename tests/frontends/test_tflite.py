@@ -17,6 +17,7 @@ from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError
 from offload.frontends.tflite import RULES, same_pads
 from offload.ir import TensorType
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
+from tests.delegates.opencl_support import needs_opencl
 from tests.frontends.tflite.build import binary_model
 
 HERE = Path(__file__).resolve().parent / "tflite"
@@ -267,3 +268,34 @@ def test_dynamic_range_model_quantizes_hybrid_inputs_like_litert():
     assert sum(op.op_type == "Round" for op in body.operations) == 2  # zero point and values
     convs = [op for op in body.operations if op.op_type == "Conv"]
     assert all(op.inputs[1].const_value.dtype == np.float32 for op in convs)  # weights dequantized
+
+
+def _signature_oracle() -> dict[str, tuple[dict, dict]]:
+    calls: dict[str, tuple[dict, dict]] = {}
+    with np.load(HERE / "signatures" / "codec.npz") as z:
+        for key in z.files:
+            sig, rest = key.split("/")
+            kind, name = rest.split(":")
+            calls.setdefault(sig, ({}, {}))[kind == "out"][name] = z[key]
+    return calls
+
+
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_several_signatures_are_several_methods(backend, tmp_path):
+    """Each signature def becomes a method named by its key (in the file's order), its inputs and
+    outputs named as LiteRT's signature runner names them; each matches LiteRT's outputs (stored
+    by generate.py)."""
+    program = offload.load(HERE / "signatures" / "codec.tflite")
+    assert sorted(program.functions) == ["decode", "encode"]
+    assert [v.name for v in program.functions["decode"].inputs] == ["code"]
+    assert sorted(v.name for v in program.functions["decode"].outputs) == ["norm", "recon"]
+    lowered = program if backend is None else offload.to_backend(program, backend)
+    if backend:
+        assert all(
+            any(op.op_type == "Delegate" for op in fn.body.operations) for fn in lowered.functions.values()
+        )
+    offload.save(lowered, tmp_path / "m.pte")
+    module = offload.runtime.load(str(tmp_path / "m.pte"))
+    assert module.method_names == list(program.functions)
+    for sig, (feeds, want) in _signature_oracle().items():
+        assert_close(module.method(sig).run(feeds), want)

@@ -10,7 +10,8 @@ environment::
     /work/tfvenv/bin/python tests/frontends/tflite/generate.py [case ...]
 
 The ``.npz`` holds ``input_names`` / ``output_names`` (tensor names of the main subgraph) and
-arrays ``input_<i>`` / ``output_<i>`` in that order.
+arrays ``input_<i>`` / ``output_<i>`` in that order. ``signatures`` (run alone with that name)
+writes signatures/codec.tflite, a model of two signatures, and its oracle (see ``signatures()``).
 """
 
 from __future__ import annotations
@@ -293,8 +294,58 @@ def oracle(model: bytes, shapes: dict, seed: int) -> dict:
     return arrays
 
 
+class Codec(tf.Module):
+    """Two signatures over one set of weights: ``encode`` (x → code) and ``decode`` (code → recon,
+    norm); converted from a SavedModel with both signature keys."""
+
+    def __init__(self):
+        rng = np.random.default_rng(5)
+        self.w1, self.b1, self.w2 = (
+            _const(rng, 4, 3, scale=1.0),
+            _const(rng, 3, scale=1.0),
+            _const(rng, 3, 4, scale=1.0),
+        )
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def encode(self, x):
+        return {"code": tf.nn.relu(tf.matmul(x, self.w1) + self.b1)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="code")])
+    def decode(self, code):
+        return {"recon": tf.tanh(tf.matmul(code, self.w2)), "norm": tf.reduce_sum(code * code, axis=1)}
+
+
+def signatures() -> None:
+    """signatures/codec.tflite and codec.npz: LiteRT's signature runners on seeded inputs, keyed
+    ``<signature>/in:<name>`` and ``<signature>/out:<name>``."""
+    import tempfile
+
+    module = Codec()
+    with tempfile.TemporaryDirectory() as saved:
+        tf.saved_model.save(module, saved, signatures={"encode": module.encode, "decode": module.decode})
+        model = tf.lite.TFLiteConverter.from_saved_model(saved, signature_keys=["encode", "decode"]).convert()
+    folder = HERE / "signatures"
+    folder.mkdir(exist_ok=True)
+    (folder / "codec.tflite").write_bytes(model)
+    interp = Interpreter(model_content=model)
+    rng = np.random.default_rng(21)
+    arrays = {}
+    for key, width in (("encode", 4), ("decode", 3)):
+        name = "x" if key == "encode" else "code"
+        x = rng.standard_normal((2, width)).astype(np.float32)
+        arrays[f"{key}/in:{name}"] = x
+        for out, value in interp.get_signature_runner(key)(**{name: x}).items():
+            arrays[f"{key}/out:{out}"] = value
+    np.savez(folder / "codec.npz", **arrays)
+    print(f"signatures/codec.tflite: {len(model)} bytes")
+
+
 def main() -> None:
     """Writes every case, or the cases named on the command line."""
+    if sys.argv[1:] in ([], ["signatures"]):
+        signatures()
+        if sys.argv[1:]:
+            return
     chosen = sys.argv[1:] or list(CASES)
     for seed, (name, (cls, weights, shapes)) in enumerate(CASES.items()):
         if name not in chosen:
