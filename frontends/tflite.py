@@ -1074,6 +1074,7 @@ class _Importer:
             for name in [*in_names.values(), *out_names.values()]:
                 self.namer.reserve(name)
         values: dict[int, Value] = {}
+        variables = _Variables(self, codes)
         for k, i in enumerate(graph.items("inputs")):
             i = index(i, f"{prefix}.inputs[{k}]")
             path = f"{prefix}.tensors[{i}]"
@@ -1099,15 +1100,18 @@ class _Importer:
                     f"{path}.opcode_index: {code} is outside the model's {len(codes)} operator codes"
                 )
             name, version = codes[code]
+            ins = [index(i, f"{path}.inputs") if i != -1 else -1 for i in op.items("inputs")]
+            outs = [index(i, f"{path}.outputs") for i in op.items("outputs")]
+            _, options = op.get("builtin_options")
+            if name in VARIABLE_OPS:
+                variables.operator(name, path, ins, outs, options, values, value, tensors)
+                continue
             fn = RULES.get(name)
             if fn is None:
                 raise UnsupportedOpError(
                     f"{self.origin}: operator {n} ({name}, version {version}) is not supported; "
                     "docs/tflite.md lists the operators offload imports"
                 )
-            ins = [index(i, f"{path}.inputs") if i != -1 else -1 for i in op.items("inputs")]
-            outs = [index(i, f"{path}.outputs") for i in op.items("outputs")]
-            _, options = op.get("builtin_options")
             node = Node(
                 self,
                 n,
@@ -1150,7 +1154,130 @@ class _Importer:
                 if i in out_names:
                     v.name = out_names[i]
             self.block.outputs.append(v)
-        return Function(fn_name, self.block, {"": 21})
+        return Function(fn_name, self.block, {"": 21}, variables.finish())
+
+
+VARIABLE_OPS = ("CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")
+
+
+class _Variables:
+    """Resource variables of one function, as state (``ir.Function.states``).
+
+    Each variable (VAR_HANDLE's ``shared_name``) is a state input whose value after the call is an
+    output. Its initial value is what the CALL_ONCE subgraph assigns (constants only), applied in
+    the graph itself: one more state, ``variables_initialized`` (bool, false in a fresh or reset
+    module), picks ``initial`` over the state input on the first run, the way CALL_ONCE runs its
+    subgraph once. A variable CALL_ONCE does not assign starts at zeros.
+    """
+
+    def __init__(self, imp: _Importer, codes):
+        self.imp, self.codes = imp, codes
+        self.handles: dict[int, str] = {}  # tensor index → shared name
+        self.initial: dict[str, np.ndarray] = {}
+        self.state: dict[str, list] = {}  # name → [state input, current value]
+        self.flag: Value | None = None
+
+    def operator(self, name, path, ins, outs, options, values, value, tensors) -> None:
+        imp = self.imp
+        if name == "CALL_ONCE":
+            self.init_subgraph(int(options.get("init_subgraph_index")), path)
+        elif name == "VAR_HANDLE":
+            if len(outs) != 1:
+                raise imp.fail(f"{path}: VAR_HANDLE has {len(outs)} outputs")
+            self.handles[outs[0]] = _shared_name(options, outs[0])
+        elif name == "READ_VARIABLE":
+            if len(ins) != 1 or len(outs) != 1 or ins[0] not in self.handles:
+                raise imp.fail(f"{path}: READ_VARIABLE reads no variable handle")
+            v = self.current(self.handles[ins[0]], tensors[outs[0]], path)
+            values[outs[0]] = imp.op("Identity", [v])[0]
+        else:  # ASSIGN_VARIABLE
+            if len(ins) != 2 or ins[0] not in self.handles:
+                raise imp.fail(f"{path}: ASSIGN_VARIABLE assigns no variable handle")
+            var = self.handles[ins[0]]
+            new = value(ins[1])
+            self.current(var, tensors[ins[1]], path)
+            old = self.state[var][0]
+            if new.type is not None and new.type.dtype != old.type.dtype:
+                raise imp.fail(
+                    f"{path}: variable '{var}' of {old.type.dtype.name} assigned {new.type.dtype.name}"
+                )
+            self.state[var][1] = new
+
+    def init_subgraph(self, index: int, path: str) -> None:
+        imp = self.imp
+        subgraphs = imp.model.get("subgraphs")
+        if not 0 <= index < len(subgraphs):
+            raise imp.fail(
+                f"{path}: CALL_ONCE init subgraph {index} is outside the model's {len(subgraphs)} subgraphs"
+            )
+        graph = subgraphs[index]
+        tensors = graph.get("tensors")
+        count = 0 if tensors is None else len(tensors)
+        handles: dict[int, str] = {}
+        for n, op in enumerate(graph.items("operators")):
+            where = f"subgraphs[{index}].operators[{n}]"
+            code = op.get("opcode_index")
+            if code >= len(self.codes):
+                raise imp.fail(f"{where}.opcode_index: {code} is outside the model's operator codes")
+            name, _ = self.codes[code]
+            ins, outs = [int(i) for i in op.items("inputs")], [int(i) for i in op.items("outputs")]
+            if any(not 0 <= i < count for i in ins + outs):
+                raise imp.fail(f"{where}: a tensor index outside the subgraph's {count} tensors")
+            _, options = op.get("builtin_options")
+            if name == "VAR_HANDLE" and len(outs) == 1:
+                handles[outs[0]] = _shared_name(options, outs[0])
+            elif name == "ASSIGN_VARIABLE" and len(ins) == 2 and ins[0] in handles:
+                t = tensors[ins[1]]
+                data = imp.buffer_data(t.get("buffer"), f"subgraphs[{index}].tensors[{ins[1]}]")
+                if data is None:
+                    raise UnsupportedOpError(
+                        f"{imp.origin}: {where}: the CALL_ONCE subgraph assigns a computed value; "
+                        "only constant initial values are supported"
+                    )
+                v = imp.tensor_value(t, ins[1], f"subgraphs[{index}].tensors[{ins[1]}]")
+                imp.block.constants.pop(v.name)  # read only: current() adds the value it uses
+                self.initial[handles[ins[0]]] = v.const_value
+            else:
+                raise UnsupportedOpError(
+                    f"{imp.origin}: {where}: {name} in a CALL_ONCE subgraph (only VAR_HANDLE and "
+                    "ASSIGN_VARIABLE of constants are supported)"
+                )
+
+    def current(self, var: str, t: Table, path: str) -> Value:
+        """The variable's value so far; its state input (and initial value) made on first use."""
+        imp = self.imp
+        if var not in self.state:
+            initial = self.initial.get(var)
+            if initial is None:
+                ttype = imp.tensor_type(t, path)
+                if not ttype.is_static:
+                    raise UnsupportedOpError(f"{imp.origin}: {path}: variable '{var}' of unknown shape")
+                initial = np.zeros(ttype.shape, ttype.dtype.numpy)
+            if self.flag is None:
+                self.flag = Value(imp.namer.fresh("variables_initialized"), TensorType(DataType.BOOL, ()))
+                imp.block.inputs.append(self.flag)
+            state = Value(imp.namer.fresh(var), TensorType(DataType.from_numpy(initial.dtype), initial.shape))
+            imp.block.inputs.append(state)
+            first = imp.op(
+                "Where", [self.flag, state, imp.const(np.ascontiguousarray(initial).reshape(initial.shape))]
+            )[0]
+            self.state[var] = [state, first]
+        return self.state[var][1]
+
+    def finish(self) -> list[str]:
+        """The state names; the variables' last values and a true flag appended as outputs."""
+        if self.flag is None:
+            return []
+        imp = self.imp
+        for _, current in self.state.values():
+            imp.block.outputs.append(imp.op("Identity", [current])[0])
+        imp.block.outputs.append(imp.op("Identity", [imp.const(np.array(True))])[0])
+        return [state.name for state, _ in self.state.values()] + [self.flag.name]
+
+
+def _shared_name(options, index: int) -> str:
+    name = options.get("shared_name") if options is not None and "shared_name" in options.fields else None
+    return name or f"variable_{index}"
 
 
 def import_tflite(data: bytes, origin: str = "<bytes>") -> Program:

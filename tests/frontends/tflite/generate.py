@@ -11,7 +11,9 @@ environment::
 
 The ``.npz`` holds ``input_names`` / ``output_names`` (tensor names of the main subgraph) and
 arrays ``input_<i>`` / ``output_<i>`` in that order. ``signatures`` (run alone with that name)
-writes signatures/codec.tflite, a model of two signatures, and its oracle (see ``signatures()``).
+writes signatures/codec.tflite, a model of two signatures, and its oracle (see ``signatures()``);
+``variables`` writes variables/accumulator.tflite, a model with resource variables, and LiteRT's
+outputs over a sequence of calls.
 """
 
 from __future__ import annotations
@@ -340,10 +342,53 @@ def signatures() -> None:
     print(f"signatures/codec.tflite: {len(model)} bytes")
 
 
+class Accumulator(tf.Module):
+    """Two resource variables updated by every call (a decayed running total and a call count,
+    initial values 0.5 and 0): the converter writes VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE
+    and a CALL_ONCE subgraph assigning the initial values."""
+
+    def __init__(self):
+        self.total = tf.Variable(np.full((2, 3), 0.5, np.float32))
+        self.count = tf.Variable(np.zeros((), np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 3], tf.float32, name="x")])
+    def __call__(self, x):
+        self.total.assign(self.total * 0.9 + x)
+        self.count.assign_add(1.0)
+        return {"mean": self.total / self.count}
+
+
+def variables() -> None:
+    """variables/accumulator.tflite and .npz: LiteRT's outputs over four calls on one interpreter
+    (``in:x@k`` / ``out:<name>@k``), the state carrying from call to call."""
+    module = Accumulator()
+    fn = module.__call__.get_concrete_function()
+    model = tf.lite.TFLiteConverter.from_concrete_functions([fn], module).convert()
+    folder = HERE / "variables"
+    folder.mkdir(exist_ok=True)
+    (folder / "accumulator.tflite").write_bytes(model)
+    interp = Interpreter(model_content=model)
+    interp.allocate_tensors()
+    runner = interp.get_signature_runner()
+    rng = np.random.default_rng(31)
+    arrays = {}
+    for k in range(4):
+        x = rng.standard_normal((2, 3)).astype(np.float32)
+        arrays[f"in:x@{k}"] = x
+        for out, value in runner(x=x).items():
+            arrays[f"out:{out}@{k}"] = value
+    np.savez(folder / "accumulator.npz", **arrays)
+    print(f"variables/accumulator.tflite: {len(model)} bytes")
+
+
 def main() -> None:
     """Writes every case, or the cases named on the command line."""
     if sys.argv[1:] in ([], ["signatures"]):
         signatures()
+        if sys.argv[1:]:
+            return
+    if sys.argv[1:] in ([], ["variables"]):
+        variables()
         if sys.argv[1:]:
             return
     chosen = sys.argv[1:] or list(CASES)
