@@ -218,7 +218,14 @@ class _Importer:
             values = np.broadcast_to(values, (count,))
         if values.size != count:
             raise self.fail(f"{where}: {values.size} values for a constant of {count} elements")
-        return values.astype(dtype.numpy) if dtype != DataType.STRING else values
+        if (kind == "strings") != (dtype == DataType.STRING):
+            raise self.fail(f"{where}: {kind} values for a constant of type {dtype.name}")
+        if dtype == DataType.STRING:
+            return values
+        try:
+            return values.astype(dtype.numpy)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise self.fail(f"{where}: {kind} values do not fit type {dtype.name}: {e}") from None
 
     def binding(self, b, scope: _Scope, where: str):
         kind = b.WhichOneof("binding")

@@ -65,6 +65,10 @@ EXPECTED = {
         "attribute 'perm' of Transpose must be of type ints, not 256",
     ),
     "pte/tile-huge-repeats-and-a-zero.pte": ("KernelError", "op 'Tile' (onnx::Tile) failed"),
+    "coreml/const-strings-declared-uint8.pkg": (
+        "ModelFormatError",
+        "strings values for a constant of type UINT8",
+    ),
     "nnpackage/zip-version-10.1.zip": (
         "ModelFormatError",
         "not a readable zip archive: zip file version 10.1",
