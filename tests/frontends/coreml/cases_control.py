@@ -57,3 +57,25 @@ CASES = [
     Case("c_while_counting", {"x": POS}, counting_loop, lambda x: [x * 6]),
     Case("c_while_doubling", {"x": POS}, doubling_loop, doubling_ref),
 ]
+
+
+QUAD = {f"x{i}": rng.standard_normal((1, 2, 3, 4)).astype(np.float32) for i in range(1, 5)}
+
+
+def nested_interleave(x1, x2, x3, x4):
+    """The catalog's concat_to_pixel_shuffle pattern: interleaves on H, then on W."""
+    a = mb.concat(values=[x1, x2], axis=2, interleave=True)
+    b = mb.concat(values=[x3, x4], axis=2, interleave=True)
+    return mb.concat(values=[a, b], axis=3, interleave=True)
+
+
+def nested_interleave_ref(x1, x2, x3, x4):
+    y = np.empty((1, 2, 6, 8), np.float32)
+    for p in range(2):
+        for q in range(2):
+            y[:, :, p::2, q::2] = [x1, x2, x3, x4][p + 2 * q]  # y[2i+p, 2j+q] = x_{1+p+2q}[i, j]
+    return [y]
+
+
+# coremltools' own concat_to_pixel_shuffle would rewrite the pattern: saved as built.
+CASES.append(Case("c_nested_interleave", QUAD, nested_interleave, nested_interleave_ref, passes=False))

@@ -46,6 +46,7 @@ class Case:
     fp16: bool = False  # compute precision fp16 (fp32 otherwise)
     tolerance: float = 1e-5  # relative, on the largest |reference|
     input_specs: dict = field(default_factory=dict)  # name → mb.TensorSpec (default: the array's)
+    passes: bool = True  # False: coremltools' MIL passes do not run (the program is saved as built)
 
 
 def save(case: Case) -> None:
@@ -65,7 +66,11 @@ def save(case: Case) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = ct.convert(
-            prog, convert_to="mlprogram", minimum_deployment_target=target, compute_precision=precision
+            prog,
+            convert_to="mlprogram",
+            minimum_deployment_target=target,
+            compute_precision=precision,
+            **({} if case.passes else {"pass_pipeline": ct.PassPipeline.EMPTY}),
         )
     path = os.path.join(OPS, f"{case.name}.mlpackage")
     shutil.rmtree(path, ignore_errors=True)

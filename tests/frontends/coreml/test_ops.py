@@ -59,3 +59,13 @@ def test_opencl_matches_reference(name, tmp_path):
     offload.save(program, tmp_path / "m.pte")
     module = runtime.load(str(tmp_path / "m.pte"))
     check(name, module.run(inputs), want, max(tolerance, 1e-5))
+
+
+def test_nested_interleaves_become_one_depth_to_space():
+    """MIL's concat(interleave=True) on H then W (the catalog's concat_to_pixel_shuffle pattern)
+    imports as Unsqueeze/Concat/Reshape stacks that the default passes turn into DepthToSpace."""
+    inputs, want, tolerance = load_case("c_nested_interleave")
+    program = offload.optimize(import_coreml(os.path.join(OPS, "c_nested_interleave.mlpackage")))
+    types = [op.op_type for op in program.main.body.operations]
+    assert "DepthToSpace" in types and "Reshape" not in types
+    check("c_nested_interleave", evaluate(program, inputs), want, tolerance)
