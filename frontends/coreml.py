@@ -272,7 +272,14 @@ class _Importer:
                         f"{self.origin}: {node.where}: MIL op '{op.type}' is not supported; "
                         "docs/coreml.md lists the ops offload imports"
                     )
-                results = fn(node)
+                try:
+                    results = fn(node)
+                except (IndexError, KeyError, ValueError, TypeError, ZeroDivisionError, OverflowError) as e:
+                    # A parameter past what the op allows (an axis beyond the rank, a size that
+                    # does not divide …) that a rule did not check by name: still the model's fault.
+                    raise node.fail(
+                        f"its inputs do not fit MIL's definition of '{op.type}': {type(e).__name__}: {e}"
+                    ) from None
             if len(results) != len(op.outputs):
                 raise node.fail(f"has {len(op.outputs)} outputs, its translation {len(results)}")
             for k, (v, declared) in enumerate(zip(results, node.outputs)):

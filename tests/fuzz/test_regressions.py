@@ -65,6 +65,10 @@ EXPECTED = {
         "attribute 'perm' of Transpose must be of type ints, not 256",
     ),
     "pte/tile-huge-repeats-and-a-zero.pte": ("KernelError", "op 'Tile' (onnx::Tile) failed"),
+    "coreml/argsort-axis-past-the-rank.pkg": (
+        "ModelFormatError",
+        "its inputs do not fit MIL's definition of 'argsort'",
+    ),
     "coreml/const-strings-declared-uint8.pkg": (
         "ModelFormatError",
         "strings values for a constant of type UINT8",
