@@ -407,6 +407,7 @@ class _Importer:
             raise self.fail(f"function '{name}' has no block for its opset '{fn.opset}'")
         self.block = self.top = Block(name=name)
         self.const_values = {}
+        self.namer = Namer()  # names are per function: two functions may both take 'x'
         scope = _Scope()
         states: list[_State] = []
         for k, nv in enumerate(fn.inputs):
