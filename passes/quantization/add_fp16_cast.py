@@ -98,6 +98,7 @@ FP16_OPS = frozenset(
         "Sub",
         "Sum",
         "Tanh",
+        "ThresholdedRelu",
         "Tile",
         "Transpose",
         "Unsqueeze",
