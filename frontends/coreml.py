@@ -351,8 +351,18 @@ class _Importer:
         if len(blocks) != 2:
             raise node.fail(f"has {len(blocks)} blocks (condition, body), not 2")
         init = node.values("loop_vars")
-        # The condition before the first step, outside the loop.
-        _cond_outer, (c0,) = self._inline(blocks[0], node, init, depth)
+        counted = self._counted(blocks, node, init)
+        if counted is None:
+            # The condition before the first step, outside the loop.
+            _cond_outer, (c0,) = self._inline(blocks[0], node, init, depth)
+            trips = None
+        else:  # a counter against a bound: the trip count is known before the loop starts
+            k, bound = counted
+            start = node.cast(init[k], DataType.INT64) if init[k].type.dtype != DataType.INT64 else init[k]
+            stop = node.cast(bound, DataType.INT64) if bound.type.dtype != DataType.INT64 else bound
+            remaining = node.one("Sub", [stop, start])
+            trips = node.one("Max", [node.one("Reshape", [remaining, node.int64s([])]), node.int64s(0)])
+            c0 = self.const(np.array(True))
         # The body: the step, then the condition on its results.
         body = Block(name=f"{node.out_names[0]}_body")
         it = Value(self.namer.fresh("iteration"), TensorType(DataType.INT64, ()))
@@ -370,13 +380,88 @@ class _Importer:
             step = [self.as_value(b) for b in self.translate(blocks[1], inner, depth + 1)]
             if len(step) != len(init):
                 raise node.fail(f"its body returns {len(step)} values for {len(init)} loop_vars")
-            _, (c1,) = self._inline(blocks[0], node, step, depth)
-            c1 = self.as_value(c1)
+            if trips is None:
+                _, (c1,) = self._inline(blocks[0], node, step, depth)
+                c1 = self.as_value(c1)
+            else:
+                c1 = self.op("Identity", [self.const(np.array(True))])[0]
         finally:
             self.block = outer
         body.outputs = [self._fresh_output(body, v) for v in [c1, *step]]
         c0 = self.as_value(c0)
-        return node.op("Loop", [None, c0, *init], {"body": body}, len(init))
+        return node.op("Loop", [trips, c0, *init], {"body": body}, len(init))
+
+    def _counted(self, blocks, node: Node, init: list[Value]) -> tuple[int, Value] | None:
+        """(k, n) when the loop counts: its condition is ``less(v_k, n)`` with ``n`` defined outside
+        the loop, and its body's k-th result is ``v_k + 1``, on integers. Then it runs
+        max(n - v_k, 0) times, which ONNX's Loop takes as its trip count M (and the GPU backends
+        can plan: a data-dependent condition they cannot)."""
+        cond, body = blocks
+        ops = [op for op in cond.operations if op.type != "const"]
+        inside = {op.outputs[0].name for op in cond.operations if op.outputs}
+        cond_consts = {op.outputs[0].name: op for op in cond.operations if op.type == "const"}
+
+        def bound_name(op, arg):
+            b = op.inputs[arg].arguments if arg in op.inputs else []
+            return b[0].name if len(b) == 1 and b[0].WhichOneof("binding") == "name" else None
+
+        def is_true(name) -> bool:
+            value = None
+            if name in cond_consts:
+                value = self.const_array(cond_consts[name].attributes["val"], node.where).array
+            elif isinstance(node.scope.get(name), Const):
+                value = node.scope.get(name).array
+            return (
+                value is not None and np.asarray(value).size == 1 and bool(np.asarray(value).reshape(-1)[0])
+            )
+
+        if len(ops) == 2 and ops[1].type == "logical_and":  # and(true, less(…)), as torch's for loops give
+            a, b = bound_name(ops[1], "x"), bound_name(ops[1], "y")
+            if not (ops[0].outputs[0].name in (a, b) and is_true(b if a == ops[0].outputs[0].name else a)):
+                return None
+            if list(cond.outputs) != [ops[1].outputs[0].name]:
+                return None
+        elif len(ops) != 1 or list(cond.outputs) != [ops[0].outputs[0].name]:
+            return None
+        if ops[0].type != "less":
+            return None
+        names = [nv.name for nv in cond.inputs]
+
+        x, y = bound_name(ops[0], "x"), bound_name(ops[0], "y")
+        if x not in names or y is None or y in inside or y in names:
+            return None
+        k = names.index(x)
+        if (
+            k >= len(init)
+            or init[k].type is None
+            or init[k].type.dtype not in (DataType.INT32, DataType.INT64)
+        ):
+            return None
+        body_in = [nv.name for nv in body.inputs]
+        if k >= len(body_in) or k >= len(body.outputs):
+            return None
+        steps = [op for op in body.operations if op.outputs and op.outputs[0].name == body.outputs[k]]
+        if len(steps) != 1 or steps[0].type != "add":
+            return None
+        a, b = bound_name(steps[0], "x"), bound_name(steps[0], "y")
+        one = b if a == body_in[k] else a if b == body_in[k] else None
+        consts = {op.outputs[0].name: op for op in body.operations if op.type == "const"}
+        if one is None:
+            return None
+        if one in consts:
+            value = self.const_array(consts[one].attributes["val"], node.where).array
+        else:
+            bound = node.scope.get(one)
+            value = bound.array if isinstance(bound, Const) else None
+        if value is None or np.asarray(value).size != 1 or np.asarray(value).reshape(-1)[0] != 1:
+            return None
+        n = node.scope.get(y)
+        if n is None or isinstance(n, _State):
+            return None
+        n = self.as_value(n)
+        if n.type is None or n.type.dtype not in (DataType.INT32, DataType.INT64):
+            return None
+        return k, n
 
     def _inline(self, mil_block, node: Node, inputs: list[Value], depth: int):
         """Translate ``mil_block`` into the current block with its inputs bound to ``inputs``."""

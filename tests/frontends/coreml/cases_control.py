@@ -51,7 +51,20 @@ def doubling_ref(x):
     return [x]
 
 
+def counter_loop(x):
+    """An int32 counter against a bound taken from x's shape (3): the importer gives Loop a trip count."""
+    n = mb.gather(x=mb.shape(x=x), indices=np.int32(1))
+    i0 = mb.fill(shape=np.array([], np.int32), value=np.int32(0))
+    _, acc = mb.while_loop(
+        _cond=lambda i, acc: mb.less(x=i, y=n),
+        _body=lambda i, acc: (mb.add(x=i, y=np.int32(1)), mb.mul(x=acc, y=np.float32(1.5))),
+        loop_vars=(i0, x),
+    )
+    return acc
+
+
 CASES = [
+    Case("c_while_counter", {"x": POS}, counter_loop, lambda x: [x * np.float32(1.5**3)]),
     Case("c_cond_true", {"x": POS}, cond_prog, cond_ref),
     Case("c_cond_false", {"x": NEG}, cond_prog, cond_ref),
     Case("c_while_counting", {"x": POS}, counting_loop, lambda x: [x * 6]),

@@ -50,11 +50,6 @@ MIN_DELEGATED = 0.95  # share of the optimized program's ops (nested bodies incl
 XFAIL: dict[str, str] = {}
 # Models whose results match but whose ops are not all taken by opencl yet (the delegated share).
 NOT_YET_DELEGATED: dict[str, str] = {
-    "birnn": "coremltools writes the bidirectional GRU as two while_loops with no trip count: "
-    "'opencl: Loop without a trip count M' (12/72 ops delegated)",
-    "control_flow": "MIL while_loop has no trip count: 'opencl: Loop without a trip count M' (9/16 ops delegated)",
-    "gru_encoder": "coremltools writes torch's GRU as a while_loop with no trip count: "
-    "'opencl: Loop without a trip count M' (7/37 ops delegated)",
     "stateful_counter": "fp16 state/inputs/outputs: 'opencl: dtype fp16 ... is not supported'; the Casts the "
     "default passes put at the fp16 boundary stay on the CPU (4/8 ops delegated)",
 }

@@ -69,3 +69,13 @@ def test_nested_interleaves_become_one_depth_to_space():
     types = [op.op_type for op in program.main.body.operations]
     assert "DepthToSpace" in types and "Reshape" not in types
     check("c_nested_interleave", evaluate(program, inputs), want, tolerance)
+
+
+def test_a_counting_while_loop_gets_a_trip_count():
+    """while i < n: i += 1 (n from a shape) becomes a Loop with trip count max(n - i0, 0) and no
+    data-dependent condition, so the GPU backends can plan it."""
+    program = import_coreml(os.path.join(OPS, "c_while_counter.mlpackage"))
+    (loop,) = [op for op in program.main.body.walk() if op.op_type == "Loop"]
+    assert loop.inputs[0] is not None
+    inputs, want, tolerance = load_case("c_while_counter")
+    check("c_while_counter", evaluate(program, inputs), want, tolerance)
