@@ -112,15 +112,34 @@ def _is(v: Value | None, dtype: DataType) -> bool:
     return v is not None and isinstance(v.type, TensorType) and v.type.dtype == dtype
 
 
-def _to_fp16(rw: Rewriter, block: Block, v: Value, anchor: Operation, cache: dict) -> Value:
-    key = (id(block), id(v))
+def converted(rw: Rewriter, block: Block, v: Value, to: DataType, anchor: Operation, cache: dict) -> Value:
+    """``v`` as float type ``to``: a constant converted once, another value through one Cast."""
+    key = (id(block), id(v), to)
     if key not in cache:
+        stem = f"{v.name}_{to.short}"
         if v.const_value is not None:
-            cache[key] = rw.constant(block, v.const_value.astype(np.float16), stem=f"{v.name}_fp16")
+            cache[key] = rw.constant(block, v.const_value.astype(to.numpy), stem=stem)
         else:
-            cast = rw.build(block, "Cast", [v], {"to": int(F16)}, before=anchor, stem=f"{v.name}_fp16")
-            cache[key] = cast.outputs[0]
+            cache[key] = rw.build(block, "Cast", [v], {"to": int(to)}, before=anchor, stem=stem).outputs[0]
     return cache[key]
+
+
+def rebuilt_in(rw: Rewriter, block: Block, op: Operation, old: DataType, new: DataType, cache: dict) -> bool:
+    """``op`` rebuilt to read and write float type ``new`` where it read ``old``, its result cast
+    back to ``old`` for its readers; False (nothing changed) when the rebuilt op does not give
+    ``new`` or the function's output names cannot be kept."""
+    inputs = [converted(rw, block, v, new, op, cache) if _is(v, old) else v for v in op.inputs]
+    stem = op.outputs[0].name
+    moved = rw.build(block, op.op_type, inputs, dict(op.attributes), before=op, stem=f"{stem}_{new.short}")
+    if not _is(moved.outputs[0], new):
+        block.remove(moved)
+        return False
+    back = rw.build(block, "Cast", [moved.outputs[0]], {"to": int(old)}, before=op, stem=stem)
+    if rw.replace_op(op, back):
+        rw.drop(op)
+        return True
+    rw.drop(moved)
+    return False
 
 
 @graph_pass("quantization::add_fp16_cast")
@@ -141,21 +160,7 @@ def add_fp16_cast(program: Program) -> bool:
             for v in op.inputs
         ):
             continue  # another float type already: leave the op as it is
-        inputs = [_to_fp16(rw, block, v, op, cache) if _is(v, F32) else v for v in op.inputs]
-        half = rw.build(
-            block, op.op_type, inputs, dict(op.attributes), before=op, stem=f"{op.outputs[0].name}_fp16"
-        )
-        if not _is(half.outputs[0], F16):
-            block.remove(half)
-            continue
-        back = rw.build(
-            block, "Cast", [half.outputs[0]], {"to": int(F32)}, before=op, stem=op.outputs[0].name
-        )
-        if rw.replace_op(op, back):
-            rw.drop(op)
-            changed = True
-        else:
-            rw.drop(half)
+        changed |= rebuilt_in(rw, block, op, F32, F16, cache)
     if changed:
         cast_optimization(program)
         dead_code_elimination(program)

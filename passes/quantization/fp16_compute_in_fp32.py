@@ -24,31 +24,18 @@ After::
 
 from __future__ import annotations
 
-import numpy as np
-
-from offload.ir import Block, DataType, Operation, Program, TensorType, Value
+from offload.ir import DataType, Operation, Program, TensorType, Value
 
 from ..cleanup.dead_code_elimination import dead_code_elimination
 from ..pattern import Rewriter
 from ..registry import graph_pass
-from .add_fp16_cast import FP16_OPS
+from .add_fp16_cast import FP16_OPS, rebuilt_in
 
 F32, F16 = DataType.FLOAT, DataType.FLOAT16
 
 
 def _dtype(v: Value | None) -> DataType | None:
     return v.type.dtype if v is not None and isinstance(v.type, TensorType) else None
-
-
-def _to_fp32(rw: Rewriter, block: Block, v: Value, anchor: Operation, cache: dict) -> Value:
-    key = (id(block), id(v))
-    if key not in cache:
-        if v.const_value is not None:
-            cache[key] = rw.constant(block, v.const_value.astype(np.float32), stem=f"{v.name}_fp32")
-        else:
-            cast = rw.build(block, "Cast", [v], {"to": int(F32)}, before=anchor, stem=f"{v.name}_fp32")
-            cache[key] = cast.outputs[0]
-    return cache[key]
 
 
 def _is_cast(op: Operation | None, to: DataType) -> bool:
@@ -70,21 +57,7 @@ def fp16_compute_in_fp32(program: Program) -> bool:
         ]
         if not floats or any(t != F16 for t in floats):
             continue
-        inputs = [_to_fp32(rw, block, v, op, cache) if _dtype(v) == F16 else v for v in op.inputs]
-        wide = rw.build(
-            block, op.op_type, inputs, dict(op.attributes), before=op, stem=f"{op.outputs[0].name}_fp32"
-        )
-        if _dtype(wide.outputs[0]) != F32:
-            block.remove(wide)
-            continue
-        back = rw.build(
-            block, "Cast", [wide.outputs[0]], {"to": int(F16)}, before=op, stem=op.outputs[0].name
-        )
-        if rw.replace_op(op, back):
-            rw.drop(op)
-            changed = True
-        else:
-            rw.drop(wide)
+        changed |= rebuilt_in(rw, block, op, F16, F32, cache)
     if changed:
         for block, op in rw.ops():  # float32 → float16 → float32: keep the float32 value
             inner = op.inputs[0].producer if _is_cast(op, F32) and op.inputs[0] is not None else None
