@@ -21,9 +21,10 @@ import numpy as np
 
 from offload.errors import OffloadError, ShapeError
 
+from . import types as _types
 from .core import Block, Operation, Program, Value
 from .registry import inference, lookup
-from .types import MAX_TENSOR_BYTES, DataType, Dim, OptionalType, SequenceType, TensorType, ValueType
+from .types import DataType, Dim, OptionalType, SequenceType, TensorType, ValueType
 
 __all__ = ["FOLDABLE", "broadcast_shapes", "fold_op", "infer_op", "infer_types", "value_of"]
 
@@ -1788,11 +1789,11 @@ def _check_size(op: Operation, out: Value) -> None:
         item = t.dtype.numpy.itemsize
     except OffloadError:
         return
-    nbytes = math.prod(t.shape) * item
-    if nbytes > MAX_TENSOR_BYTES:
+    nbytes, limit = math.prod(t.shape) * item, _types.MAX_TENSOR_BYTES
+    if nbytes > limit:
         raise ShapeError(
             f"{op.op_type} '{op.name or out.name}': output '{out.name}' of shape {list(t.shape)} would take "
-            f"{nbytes} bytes, over the {MAX_TENSOR_BYTES}-byte limit (OFFLOAD_MAX_TENSOR_BYTES)"
+            f"{nbytes} bytes, over the {limit}-byte limit (OFFLOAD_MAX_TENSOR_BYTES)"
         )
 
 
