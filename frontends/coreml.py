@@ -102,7 +102,9 @@ class _Importer:
         self.origin = model.origin
         self.namer = Namer()
         self.block: Block | None = None  # the block ops are being appended to
-        self.const_values: dict[int, Value] = {}  # id(Const) → its block constant
+        # id(Const) → (the Const, its block constant): the Const is held so that its id is not
+        # reused by another one while the entry exists.
+        self.const_values: dict[int, tuple[Const, Value]] = {}
         self.declared: list[tuple[Value, TensorType, str]] = []
         self.bound: set[int] = set()  # ids of the IR values a MIL name already stands for
         self.unknown = 0  # symbolic dimensions handed out
@@ -130,11 +132,9 @@ class _Importer:
             array = bound.array
             if bound.dtype == DataType.STRING:
                 raise UnsupportedOpError(f"{self.origin}: a string constant cannot be a tensor input here")
-            self.const_values[key] = self.top.add_constant(
-                self.namer.fresh("const"),
-                array if array.flags.c_contiguous else array.copy(),  # 0-d stays 0-d
-            )
-        return self.const_values[key]
+            array = array if array.flags.c_contiguous else array.copy()  # (ascontiguousarray makes 0-d 1-d)
+            self.const_values[key] = (bound, self.top.add_constant(self.namer.fresh("const"), array))
+        return self.const_values[key][1]
 
     # ---- types and values ------------------------------------------------------------------------
 
