@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +153,12 @@ class Availability:
 
     def __bool__(self) -> bool:
         return self.ok
+
+
+# True while the runtime calls ``execute`` for a module loaded with ``strict``: a backend that
+# would recover from a problem by itself with a warning (the fp16 guard's float32 rerun) raises
+# an ``OffloadError`` instead. A context variable: each thread sees its own call's.
+strict_execution: ContextVar[bool] = ContextVar("offload_strict_execution", default=False)
 
 
 class BackendRuntime(abc.ABC):

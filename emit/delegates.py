@@ -23,6 +23,7 @@ from offload.schemas.generated.executorch_flatbuffer.DataLocation import DataLoc
 INLINE_LIMIT = 64 * 1024  # blobs up to this size go into Program.backend_delegate_data
 RESERVED_PREFIX = "offload."  # spec keys offload keeps for itself; stripped before init
 FALLBACK_PLAN_KEY = "offload.fallback_plan"
+FP16_ERROR_KEY = "offload.fp16_error"  # measured fp16 error (``offload.calibrate``), for inspect
 
 
 class DelegateBlobs:
@@ -73,12 +74,18 @@ def spec_pairs(specs, where: str) -> list[tuple[str, bytes]]:
 
 
 def backend_delegate(
-    backend: str, processed: BackendDelegateDataReferenceT, specs: list[tuple[str, bytes]], fallback_plan: int
+    backend: str,
+    processed: BackendDelegateDataReferenceT,
+    specs: list[tuple[str, bytes]],
+    fallback_plan: int,
+    notes: dict[str, bytes] | None = None,
 ) -> BackendDelegateT:
+    """``notes``: offload's own reserved specs beside the fallback plan's (never given to the backend)."""
     d = BackendDelegateT()
     d.id = backend
     d.processed = processed
-    d.compileSpecs = [_spec(k, v) for k, v in specs] + [_spec(FALLBACK_PLAN_KEY, str(fallback_plan).encode())]
+    reserved = [(FALLBACK_PLAN_KEY, str(fallback_plan).encode()), *(notes or {}).items()]
+    d.compileSpecs = [_spec(k, v) for k, v in [*specs, *reserved]]
     return d
 
 

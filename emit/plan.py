@@ -390,7 +390,12 @@ class PlanBuilder:
             f"{self.name}/delegate{k}/fallback", fallback, [], keep_constants=True
         )
         ref = self.lowering.blobs.reference(bytes(processed))
-        self.delegates.append(dl.backend_delegate(backend, ref, specs, plan))
+        notes = (
+            {dl.FP16_ERROR_KEY: op.attributes["fp16_error"].encode()}
+            if op.attributes.get("fp16_error")
+            else {}
+        )
+        self.delegates.append(dl.backend_delegate(backend, ref, specs, plan, notes))
         outputs = [NULL if _omitted(v) else v for v in op.outputs]
         self.instrs.append(_DelegateCall(k, list(op.inputs), outputs, op.name or f"{backend} delegate"))
 

@@ -238,7 +238,7 @@ FlexAttention(Q, K, V) -> Y  | prob_mod: graph, scale: float, score_mod: graph, 
 """,
     "offload": """
 StackSequence(input_sequence) -> output  | dtype: int = 1, shape: ints  @1
-Delegate(inputs*) -> outputs*  | backend: str!, compile_specs: specs!, fallback: graph!, processed: bytes!  @1
+Delegate(inputs*) -> outputs*  | backend: str!, compile_specs: specs!, fallback: graph!, fp16_error: str, processed: bytes!  @1
 """,
     "ai.onnx.preview.training": """
 Adagrad(R, T, inputs*) -> outputs*  | decay_factor: float = 0.0, epsilon: float = 9.999999974752427e-07, norm_coefficient: float = 0.0  @1

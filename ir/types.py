@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
@@ -136,12 +136,32 @@ class QuantParams:
 
 
 @dataclass(frozen=True)
+class ValueRange:
+    """Bounds on a float tensor's elements: proven from the ops and the input bounds
+    (``observed`` False: ``ir/ranges.py``) or seen on calibration samples (True). Infinite bounds
+    mean unknown. Read by the GPU backends' mixed precision (what fits half)."""
+
+    lo: float
+    hi: float
+    observed: bool = False
+
+    @property
+    def magnitude(self) -> float:
+        return max(abs(self.lo), abs(self.hi))
+
+    def __str__(self) -> str:
+        return f"[{self.lo:.4g}, {self.hi:.4g}]{' seen' if self.observed else ''}"
+
+
+@dataclass(frozen=True)
 class TensorType:
-    """A tensor's element type and shape; ``shape`` is None when even the rank is unknown."""
+    """A tensor's element type and shape; ``shape`` is None when even the rank is unknown.
+    ``range`` (not part of equality: inference never makes it) bounds a float tensor's values."""
 
     dtype: DataType
     shape: tuple[Dim, ...] | None = None
     quant: QuantParams | None = None
+    range: ValueRange | None = field(default=None, compare=False)
 
     @property
     def rank(self) -> int | None:

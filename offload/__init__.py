@@ -2,13 +2,15 @@
 
 The public facade: ``load`` a model into an ``ir.Program``, ``optimize`` it with graph passes,
 ``evaluate`` it on the CPU kernels, ``save`` it as a .pte file that ``offload.runtime.load``
-runs; ``to_backend`` hands the parts a backend supports to its delegate.
+runs; ``to_backend`` hands the parts a backend supports to its delegate; ``calibrate`` records
+the ranges values take on sample inputs (what fp16 mixed precision keeps float32 by).
 """
 
 from offload import errors
 from offload.api import optimize, save, to_backend
+from offload.calibrate import calibrate
 from offload.frontends import load
 from offload.runtime import evaluate
 
-__all__ = ["errors", "evaluate", "load", "optimize", "save", "to_backend"]
+__all__ = ["calibrate", "errors", "evaluate", "load", "optimize", "save", "to_backend"]
 __version__ = "0.1.0"

@@ -20,7 +20,7 @@ def save(program: Program, path: str | os.PathLike | None = None) -> bytes | Non
     return None
 
 
-def to_backend(program: Program, backend, compile_specs=None, passes="default") -> Program:
+def to_backend(program: Program, backend, compile_specs=None, passes="default", calibration=None) -> Program:
     """A copy of ``program`` whose supported parts run on backend delegates (see docs/pte.md).
 
     ``backend`` is a backend name, a list of names in priority order, or a ``Partitioner``.
@@ -29,6 +29,12 @@ def to_backend(program: Program, backend, compile_specs=None, passes="default") 
     pipeline), ``"none"`` (partition the program as it is) or a list of pass names. Each
     partition becomes one ``offload::Delegate`` op whose fallback block is the partition
     itself, so the CPU fallbacks run the optimized ops; the input program is left unchanged.
+
+    When a backend is asked for ``precision=fp16``, every float value gets a range first (what
+    mixed precision keeps float32 by): the extremes seen on ``calibration`` samples (dicts of
+    input name → array; ``offload.calibrate``) run through the optimized program, and bounds
+    proven by interval arithmetic for the rest (``offload.ir.ranges``). With samples, each fp16
+    delegate's error against its float32 fallback on them is measured and kept with it.
     """
     from offload.ir import verify
     from offload.partitioner import Partitioner
@@ -37,9 +43,25 @@ def to_backend(program: Program, backend, compile_specs=None, passes="default") 
     partitioner = backend if isinstance(backend, Partitioner) else Partitioner(_as_list(backend))
     specs = normalize_specs(compile_specs, partitioner)
     lowered = optimize(program, passes)  # a copy, also for passes="none"
+    samples = list(calibration or ())
+    if samples or _wants_ranges(specs):
+        from offload.calibrate import record
+        from offload.ir.ranges import annotate
+
+        record(lowered, samples)
+        annotate(lowered)
     lower_partitions(lowered, partitioner, specs)
+    if samples and _wants_ranges(specs):
+        from offload.calibrate import measure_fp16_error
+
+        measure_fp16_error(lowered, samples)
     verify(lowered)
     return lowered
+
+
+def _wants_ranges(specs: dict) -> bool:
+    """Whether a backend is asked to store values as half (spec precision=fp16)."""
+    return any(s.key == "precision" and s.text() == "fp16" for found in specs.values() for s in found)
 
 
 def _as_list(backend) -> list:

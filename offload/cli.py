@@ -65,6 +65,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME.key=value",
         help="a compile spec for backend NAME (repeatable)",
     )
+    comp.add_argument(
+        "--calibrate",
+        metavar="DIR",
+        help="sample inputs (.npz of named inputs, or .npy for a model of one input): the ranges its "
+        "values take decide what precision=fp16 keeps float32, and each fp16 delegate's error is measured",
+    )
+    comp.add_argument(
+        "--input-range",
+        action="append",
+        default=[],
+        metavar="NAME=LO,HI",
+        help="bounds of an input's values, from which ranges are proven for precision=fp16 (repeatable)",
+    )
 
     run = sub.add_parser(
         "run", help="run a .pte file (or a model, compiled in memory) and summarize its outputs"
@@ -230,10 +243,54 @@ def _compile_specs(items: list[str]) -> dict[str, dict[str, str]]:
     return specs
 
 
-def _delegated(program, partitioner, specs=None):
+def _delegated(program, partitioner, specs=None, calibration=None):
     from offload.api import to_backend
 
-    return to_backend(program, partitioner, specs, passes="none")  # the chosen passes already ran
+    # the chosen passes already ran
+    return to_backend(program, partitioner, specs, passes="none", calibration=calibration)
+
+
+MAX_CALIBRATION_FILES = 1000
+
+
+def _calibration(folder: str, program) -> list[dict]:
+    """--calibrate DIR: one sample per .npz/.npy file, in name order."""
+    if not os.path.isdir(folder):
+        raise OffloadError(f"--calibrate {folder}: not a folder")
+    files = sorted(f for f in os.listdir(folder) if f.endswith((".npz", ".npy")))
+    if not files:
+        raise OffloadError(f"--calibrate {folder}: no .npz or .npy files")
+    if len(files) > MAX_CALIBRATION_FILES:
+        raise OffloadError(f"--calibrate {folder}: {len(files)} files; at most {MAX_CALIBRATION_FILES}")
+    names = [v.name for v in program.main.inputs]
+    out = []
+    for f in files:
+        sample = _read_sample(os.path.join(folder, f), names)
+        missing = sorted(set(names) - set(sample))
+        if missing:
+            raise OffloadError(f"{os.path.join(folder, f)}: no array for input(s) {', '.join(missing)}")
+        out.append(sample)
+    return out
+
+
+def _input_ranges(items: list[str], program) -> dict[str, tuple[float, float]]:
+    """--input-range NAME=LO,HI flags."""
+    names = {v.name for v in program.main.inputs}
+    out = {}
+    for item in items:
+        name, _, bounds = item.partition("=")
+        try:
+            lo, hi = (float(b) for b in bounds.split(","))
+        except ValueError:
+            raise OffloadError(f"--input-range expects NAME=LO,HI, got '{item}'") from None
+        if name not in names:
+            raise OffloadError(
+                f"--input-range {item}: the model has no input '{name}' (it has {sorted(names)})"
+            )
+        if not lo <= hi:
+            raise OffloadError(f"--input-range {item}: LO must not exceed HI")
+        out[name] = (lo, hi)
+    return out
 
 
 def _is_pte(path: str) -> bool:
@@ -350,9 +407,14 @@ def _compile(args, progress: Progress) -> int:
         )
     if any(r.name == "quantization::add_fp16_cast" and r.changed for r in records):
         _print_fp16_errors(original, program, seed=0)
+    if (args.calibrate or args.input_range) and partitioner is None:
+        raise OffloadError("--calibrate and --input-range need --backend NAME")
+    if args.input_range:
+        program = offload.calibrate(program, input_ranges=_input_ranges(args.input_range, program))
+    samples = _calibration(args.calibrate, program) if args.calibrate else None
     if partitioner is not None:
         with progress.step("delegating to " + ", ".join(args.backend)):
-            program = _delegated(program, partitioner, specs)
+            program = _delegated(program, partitioner, specs, samples)
         delegates = [op for op in program.main.body.operations if op.qualified_type == "offload::Delegate"]
         ops = [op for op in program.main.body.walk() if op.qualified_type != "offload::Delegate"]
         inside = sum(1 for d in delegates for _ in d.attributes["fallback"].walk())
@@ -399,7 +461,10 @@ def _run(args, progress: Progress) -> int:
 
 def _sample(path: str, method) -> dict[str, np.ndarray]:
     """One input file: an .npz of named inputs, or an .npy for a method of one input."""
-    names = [p.name for p in method.inputs]
+    return _read_sample(path, [p.name for p in method.inputs])
+
+
+def _read_sample(path: str, names: list[str]) -> dict[str, np.ndarray]:
     try:
         if path.endswith(".npz"):
             with np.load(path, allow_pickle=False) as data:
@@ -568,8 +633,8 @@ def _inspect(args, progress: Progress) -> int:
         print(f"  delegates: {len(delegates)}")
         for d, detail in zip(delegates, method.delegate_details):
             print(f"    {d.backend}: {d.runs_on}" + (f" ({d.reason})" if d.reason else ""))
-            if detail:
-                print(f"      {detail}")
+            for line in detail.splitlines() if detail else ():
+                print(f"      {line}")
         counts = _op_counts(method.plan)
         print(f"  kernel calls: {sum(counts.values())}")
         for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):

@@ -128,11 +128,10 @@ def _measure(program: Program, partitioner, compile_specs, seed: int) -> dict:
     except OffloadError as e:
         return {"skipped": f"the lowered model did not run: {e}"}
     events = profile.events
+    method = module.method(module.method_names[0])
     delegates = [
         {"pc": e.args.get("pc"), "ms": e.dur / 1e6, "runs_on": d.runs_on}
-        for e, d in zip(
-            (e for e in events if e.cat == "delegate"), module.method(module.method_names[0]).delegates
-        )
+        for e, d in zip((e for e in events if e.cat == "delegate"), method.delegates)
     ]
     measured = {
         "total_ms": sum(
@@ -146,6 +145,10 @@ def _measure(program: Program, partitioner, compile_specs, seed: int) -> dict:
             name: sum(e.args.get("bytes", 0) for e in events if e.cat == "copy" and e.name == name)
             for name in ("copy to device", "copy to host")
         },
+        # each backend's own account of its delegate: shapes, and under fp16 what stayed float32
+        "details": [
+            f"{d.backend}: {text}" for d, text in zip(method.delegates, method.delegate_details) if text
+        ],
     }
     precision = _spec(compile_specs, partitioner, "precision")
     if precision == "fp16":
@@ -312,6 +315,7 @@ def render_html(data: dict) -> str:
             f"<tr><td>{esc(k)}</td><td>{v['max_abs']:.3g}</td><td>{v['max_rel']:.3g}</td></tr>"
             for k, v in measured.get("fp16_error", {}).items()
         )
+        details = "".join(f"<pre>{esc(t)}</pre>" for t in measured.get("details", []))
         profile = (
             f"<p>One run: {measured['total_ms']:.3f} ms in all, {measured['cpu_kernels_ms']:.3f} ms in CPU "
             f"kernels, {measured['device_kernels_ms']:.3f} ms in device kernels; "
@@ -323,6 +327,7 @@ def render_html(data: dict) -> str:
                 if errors
                 else ""
             )
+            + (f"<h3>What each delegate says</h3>{details}" if details else "")
         )
     crossing = sum(e["bytes"] or 0 for e in data["edges"] if e["crosses"])
     embedded = json.dumps(data).replace("</", "<\\/")  # no "</script>" inside the script

@@ -10,6 +10,7 @@ fails, the delegate runs its fallback plan on the CPU kernels instead (docs/pte.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import warnings
 from typing import Any, NamedTuple
@@ -17,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from offload.delegates import faults
+from offload.delegates.backend import strict_execution
 from offload.errors import (
     BackendUnavailableError,
     DTypeError,
@@ -34,6 +36,7 @@ from .pte_values import tensor_decl, tensor_name
 
 RESERVED_PREFIX = "offload."
 FALLBACK_PLAN_KEY = "offload.fallback_plan"
+FP16_ERROR_KEY = "offload.fp16_error"
 ON_BACKEND, ON_CPU = "backend", "cpu fallback"
 
 
@@ -63,6 +66,7 @@ class Delegate:
         self.runtime: Any = None
         self.handle: Any = None
         self.reason = ""
+        self.notes: dict[str, bytes] = {}  # offload's reserved specs besides the fallback plan
         self._said: set[str] = set()  # specialization refusals already warned about
         # Serializes ``execute`` for backends that do not say they are thread-safe.
         self._lock = contextlib.nullcontext()
@@ -79,9 +83,16 @@ class Delegate:
         if not self.on_backend:
             return ""
         try:
-            return self.runtime.describe(self.handle)
+            said = self.runtime.describe(self.handle)
         except Exception:  # third-party code: a description is never worth a failure
-            return ""
+            said = ""
+        if FP16_ERROR_KEY in self.notes:
+            said = "\n".join(
+                s
+                for s in (said, describe_fp16_error(self.notes[FP16_ERROR_KEY].decode(errors="replace")))
+                if s
+            )
+        return said
 
     def run(self, inputs: list, declared: list, options=None) -> list:
         """The delegate's outputs for ``inputs``; ``declared`` are the output slots' Tensor decls;
@@ -95,7 +106,11 @@ class Delegate:
         try:
             with self._lock:
                 faults.check(self.backend, "execute")
-                outputs = self.runtime.execute(self.handle, inputs)
+                token = strict_execution.set(self.strict)
+                try:
+                    outputs = self.runtime.execute(self.handle, inputs)
+                finally:
+                    strict_execution.reset(token)
             if options is not None:
                 options.check(self.where)
             return self._checked(outputs, declared)
@@ -153,6 +168,20 @@ class Delegate:
             runtime.destroy(handle)
 
 
+def describe_fp16_error(text: str) -> str:
+    """A delegate's measured fp16 error (JSON written by ``offload.calibrate``) as one line."""
+    try:
+        found = json.loads(text)
+        parts = [
+            f"{o['name']} {o['max_abs']:.3g}"
+            + (f" ({o['max_abs'] / o['scale']:.2%} of its largest value)" if o["scale"] else "")
+            for o in found["outputs"]
+        ]
+        return f"fp16 error against float32 on {found['samples']} calibration sample(s): " + ", ".join(parts)
+    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+        return "fp16 error: unreadable record"
+
+
 def _shape_fits(shape: tuple, sizes: tuple) -> bool:
     return len(shape) == len(sizes) and all(d == -1 or d == s for s, d in zip(shape, sizes))
 
@@ -162,11 +191,12 @@ def bind(method, k: int, entry, strict: bool) -> Delegate:
     where = f"{method.where}: delegate {k}"
     if entry is None or not entry.id:
         raise ModelFormatError(f"{where}: the delegate has no backend id")
-    specs, fallback_index = _specs(entry, where)
+    specs, fallback_index, notes = _specs(entry, where)
     plans = method.module._plans
     if not 0 <= fallback_index < len(plans) or fallback_index == method.index:
         raise ModelFormatError(f"{where}: fallback plan {fallback_index} does not exist")
     delegate = Delegate(entry.id, plans[fallback_index], f"{where} ('{entry.id}')", strict)
+    delegate.notes = notes
     processed = _processed(method.module, entry, where)
     runtime, reason = _available(entry.id)
     if runtime is not None:
@@ -215,20 +245,23 @@ def _fall_back(module, backend: str, reason: str, where: str, strict: bool) -> N
         )
 
 
-def _specs(entry, where: str) -> tuple[list, int]:
-    """The backend's compile specs (offload's own keys removed) and the fallback plan index."""
+def _specs(entry, where: str) -> tuple[list, int, dict[str, bytes]]:
+    """The backend's compile specs (offload's own keys removed), the fallback plan index, and
+    offload's other reserved specs (notes such as the measured fp16 error)."""
     from offload.delegates.backend import CompileSpec
 
-    specs, fallback = [], None
+    specs, fallback, notes = [], None, {}
     for s in entry.compileSpecs or []:
         key = s.key or ""
         value = bytes(np.asarray(s.value, dtype=np.uint8)) if s.value is not None else b""
         if key == FALLBACK_PLAN_KEY:
             fallback = value
-        elif not key.startswith(RESERVED_PREFIX):
+        elif key.startswith(RESERVED_PREFIX):
+            notes[key] = value
+        else:
             specs.append(CompileSpec(key, value))
     try:
-        return specs, int(fallback.decode())
+        return specs, int(fallback.decode()), notes
     except (AttributeError, ValueError, UnicodeDecodeError):
         raise ModelFormatError(f"{where}: no valid '{FALLBACK_PLAN_KEY}' compile spec") from None
 

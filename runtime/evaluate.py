@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from offload.errors import UnsupportedOpError
-from offload.ir import Block, Operation, Program, lookup
+from offload.ir import Block, Operation, Program, Value, lookup
 
 from . import kernels
 from .inputs import check_inputs
+
+Observer = Callable[[Value, Any], None]
 
 
 class KernelContext:
@@ -35,13 +37,15 @@ class KernelContext:
 
 
 class _Env:
-    """Values computed so far; a nested block's environment reads through to its parent's."""
+    """Values computed so far; a nested block's environment reads through to its parent's.
+    ``observe`` (inherited by nested blocks) is called with every op output and its array."""
 
-    __slots__ = ("parent", "values")
+    __slots__ = ("observe", "parent", "values")
 
-    def __init__(self, parent: _Env | None = None):
+    def __init__(self, parent: _Env | None = None, observe: Observer | None = None):
         self.values: dict[int, Any] = {}
         self.parent = parent
+        self.observe = parent.observe if parent is not None else observe
 
     def get(self, v):
         e = self
@@ -66,6 +70,8 @@ def _call(op: Operation, env: _Env) -> None:
     result = kernels.invoke(fn, KernelContext(op, env), args, attrs, what)
     for out, value in zip(op.outputs, result):
         env.values[id(out)] = value
+        if env.observe is not None and out is not None:
+            env.observe(out, value)
 
 
 def _run_block(block: Block, args: list, env: _Env) -> list:
@@ -78,8 +84,12 @@ def _run_block(block: Block, args: list, env: _Env) -> list:
     return [env.get(v) for v in block.outputs]
 
 
-def evaluate(program: Program, inputs: Mapping[str, Any], function: str | None = None) -> dict[str, Any]:
-    """Run one function of a program (its first by default) on the CPU kernels."""
+def evaluate(
+    program: Program, inputs: Mapping[str, Any], function: str | None = None, observe: Observer | None = None
+) -> dict[str, Any]:
+    """Run one function of a program (its first by default) on the CPU kernels; ``observe``,
+    when given, is called with each op output (a ``Value``) and its array as they are made,
+    inside If branches and loop bodies too (``offload.calibrate`` records ranges this way)."""
     fn = program.functions[function] if function else program.main
     missing = _missing_kernels(fn.body)
     if missing:
@@ -89,5 +99,5 @@ def evaluate(program: Program, inputs: Mapping[str, Any], function: str | None =
             "these ops cannot run in this version of offload"
         )
     args = check_inputs([(v.name, v.type) for v in fn.inputs], inputs)
-    results = _run_block(fn.body, args, _Env())
+    results = _run_block(fn.body, args, _Env(observe=observe))
     return {v.name: r for v, r in zip(fn.outputs, results)}

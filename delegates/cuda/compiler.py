@@ -14,7 +14,7 @@ from offload.ir import Program
 
 from ..backend import CompileSpec, CompileSpecError, PreprocessResult
 from ..gpu.compiler import PRECISION_SPEC, GPUCompiler
-from ..gpu.precision import FP16_CHECK_SPEC
+from ..gpu.precision import FP16_CHECK_SPEC, MIXED_SPEC
 from ..gpu.specialize import MAX_SHAPES_SPEC, SHAPES_SPEC, planned_shapes
 from . import blob, nvrtc
 from .record import record
@@ -25,6 +25,7 @@ SPEC_KEYS = {
     "arch": "GPU architectures to compile kernels for ahead of time, e.g. 'sm_80,sm_90' (needs NVRTC)",
     "precision": PRECISION_SPEC,
     "fp16_check": FP16_CHECK_SPEC,
+    "mixed": MIXED_SPEC,
     "max_shapes": MAX_SHAPES_SPEC,
     "shapes": SHAPES_SPEC,
 }

@@ -23,7 +23,7 @@ from offload.errors import (
     UnsupportedOpError,
 )
 
-from .api import Buf, Scratch, storage_dtype
+from .api import Buf, Scratch, source, storage_dtype
 from .control import RECORD, loop_lifetimes
 from .ops import LAUNCH
 from .plan import MAX_ELEMENTS, PRECISIONS, attribute, step_shapes
@@ -57,12 +57,16 @@ class PlanValues:
         self.shapes.update(inputs or {})
         dtypes = plan.get("dtypes") or {}
         self.dtypes = {i: np.dtype(dtypes.get(str(i), "float32")) for i in self.shapes}
-        # How float32 values are stored on the device ("fp16": as half; kernels compute in float).
-        self.precision = plan.get("precision", "fp32")
-        if self.precision not in PRECISIONS:
+        # How float32 values are stored on the device ("fp16": as half; kernels compute in float),
+        # except the values ``kept`` as float32 (mixed precision: plan "fp32"). ``precision`` is
+        # the storage the step being recorded runs on: the plan's, or fp32 for a step marked so.
+        self.plan_precision = plan.get("precision", "fp32")
+        if self.plan_precision not in PRECISIONS:
             raise ModelFormatError(
-                f"{self.backend} backend: plan precision {self.precision!r} (takes fp32, fp16)"
+                f"{self.backend} backend: plan precision {self.plan_precision!r} (takes fp32, fp16)"
             )
+        self.precision = self.plan_precision
+        self.kept = {int(i) for i in plan.get("fp32", {})}
         self.host = host  # weights, then init-time constants: uploaded once
         self.alias_of: dict[int, int] = {}
         self.step = 0  # counts the steps recorded (nested ones too): scratch buffers are per step
@@ -99,8 +103,9 @@ class PlanValues:
         return v
 
     def check_options(self, options: str) -> None:
-        """Refuse a program built without -DOFFLOAD_FP16 under fp16: its kernels would read the
-        half buffers as float (past their ends). Every launcher passes ``api.float_options``."""
+        """Refuse a program built without -DOFFLOAD_FP16 for a step on half storage: its kernels
+        would read the half buffers as float (past their ends). Every launcher passes
+        ``api.float_options``."""
         if self.precision == "fp16" and "-DOFFLOAD_FP16" not in options.split():
             raise KernelError(f"{self.backend} backend: a kernel built without -DOFFLOAD_FP16 in a fp16 plan")
 
@@ -120,7 +125,9 @@ class PlanValues:
         on the host folded into a constant, any other by its launcher."""
         for step in steps:
             self.step += 1
+            self.precision = "fp32" if step.get("fp32") else self.plan_precision
             try:
+                step = self._converted(step)
                 control = RECORD.get(step["type"])
                 if control is not None:
                     control(self, step)
@@ -147,6 +154,39 @@ class PlanValues:
                 raise ModelFormatError(
                     f"{self.backend} backend: plan step {self.step} ({name}) is malformed: {e!r}"
                 ) from None
+            finally:
+                self.precision = self.plan_precision
+
+    def _converted(self, step: dict) -> dict:
+        """``step`` reading each float32 input in the storage it runs on: under mixed precision, an
+        input stored otherwise is converted first (half → float exactly; float → half rounding
+        to nearest even) into a new value only this step reads. A constant is converted on the
+        host. Control steps convert nothing themselves (their sub-steps do)."""
+        if self.plan_precision != "fp16" or step["type"] in RECORD:
+            return step
+        half = self.precision == "fp16"
+        inputs = list(step["inputs"])
+        for j, i in enumerate(inputs):
+            if i is None or self.dtypes[i] != np.float32 or (self.storage(i) == np.float16) == half:
+                continue
+            inputs[j] = self._convert(i, half)
+        return step if inputs == step["inputs"] else {**step, "inputs": inputs}
+
+    def _convert(self, v: int, half: bool) -> int:
+        """A new value holding ``v`` stored as half (``half``) or as float32."""
+        t = max(self.shapes) + 1
+        self.shapes[t], self.dtypes[t] = self.shapes[v], self.dtypes[v]
+        if not half:
+            self.kept.add(t)
+        value = self.const(v)
+        if value is not None:
+            self.host[t] = np.asarray(value, np.float32)
+            return t
+        n = math.prod(self.shapes[v])
+        if n:
+            program = self.program(source("convert.cl"), "-DOFFLOAD_FP16")
+            self.launch(program, "to_half" if half else "to_float", (n,), None, [Buf(v), Buf(t), np.int64(n)])
+        return t
 
     def _shaped(self, v: int, shape: tuple) -> None:
         if math.prod(shape) > MAX_ELEMENTS:
@@ -207,8 +247,10 @@ class PlanValues:
 
     # -- placing buffers --
     def storage(self, v: int) -> np.dtype:
-        """The dtype of value ``v`` in device memory (float16 for float32 under fp16)."""
-        return storage_dtype(self.dtypes[v], self.precision)
+        """The dtype of value ``v`` in device memory (float16 for float32 under fp16, unless kept)."""
+        if v in self.kept or self.root(v) in self.kept:
+            return self.dtypes[v]
+        return storage_dtype(self.dtypes[v], self.plan_precision)
 
     def nbytes(self, v: int) -> int:
         if v < 0:

@@ -20,7 +20,7 @@ from . import control, ops
 from .host import host_inputs
 from .ops import ELEMENTWISE
 from .plan import FORMAT, MAX_ELEMENTS, PRECISIONS
-from .precision import fp16_check
+from .precision import fp16_check, keep_fp32, mixed, too_wide
 from .specialize import max_shapes, shape_sets
 
 # The op tables of the families, and If / Loop (``control.py``: recorded by the builder itself).
@@ -54,11 +54,14 @@ class _Ids:
 
     def __init__(self):
         self._ids: dict[int, int] = {}
+        self.values: dict[int, Value] = {}  # id → value
 
     def __call__(self, v: Value | None) -> int | None:
         if v is None:
             return None
-        return self._ids.setdefault(id(v), len(self._ids))
+        i = self._ids.setdefault(id(v), len(self._ids))
+        self.values[i] = v
+        return i
 
     def known(self, v: Value) -> bool:
         return id(v) in self._ids
@@ -167,6 +170,7 @@ class GPUCompiler(BackendCompiler):
         super().check_specs(specs)
         precision(specs, self.name)
         fp16_check(specs, self.name)
+        mixed(specs, self.name)
         max_shapes(specs, self.name)
         shape_sets(specs, self.name)
 
@@ -282,4 +286,12 @@ class GPUCompiler(BackendCompiler):
         plan["host_inputs"] = [vid(v) for v in host_inputs(body, HOST_INPUTS)]
         plan["shapes"] = shapes
         plan["dtypes"] = dtypes
+        if stored == "fp16" and mixed(compile_specs, self.name):
+            wide = {}
+            for i, v in ids.values.items():
+                if dtypes[str(i)] == "float32":
+                    why = too_wide(v.type.range)
+                    if why is not None:
+                        wide[i] = why
+            keep_fp32(plan, wide, {i: v.name for i, v in ids.values.items()})
         return PreprocessResult(json.dumps(plan).encode(), debug_map)

@@ -10,7 +10,10 @@
  "outputs": [value id, ...],
  "host_inputs": [value id, ...],             # inputs read on the host: shape-deciding values
  "constants": {"value id": tensor},          # small constants of branches and bodies (format 5)
- "precision": "fp16"}                        # optional (absent: fp32): float32 values stored as half
+ "precision": "fp16",                        # optional (absent: fp32): float32 values stored as half
+ "fp32": {"value id": "why"}}                # under fp16: the float32 values stored as float32
+                                             # (mixed precision, ``precision.py``); a step with
+                                             # "fp32": 1 runs its kernels on float32 storage
 
 A plan whose shapes are all sizes is specialized once, at init. Otherwise the runtime specializes
 it for each input signature (the inputs' shapes, the host inputs' values) it meets: it infers every
@@ -106,6 +109,12 @@ def parse(processed: bytes | dict, backend: str) -> dict:
             raise bad(f"value {i!r} has dtype {t!r}")
     if plan.get("precision", "fp32") not in PRECISIONS:
         raise bad(f"precision {plan.get('precision')!r} (takes {', '.join(PRECISIONS)})")
+    kept = plan.setdefault("fp32", {})
+    if not isinstance(kept, dict) or not all(
+        dtypes.get(i, "float32") == "float32" and i in shapes and isinstance(why, str)
+        for i, why in kept.items()
+    ):
+        raise bad("'fp32' is not a table of known float32 values to reasons")
 
     def known(v, optional=False) -> bool:
         return (optional and v is None) or (type(v) is int and str(v) in shapes)

@@ -26,6 +26,7 @@ from offload import profile
 from offload.errors import DTypeError, ShapeError
 
 from ..backend import CompileSpec, CompileSpecError
+from .precision import describe_precision
 
 DEFAULT_MAX_SHAPES = 8
 MAX_SHAPES_SPEC = f"input-shape signatures kept specialized per delegate (LRU; default {DEFAULT_MAX_SHAPES})"
@@ -135,18 +136,20 @@ def host_values(plan: dict, inputs: list) -> dict[int, np.ndarray]:
 
 
 def describe(plan: dict, cache: Specializations) -> str:
-    """What a handle does with input shapes, and what a new one costs (`offload inspect`)."""
+    """What a handle does with input shapes, and what a new one costs, then how it stores float32
+    values (`offload inspect`; several lines)."""
+    precision = "".join(f"\n{line}" for line in describe_precision(plan))
     dims = sorted({d for i in plan["inputs"] for d in plan["shapes"][str(i)] if type(d) is not int}, key=str)
     stats = cache.stats
     if not dims and not plan["host_inputs"]:
-        return f"static shapes: planned at init in {stats.seconds * 1e3:.0f} ms"
+        return f"static shapes: planned at init in {stats.seconds * 1e3:.0f} ms{precision}"
     said = ", ".join("?" if d is None else d for d in dims)
     host = f"; {len(plan['host_inputs'])} input(s) read on the host" if plan["host_inputs"] else ""
     return (
         f"symbolic dims {said or '-'}{host}: specialized per input signature "
         f"({len(cache.entries)} kept of at most {cache.limit}); a new signature costs shape inference, "
         f"launch recording and buffer placement for {len(plan['ops'])} steps "
-        "(about 1-2 ms per step here; kernels are reused)"
+        f"(about 1-2 ms per step here; kernels are reused){precision}"
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..backend import CompileSpec, CompileSpecError
 from ..gpu.compiler import PRECISION_SPEC, GPUCompiler
-from ..gpu.precision import FP16_CHECK_SPEC
+from ..gpu.precision import FP16_CHECK_SPEC, MIXED_SPEC
 from ..gpu.specialize import MAX_SHAPES_SPEC, SHAPES_SPEC
 
 SPEC_KEYS = {
@@ -12,6 +12,7 @@ SPEC_KEYS = {
     "tuning": "none (default) | quick: time the GEMM tile sizes at init, keep the fastest (cached)",
     "precision": PRECISION_SPEC,
     "fp16_check": FP16_CHECK_SPEC,
+    "mixed": MIXED_SPEC,
     "max_shapes": MAX_SHAPES_SPEC,
     "shapes": SHAPES_SPEC,
 }

@@ -6,6 +6,6 @@ from . import kernel
 
 
 @kernel("Delegate", domain="offload")
-def delegate(ctx, *inputs, backend, processed, compile_specs, fallback):
+def delegate(ctx, *inputs, backend, processed, compile_specs, fallback, fp16_error=None):
     # The reference evaluator never calls a backend: the fallback is the partition as it was.
     return tuple(ctx.run_block(fallback, list(inputs)))

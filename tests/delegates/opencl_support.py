@@ -44,6 +44,17 @@ def model(nodes, inputs, outputs, initializers=()):
     return program
 
 
+def overflowing():
+    """y = transpose(x * 1000) * 0.001: the stored product passes half's 65,504 once |x| > 65.5
+    (the Transpose keeps the two Muls from fusing into one kernel, which would compute in float)."""
+    nodes = [
+        helper.make_node("Mul", ["x", "big"], ["t"]),
+        helper.make_node("Transpose", ["t"], ["tt"], perm=[1, 0]),
+        helper.make_node("Mul", ["tt", "small"], ["y"]),
+    ]
+    return model(nodes, [("x", [2, 3])], ["y"], [("big", np.float32(1000)), ("small", np.float32(0.001))])
+
+
 _ONNX: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # program → the ONNX model it came from
 
 

@@ -24,7 +24,7 @@ from offload.delegates.cuda.record import record
 from offload.delegates.cuda.source import cuda_source, kernel_key, nvrtc_options
 from offload.errors import KernelError, ModelFormatError
 
-from .opencl_support import model, reference
+from .opencl_support import model, overflowing, reference
 
 RT = registry.get("cuda").runtime()
 AVAILABLE = RT.is_available()
@@ -179,6 +179,7 @@ def test_cuda_is_a_builtin_backend():
         "arch",
         "precision",
         "fp16_check",
+        "mixed",
         "max_shapes",
         "shapes",
     }
@@ -230,7 +231,7 @@ def test_arch_of_a_symbolic_plan_compiles_the_kernels_of_the_listed_shapes():
 
 @needs_nvrtc
 def test_arch_with_fp16_stores_the_half_storage_kernels():
-    specs = {"cuda": {"arch": "sm_80", "precision": "fp16"}}
+    specs = {"cuda": {"arch": "sm_80", "precision": "fp16", "mixed": "0"}}
     d = _delegate(offload.to_backend(_mlp(), "cuda", compile_specs=specs, passes="none"))
     plan, binaries = blob.unpack(d.attributes["processed"])
     assert plan["precision"] == "fp16"
@@ -523,7 +524,7 @@ def test_cublas_gemm_views_of_half_storage(attrs, a_shape, b_shape, bias_shape, 
     names = ["a", "b"] + (["c"] if bias_shape else [])
     p = model([helper.make_node("Gemm", names, ["y"], **attrs)], [("a", list(a_shape))], ["y"], init)
     feeds = {"a": h(a_shape)}
-    plan, host, b = _host_builder(p, monkeypatch, {"cuda": {"precision": "fp16"}})
+    plan, host, b = _host_builder(p, monkeypatch, {"cuda": {"precision": "fp16", "mixed": "0"}})
     assert plan["precision"] == "fp16"
     assert all(isinstance(x, cuda_runtime.Gemm) and x.storage == "float16" for x in b.launches)
     out_buffer, stored = _run_gemms_on_numpy(plan, host, b, feeds["a"], monkeypatch, np.float16)
@@ -564,3 +565,16 @@ def test_intermediates_share_buffers_only_when_their_lifetimes_do_not_overlap(mo
     assert buffers[t1] is not buffers[t2] and buffers[t2] is not buffers[t3]  # read while written
     assert buffers[t1] is buffers[t3]  # t1 is dead once t2 is written
     assert all(buffers[v] is not buffers[u] for v in pinned for u in (t1, t2, t3))
+
+
+def test_mixed_precision_keeps_the_same_values_float32_as_opencl():
+    # one plan builder decides for both backends: same kept values, same float32 steps
+    p = overflowing()
+    samples = [{"x": np.full((2, 3), 100, np.float32)}]
+    plans = {}
+    for name in ("cuda", "opencl"):
+        low = offload.to_backend(p, name, {name: {"precision": "fp16"}}, passes="none", calibration=samples)
+        processed = _delegate(low).attributes["processed"]
+        plans[name] = blob.unpack(processed)[0] if name == "cuda" else json.loads(bytes(processed))
+    assert plans["cuda"]["fp32"] == plans["opencl"]["fp32"] and plans["cuda"]["fp32"]
+    assert [s.get("fp32") for s in plans["cuda"]["ops"]] == [s.get("fp32") for s in plans["opencl"]["ops"]]

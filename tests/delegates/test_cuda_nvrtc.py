@@ -150,8 +150,14 @@ def opencl_test_models() -> tuple:
 
 
 # Each opencl test model is also planned with float32 values stored as half: the fp16 variant of
-# every kernel (-DOFFLOAD_FP16, half loads and stores through the prelude) must compile too.
-PRECISIONS = {"": None, " fp16": {"cuda": {"precision": "fp16"}}}
+# every kernel (-DOFFLOAD_FP16, half loads and stores through the prelude) must compile too; and
+# with mixed precision, whose plans (unbounded inputs: only values after a bounding op, such as a
+# Softmax, are half) hold the storage conversions of convert.cl.
+PRECISIONS = {
+    "": None,
+    " fp16": {"cuda": {"precision": "fp16", "mixed": "0"}},
+    " mixed": {"cuda": {"precision": "fp16"}},
+}
 
 
 @lru_cache(maxsize=1)

@@ -77,6 +77,12 @@ def _mutations():
         "step reads no value": set_(["ops", 0, "inputs", 0], 12345),
         "step is not a table": set_(["ops", 0], "Conv"),
         "weights not a table": set_(["weights"], ["w"]),
+        "kept table not a table": set_(["fp32"], ["0"]),
+        "kept value unknown": set_(["fp32"], {"12345": "why"}),
+        "kept value not float32": lambda p: (
+            p["dtypes"].__setitem__("0", "int64"),
+            p.__setitem__("fp32", {"0": "why"}),
+        ),
         "conv output too big": lambda p: p["shapes"].__setitem__(
             str(p["ops"][0]["outputs"][0]), [1, 4, 9, 9]
         ),

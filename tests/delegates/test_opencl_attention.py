@@ -228,7 +228,7 @@ def test_fp16_storage(tmp_path):
     lowered = offload.to_backend(
         offload.load(onnx_model.SerializeToString()),
         "opencl",
-        compile_specs={"opencl": {"precision": "fp16"}},
+        compile_specs={"opencl": {"precision": "fp16", "mixed": "0"}},
         passes="none",
     )
     assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]

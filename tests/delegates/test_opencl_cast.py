@@ -67,7 +67,9 @@ def test_fp16_storage(tmp_path):
 
     node = helper.make_node("CastLike", ["x", "like"], ["y"])
     p = model([node], [("x", [6], np.int32), ("like", [1])], ["y"])
-    lowered = offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": "fp16"}}, passes="none")
+    lowered = offload.to_backend(
+        p, "opencl", compile_specs={"opencl": {"precision": "fp16", "mixed": "0"}}, passes="none"
+    )
     assert [o.op_type for o in lowered.main.body.operations] == ["Delegate"]
     offload.save(lowered, tmp_path / "m.pte")
     x = np.array([0, 1, -7, 2048, 2049, 70000], np.int32)  # 2049 rounds to 2048, 70000 overflows half

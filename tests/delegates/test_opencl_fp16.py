@@ -30,11 +30,11 @@ from offload.delegates.gpu.ops import linalg
 from offload.delegates.opencl.runtime import OpenCLRuntime
 from offload.errors import ModelFormatError
 
-from .opencl_support import model, needs_opencl, reference, specialized
+from .opencl_support import model, needs_opencl, overflowing, reference, specialized
 
 pytestmark = needs_opencl
 RNG = np.random.default_rng(16)
-SPECS = {"opencl": {"precision": "fp16"}}
+SPECS = {"opencl": {"precision": "fp16", "mixed": "0"}}  # every float32 value half
 TOL1 = {"rtol": 1e-3, "atol": 1e-3}  # one kernel, one rounding to half of an O(1) result (2u)
 
 
@@ -657,20 +657,10 @@ def test_light_squeezenet_as_published_overflows_half(tmp_path):
     assert not np.isfinite(y).any()
 
 
-def _overflowing():
-    """y = transpose(x * 1000) * 0.001: the stored intermediate passes half's 65,504 once |x| > 65.5
-    (the Transpose keeps the two Muls from fusing into one kernel, which would compute in float)."""
-    nodes = [
-        helper.make_node("Mul", ["x", "big"], ["t"]),
-        helper.make_node("Transpose", ["t"], ["tt"], perm=[1, 0]),
-        helper.make_node("Mul", ["tt", "small"], ["y"]),
-    ]
-    inits = [("big", np.float32(1000)), ("small", np.float32(0.001))]
-    return model(nodes, [("x", [2, 3])], ["y"], inits)
-
-
 def _fp16_module(program, check: str | None):
-    specs = {"opencl": {"precision": "fp16", **({"fp16_check": check} if check is not None else {})}}
+    specs = {
+        "opencl": {"precision": "fp16", "mixed": "0", **({"fp16_check": check} if check is not None else {})}
+    }
     lowered = offload.to_backend(program, "opencl", compile_specs=specs, passes="none")
     module = runtime.load(offload.save(lowered))
     assert all(d.runs_on == "backend" for d in module.method("forward").delegates)
@@ -678,13 +668,13 @@ def _fp16_module(program, check: str | None):
 
 
 def test_without_the_check_an_overflow_is_silent_inf():
-    module = _fp16_module(_overflowing(), None)
+    module = _fp16_module(overflowing(), None)
     y = module.run({"x": np.full((2, 3), 100, np.float32)})["y"]
     assert np.isinf(y).all()  # what fp16_check is there to catch
 
 
 def test_fp16_check_reruns_an_overflowing_call_in_float32_and_warns_once():
-    program = _overflowing()
+    program = overflowing()
     module = _fp16_module(program, "1")
     small = {"x": _h((2, 3))}
     with warnings.catch_warnings():
@@ -702,5 +692,5 @@ def test_fp16_check_reruns_an_overflowing_call_in_float32_and_warns_once():
 def test_fp16_check_takes_0_or_1():
     with pytest.raises(CompileSpecError, match="fp16_check='yes'"):
         offload.to_backend(
-            _overflowing(), "opencl", compile_specs={"opencl": {"fp16_check": "yes"}}, passes="none"
+            overflowing(), "opencl", compile_specs={"opencl": {"fp16_check": "yes"}}, passes="none"
         )

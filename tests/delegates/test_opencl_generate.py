@@ -101,7 +101,9 @@ def test_trilu_fp16(tmp_path):
     from offload import runtime
 
     p = _trilu(np.float32, (5, 6), 1, True)
-    lowered = offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": "fp16"}}, passes="none")
+    lowered = offload.to_backend(
+        p, "opencl", compile_specs={"opencl": {"precision": "fp16", "mixed": "0"}}, passes="none"
+    )
     offload.save(lowered, tmp_path / "m.pte")
     x = RNG.standard_normal((5, 6)).astype(np.float16).astype(np.float32)  # half holds it exactly
     feeds = {"x": x, "k": np.array(-1, np.int64)}

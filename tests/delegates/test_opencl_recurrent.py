@@ -258,7 +258,9 @@ def test_fp16_storage(op, attrs, tmp_path):
     peep = op == "LSTM"
     p, feeds = _case(op, direction="bidirectional", lens=[5, 2, 4], init=True, peep=peep, half=True, **attrs)
     want = reference(p, feeds)
-    lowered = offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": "fp16"}}, passes="none")
+    lowered = offload.to_backend(
+        p, "opencl", compile_specs={"opencl": {"precision": "fp16", "mixed": "0"}}, passes="none"
+    )
     assert [o.op_type for o in lowered.main.body.operations] == ["Delegate"]
     offload.save(lowered, tmp_path / "m.pte")
     module = runtime.load(str(tmp_path / "m.pte"))

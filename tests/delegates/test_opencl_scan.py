@@ -82,7 +82,9 @@ def test_cumprod(dtype, exclusive, reverse, tmp_path):
 
 def test_cumsum_fp16(tmp_path):
     p = _model("CumSum", (2, 9), np.float32)
-    lowered = offload.to_backend(p, "opencl", compile_specs={"opencl": {"precision": "fp16"}}, passes="none")
+    lowered = offload.to_backend(
+        p, "opencl", compile_specs={"opencl": {"precision": "fp16", "mixed": "0"}}, passes="none"
+    )
     offload.save(lowered, tmp_path / "m.pte")
     x = (RNG.standard_normal((2, 9))).astype(np.float16).astype(np.float32)
     feeds = {"x": x, "axis": np.array(1, np.int64)}

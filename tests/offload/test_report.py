@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 from onnx import helper
 
+import offload
 from offload import report
 from tests.delegates.opencl_support import model, needs_opencl
 
@@ -73,6 +74,15 @@ def test_fp16_outputs_are_compared_with_fp32():
         [("x", [4, 8])],
         ["z"],
     )
-    data = report.build(program, "opencl", {"opencl": {"precision": "fp16"}})
+    ranged = offload.calibrate(program, input_ranges={"x": (-4.0, 4.0)})
+    data = report.build(ranged, "opencl", {"opencl": {"precision": "fp16"}})
     (error,) = data["measured"]["fp16_error"].values()
     assert 0 < error["max_rel"] < 1e-2  # half's rounding, not noise
+    (said,) = data["measured"]["details"]
+    assert "all 2 float32 values stored as half" in said, said
+    # without a range for x, x and what it makes stay float32 (said, with why): no error
+    data = report.build(program, "opencl", {"opencl": {"precision": "fp16"}})
+    (error,) = data["measured"]["fp16_error"].values()
+    (said,) = data["measured"]["details"]
+    assert error["max_rel"] == 0 and "precision fp16 (mixed)" in said and "range unknown" in said, said
+    assert "What each delegate says" in report.render_html(data)
