@@ -161,15 +161,43 @@ class Availability:
 strict_execution: ContextVar[bool] = ContextVar("offload_strict_execution", default=False)
 
 
+class DeviceTensor:
+    """A tensor a backend keeps in its device memory between delegate calls (``execute_device``):
+    ``shape`` and ``dtype`` are those of the host array it stands for, ``to_host`` copies it out.
+    Only the backend that made it reads its memory; the memory is freed with the object."""
+
+    backend: str = ""
+    shape: tuple[int, ...] = ()
+    dtype: np.dtype = np.dtype(np.float32)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def to_host(self) -> np.ndarray:
+        raise NotImplementedError
+
+
+def on_host(values: list) -> list:
+    """``values`` with every DeviceTensor copied to the host."""
+    return [v.to_host() if isinstance(v, DeviceTensor) else v for v in values]
+
+
 class BackendRuntime(abc.ABC):
     """The runtime half: turns a blob into a ready handle at load, runs it per call.
 
     ``thread_safe``: whether ``execute`` may be called on one handle from several threads at
     once. When False (the default, for plugins that never thought about it) the runtime calls
-    ``execute`` on a handle from one thread at a time."""
+    ``execute`` on a handle from one thread at a time.
+
+    ``device_tensors``: whether the backend implements ``execute_device``: then a delegate output
+    that only delegates of the same backend read stays in device memory between them (ExecuTorch
+    keeps tensors on the device across delegates the same way); the runtime decides which at
+    load, from the method's instructions."""
 
     name: str = ""
     thread_safe: bool = False
+    device_tensors: bool = False
 
     @abc.abstractmethod
     def is_available(self) -> Availability:
@@ -189,6 +217,18 @@ class BackendRuntime(abc.ABC):
     @abc.abstractmethod
     def execute(self, handle: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run the partition on its (non-constant) inputs; returns its outputs in order."""
+
+    def execute_device(self, handle: Any, inputs: list, keep: list[bool]) -> list:
+        """``execute`` where ``inputs`` may hold this backend's ``DeviceTensor``s (read where they
+        are; another backend's are copied to the host first) and output k is returned as a
+        ``DeviceTensor`` when ``keep[k]`` and ``keeps_on_device(handle)`` (else as an array).
+        Only called when ``device_tensors`` is True."""
+        raise NotImplementedError
+
+    def keeps_on_device(self, handle: Any) -> bool:
+        """Whether ``execute_device`` may leave this handle's outputs on the device (a handle
+        that must look at its outputs on the host, such as the fp16 guard's, says no)."""
+        return False
 
     def destroy(self, handle: Any) -> None:  # noqa: B027 - optional: most backends hold nothing to free
         """Release what ``init`` acquired."""

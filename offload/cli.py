@@ -631,6 +631,8 @@ def _inspect(args, progress: Progress) -> int:
         print(f"  arena bytes: {arena}{share}")
         delegates = method.delegates
         print(f"  delegates: {len(delegates)}")
+        if method.kept_on_device:
+            print(f"  delegate outputs kept on the device for the next delegate: {method.kept_on_device}")
         for d, detail in zip(delegates, method.delegate_details):
             print(f"    {d.backend}: {d.runs_on}" + (f" ({d.reason})" if d.reason else ""))
             for line in detail.splitlines() if detail else ():

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from offload.delegates import faults
-from offload.delegates.backend import strict_execution
+from offload.delegates.backend import DeviceTensor, on_host, strict_execution
 from offload.errors import (
     BackendUnavailableError,
     DTypeError,
@@ -94,21 +94,46 @@ class Delegate:
             )
         return said
 
-    def run(self, inputs: list, declared: list, options=None) -> list:
+    def keeps_on_device(self) -> bool:
+        """Whether this delegate's outputs may stay in its backend's device memory."""
+        if not self.on_backend or not getattr(self.runtime, "device_tensors", False):
+            return False
+        try:
+            return bool(self.runtime.keeps_on_device(self.handle))
+        except Exception:  # third-party code: then nothing stays on the device
+            return False
+
+    def reads_device_tensors_of(self, producer: Delegate) -> bool:
+        """Whether this delegate takes ``producer``'s device tensors as inputs (same backend, both
+        running on it, execute_device implemented)."""
+        return (
+            self.on_backend
+            and self.backend == producer.backend
+            and type(self.runtime) is type(producer.runtime)
+            and getattr(self.runtime, "device_tensors", False)
+        )
+
+    def run(self, inputs: list, declared: list, options=None, keep: list[bool] | None = None) -> list:
         """The delegate's outputs for ``inputs``; ``declared`` are the output slots' Tensor decls;
-        ``options`` (``RunOptions``) are checked again once the backend returns.
+        ``options`` (``RunOptions``) are checked again once the backend returns. ``keep`` (from
+        ``Method``'s links at load) says which outputs may stay on the device; inputs may be
+        device tensors of this backend.
 
         A backend that fails (raises, or returns outputs that are not what the file declares)
         costs this call a run on the CPU fallback with one warning per reason: a failure never
         becomes a partial or wrong output. Under ``strict`` it raises instead."""
         if not self.on_backend:
-            return self.fallback._call(inputs, options, active())
+            return self.fallback._call(on_host(inputs), options, active())
         try:
             with self._lock:
                 faults.check(self.backend, "execute")
                 token = strict_execution.set(self.strict)
                 try:
-                    outputs = self.runtime.execute(self.handle, inputs)
+                    if keep is not None or any(isinstance(x, DeviceTensor) for x in inputs):
+                        keep = keep or [False] * len(declared)
+                        outputs = self.runtime.execute_device(self.handle, inputs, keep)
+                    else:
+                        outputs = self.runtime.execute(self.handle, inputs)
                 finally:
                     strict_execution.reset(token)
             if options is not None:
@@ -135,7 +160,7 @@ class Delegate:
             warnings.warn(
                 f"{self.where}: {text}; this call runs on the CPU fallback", RuntimeWarning, stacklevel=7
             )
-        return self.fallback._call(inputs, options, active())
+        return self.fallback._call(on_host(inputs), options, active())
 
     def _checked(self, outputs, declared: list) -> list:
         """A backend's results must match the outputs the file declares: count, dtype, shape."""
@@ -151,7 +176,7 @@ class Delegate:
                 out.append(value)
                 continue
             what = f"{self.where}: backend '{self.backend}' output {k}"
-            if not isinstance(value, np.ndarray) or value.dtype != decl.numpy:
+            if not isinstance(value, np.ndarray | DeviceTensor) or value.dtype != decl.numpy:
                 got = getattr(value, "dtype", type(value).__name__)
                 raise DTypeError(f"{what} is {got}; the delegate declares {decl.numpy}")
             if decl.sizes is not None and not _shape_fits(value.shape, decl.sizes):

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from offload.delegates.backend import DeviceTensor
 from offload.errors import (
     DTypeError,
     ModelFormatError,
@@ -357,6 +358,12 @@ class Method:
         return [d.info() for d in self._all_delegates()]
 
     @property
+    def kept_on_device(self) -> int:
+        """How many delegate outputs of this plan stay in device memory for the delegates that
+        read them (never copied to the host and back)."""
+        return sum(sum(s.keep) for s in self._steps if isinstance(s, _DelegateStep) and s.keep)
+
+    @property
     def delegate_details(self) -> list[str]:
         """Each backend's own line on how its delegate runs (e.g. what a new input shape costs),
         in the order of ``delegates``; empty where a backend says nothing."""
@@ -516,6 +523,7 @@ class Method:
                 kind = ins.instrArgsType if ins is not None else None
                 raise ModelFormatError(f"{where}: unknown instruction type {kind}")
             self._steps.append(prepare(self, ins.instrArgs, pc, where, label, operators, len(instructions)))
+        _keep_on_device(self)
 
     def _index(self, i, where: str, what: str) -> int:
         i = int(i)
@@ -948,19 +956,58 @@ def _prepare_free(m: Method, call, pc: int, where: str, label: str, operators, n
 
 
 class _DelegateStep:
-    """A prepared DelegateCall: the delegate's inputs in, its outputs stored into their slots."""
+    """A prepared DelegateCall: the delegate's inputs in, its outputs stored into their slots;
+    ``keep`` (set by ``_keep_on_device``) marks outputs that stay in device memory, bound to
+    their slots as the backend's device tensors."""
 
-    __slots__ = ("declared", "delegate", "in_slots", "method", "out_slots")
+    __slots__ = ("declared", "delegate", "in_slots", "keep", "method", "out_slots")
 
     def run(self, frame: list) -> None:
-        outputs = self.delegate.run([frame[i] for i in self.in_slots], self.declared, frame.options)
+        outputs = self.delegate.run(
+            [frame[i] for i in self.in_slots], self.declared, frame.options, self.keep
+        )
         for slot, value in zip(self.out_slots, outputs):
-            if slot:
+            if not slot:
+                continue
+            if isinstance(value, DeviceTensor):
+                frame[slot] = value
+            else:
                 self.method._store(frame, slot, value)
 
     def info(self) -> StepInfo:
         writes = tuple(i for i in self.out_slots if i)
         return StepInfo("delegate", self.delegate.backend, tuple(self.in_slots), writes, None)
+
+
+def _keep_on_device(m: Method) -> None:
+    """Mark the delegate outputs that stay in device memory: those written once, read only by
+    delegates that take this backend's device tensors, and not a result of the method. A
+    consumer that falls back to the CPU at run time copies them to the host then."""
+    readers: dict[int, list] = {}
+    writers: dict[int, int] = {}
+    for step in m._steps:
+        info = step.info()
+        for slot in info.reads:
+            readers.setdefault(slot, []).append(step)
+        for slot in info.writes:
+            writers[slot] = writers.get(slot, 0) + 1
+    results = set(m._output_slots)
+    for step in m._steps:
+        if not isinstance(step, _DelegateStep) or not step.delegate.keeps_on_device():
+            continue
+        keep = [
+            bool(slot)
+            and slot not in results
+            and writers.get(slot) == 1
+            and bool(readers.get(slot))
+            and all(
+                isinstance(r, _DelegateStep) and r.delegate.reads_device_tensors_of(step.delegate)
+                for r in readers[slot]
+            )
+            for slot in step.out_slots
+        ]
+        if any(keep):
+            step.keep = keep
 
 
 def _prepare_delegate(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _DelegateStep:
@@ -982,7 +1029,7 @@ def _prepare_delegate(m: Method, call, pc: int, where: str, label: str, operator
     # The fallback is part of this method either way; it runs (and needs kernels) only on the CPU.
     (m._fallbacks if delegate.on_backend else m._callees).add(fallback.index)
     step = _DelegateStep()
-    step.method, step.delegate = m, delegate
+    step.method, step.delegate, step.keep = m, delegate, None
     step.in_slots, step.out_slots = args[:n_in], args[n_in:]
     step.declared = dl.output_decls(m, step.out_slots)
     return step

@@ -23,7 +23,7 @@ import numpy as np
 from offload import profile
 from offload.errors import DTypeError, KernelError, OffloadError
 
-from ..backend import Availability, BackendRuntime, CompileSpec
+from ..backend import Availability, BackendRuntime, CompileSpec, DeviceTensor, on_host
 from ..gpu.api import Buf, Ints, Scratch
 from ..gpu.builder import PlanValues, host_weights
 from ..gpu.control import has_control, run
@@ -51,6 +51,23 @@ class Launch:
     global_size: tuple[int, ...]
     local_size: tuple[int, ...] | None
     args: list  # as recorded: value ids are ``Buf``, tables ``Ints``, step buffers ``Scratch``
+
+
+class CLTensor(DeviceTensor):
+    """An output kept in an OpenCL buffer for the next delegate on the same device: ``storage``
+    is its dtype in device memory where that differs (half under precision=fp16)."""
+
+    backend = "opencl"
+
+    def __init__(self, buffer, shape: tuple, dtype: np.dtype, storage: np.dtype | None, device: Device):
+        self.buffer, self.shape, self.dtype, self.storage, self.device = buffer, shape, dtype, storage, device
+
+    @property
+    def stored_bytes(self) -> int:
+        return math.prod(self.shape) * (self.storage or self.dtype).itemsize
+
+    def to_host(self) -> np.ndarray:
+        return self.device.allocator.copyout(self.buffer, self.shape, self.dtype, self.storage)
 
 
 @dataclass
@@ -147,6 +164,7 @@ def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
 class OpenCLRuntime(BackendRuntime):
     name = "opencl"
     thread_safe = True  # each handle runs one call at a time under its own lock
+    device_tensors = True  # outputs read only by opencl delegates on this device stay in buffers
 
     def is_available(self) -> Availability:
         if cl is None:
@@ -236,20 +254,52 @@ class OpenCLRuntime(BackendRuntime):
         return spec
 
     def execute(self, handle: Handle, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        inputs = [np.asarray(x) for x in inputs]
+        return self._execute(handle, [np.asarray(x) for x in inputs], None)
+
+    def execute_device(self, handle: Handle, inputs: list, keep: list[bool]) -> list:
+        """Inputs that are this device's ``CLTensor``s are copied buffer to buffer (another
+        device's or backend's come through the host); kept outputs are copied into buffers of
+        their own, which they hold."""
+        inputs = [
+            x
+            if isinstance(x, CLTensor) and x.device is handle.device
+            else np.asarray(x.to_host() if isinstance(x, DeviceTensor) else x)
+            for x in inputs
+        ]
+        index = {v: k for k, v in enumerate(handle.plan["inputs"])}
+        for v in handle.plan["host_inputs"]:  # read on the host: their values pick the specialization
+            if isinstance(inputs[index[v]], CLTensor):
+                inputs[index[v]] = inputs[index[v]].to_host()
+        return self._execute(handle, inputs, keep if self.keeps_on_device(handle) else None)
+
+    def keeps_on_device(self, handle: Handle) -> bool:
+        return handle.fp32 is None  # the fp16 guard reads every output on the host
+
+    def _execute(self, handle: Handle, inputs: list, keep: list[bool] | None) -> list:
         with handle.lock:
             key = signature(handle.plan, inputs)
-            spec = handle.specializations.get(key, lambda: self._specialize(handle, inputs))
-            alloc = handle.device.allocator
+            shapes = [tuple(x.shape) if isinstance(x, CLTensor) else x for x in inputs]
+            spec = handle.specializations.get(key, lambda: self._specialize(handle, shapes))
+            alloc, queue = handle.device.allocator, handle.device.queue
             run = profile.active()
             started = profile.now() if run is not None else 0
+            moved = on_device = 0
             for i, x in zip(spec.inputs, inputs):
                 if x.dtype != handle.dtypes[i]:
                     raise DTypeError(f"opencl backend: input {i} is {x.dtype}, expected {handle.dtypes[i]}")
-                alloc.copyin(spec.buffers[i], x, handle.storage.get(i))
+                storage = handle.storage.get(i)
+                if isinstance(x, CLTensor) and x.storage == storage:
+                    if x.stored_bytes:
+                        cl.enqueue_copy(queue, spec.buffers[i], x.buffer, byte_count=x.stored_bytes)
+                    on_device += x.stored_bytes
+                    continue
+                x = x.to_host() if isinstance(x, CLTensor) else x
+                alloc.copyin(spec.buffers[i], x, storage)
+                moved += x.nbytes
             if run is not None:
-                run.add("copy to device", "copy", started, profile.now(), bytes=sum(x.nbytes for x in inputs))
-            queue = handle.device.queue
+                run.add("copy to device", "copy", started, profile.now(), bytes=moved)
+                if on_device:
+                    run.add("copy on device", "copy", started, profile.now(), bytes=on_device)
             try:
                 if run is not None and not spec.control:
                     _launch_profiled(handle.device, spec, run)
@@ -262,16 +312,32 @@ class OpenCLRuntime(BackendRuntime):
                         )
                 started = profile.now() if run is not None else 0
                 outputs = [
-                    alloc.copyout(spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i))
-                    for i in spec.outputs
+                    self._kept(handle, spec, i)
+                    if keep and keep[k]
+                    else alloc.copyout(
+                        spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i)
+                    )
+                    for k, i in enumerate(spec.outputs)
                 ]
                 if run is not None:
-                    run.add(
-                        "copy to host", "copy", started, profile.now(), bytes=sum(x.nbytes for x in outputs)
-                    )
+                    host = sum(x.nbytes for x in outputs if not isinstance(x, CLTensor))
+                    run.add("copy to host", "copy", started, profile.now(), bytes=host)
             except cl.Error as e:
                 raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e
-        return outputs if handle.fp32 is None else handle.fp32.checked(outputs, inputs, self.execute)
+        if handle.fp32 is None:
+            return outputs
+        return handle.fp32.checked(outputs, inputs, lambda h, xs: self.execute(h, on_host(xs)))
+
+    @staticmethod
+    def _kept(handle: Handle, spec: Specialized, i: int) -> CLTensor:
+        """Output ``i`` copied into a buffer of its own (the specialization's is reused next run)."""
+        storage = handle.storage.get(i)
+        shape = spec.shapes[i]
+        n = math.prod(shape) * (storage or handle.dtypes[i]).itemsize
+        buffer = handle.device.allocator.alloc(n)
+        if n:
+            cl.enqueue_copy(handle.device.queue, buffer, spec.buffers[i], byte_count=n)
+        return CLTensor(buffer, tuple(shape), handle.dtypes[i], storage, handle.device)
 
     def describe(self, handle: Handle) -> str:
         return describe(handle.plan, handle.specializations)
