@@ -53,6 +53,7 @@ from .tflite_quant import (
 from .tflite_reader import Buffer, Table
 
 MAX_RANK = 64
+MAX_CALL_DEPTH = 16  # subgraphs calling subgraphs (WHILE, IF): deeper is refused
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
 
@@ -462,6 +463,10 @@ def expand_dims(node: Node) -> list:
 
 @rule("SLICE", version=6, inputs=3)
 def slice_(node: Node) -> list:
+    if node.inputs[1].const_value is None or node.inputs[2].const_value is None:
+        from .tflite_slices import dynamic_slice  # begin or size computed (a loop body's index)
+
+        return dynamic_slice(node)
     begin = node.const(1).astype(np.int64).reshape(-1)
     size = node.const(2).astype(np.int64).reshape(-1)
     end = np.where(size < 0, INT64_MAX, begin + size)
@@ -475,6 +480,10 @@ def strided_slice(node: Node) -> list:
             raise node.unsupported(f"{field} {node.opt(field)} is not supported")
     if node.opt("offset"):
         raise node.unsupported("offset=true is not supported")
+    if node.inputs[1].const_value is None or node.inputs[2].const_value is None:
+        from .tflite_slices import dynamic_strided_slice  # begin or end computed
+
+        return dynamic_strided_slice(node)
     begin, end, strides = (node.const(i).astype(np.int64).reshape(-1).copy() for i in (1, 2, 3))
     if not len(begin) == len(end) == len(strides) or (strides == 0).any():
         raise node.fail("begin, end and strides differ in length or a stride is 0")
@@ -1056,6 +1065,57 @@ class _Importer:
         self.block = Block(name=fn_name)
         self.namer = Namer()
         self.real = {}
+        self.codes = codes
+        self.calling = []
+        tensors = graph.get("tensors")
+        count = 0 if tensors is None else len(tensors)
+        prefix = f"subgraphs[{sg}]"
+        in_names, out_names = names if names is not None else ({}, {})
+        if names is not None:
+            listed = [int(i) for i in graph.items("inputs")], [int(i) for i in graph.items("outputs")]
+            for field, mapping, want in (("inputs", in_names, listed[0]), ("outputs", out_names, listed[1])):
+                if sorted(mapping) != sorted(want):
+                    raise self.fail(f"signature '{fn_name}': its {field} are not the {field} of {prefix}")
+            for name in [*in_names.values(), *out_names.values()]:
+                self.namer.reserve(name)
+        variables = _Variables(self, codes)
+        for k, i in enumerate(graph.items("inputs")):
+            if not 0 <= i < count:
+                raise self.fail(
+                    f"{prefix}.inputs[{k}]: tensor index {i} is outside the subgraph's {count} tensors"
+                )
+            path = f"{prefix}.tensors[{i}]"
+            name = in_names.get(int(i)) or self.namer.fresh(tensors[i].get("name") or f"input_{k}")
+            self.block.inputs.append(Value(name, self.tensor_type(tensors[i], path)))
+        results = self.subgraph(sg, list(self.block.inputs), variables, out_names)
+        for i, v in results:
+            if v.producer is None or v in self.block.outputs or i in out_names:
+                v = self.op("Identity", [v])[0]  # an input, a constant, listed twice, or renamed
+                if i in out_names:
+                    v.name = out_names[i]
+            self.block.outputs.append(v)
+        return Function(fn_name, self.block, {"": 21}, variables.finish())
+
+    def subgraph(self, sg: int, inputs: list, variables=None, out_names=None) -> list[tuple[int, Value]]:
+        """Translate subgraph ``sg`` into the current block, its inputs bound to ``inputs``: its
+        outputs as (tensor index, value). A subgraph another calls (WHILE, IF) has no
+        ``variables``; the chain of calls is followed with a bound and checked for cycles."""
+        subgraphs = self.model.get("subgraphs")
+        if not 0 <= sg < len(subgraphs):
+            raise self.fail(f"subgraph {sg} is outside the model's {len(subgraphs)} subgraphs")
+        if sg in self.calling:
+            chain = " → ".join(str(k) for k in [*self.calling, sg])
+            raise self.fail(f"subgraphs call each other in a cycle ({chain})")
+        if len(self.calling) >= MAX_CALL_DEPTH:
+            raise self.fail(f"subgraph calls nest deeper than {MAX_CALL_DEPTH}")
+        self.calling.append(sg)
+        try:
+            return self._operators(subgraphs[sg], sg, inputs, variables, out_names or {})
+        finally:
+            self.calling.pop()
+
+    def _operators(self, graph: Table, sg: int, inputs: list, variables, out_names: dict):
+        codes = self.codes
         tensors = graph.get("tensors")
         count = 0 if tensors is None else len(tensors)
         prefix = f"subgraphs[{sg}]"
@@ -1065,23 +1125,12 @@ class _Importer:
                 raise self.fail(f"{path}: tensor index {i} is outside the subgraph's {count} tensors")
             return int(i)
 
-        in_names, out_names = names if names is not None else ({}, {})
-        if names is not None:
-            listed = [int(i) for i in graph.items("inputs")], [int(i) for i in graph.items("outputs")]
-            for field, mapping, want in (("inputs", in_names, listed[0]), ("outputs", out_names, listed[1])):
-                if sorted(mapping) != sorted(want):
-                    raise self.fail(f"signature '{fn_name}': its {field} are not the {field} of {prefix}")
-            for name in [*in_names.values(), *out_names.values()]:
-                self.namer.reserve(name)
         values: dict[int, Value] = {}
-        variables = _Variables(self, codes)
-        for k, i in enumerate(graph.items("inputs")):
-            i = index(i, f"{prefix}.inputs[{k}]")
-            path = f"{prefix}.tensors[{i}]"
-            name = in_names.get(i) or self.namer.fresh(tensors[i].get("name") or f"input_{k}")
-            v = Value(name, self.tensor_type(tensors[i], path))
-            self.block.inputs.append(v)
-            values[i] = v
+        listed = graph.items("inputs")
+        if len(listed) != len(inputs):
+            raise self.fail(f"{prefix}: takes {len(listed)} inputs, {len(inputs)} given")
+        for k, (i, v) in enumerate(zip(listed, inputs)):
+            values[index(i, f"{prefix}.inputs[{k}]")] = v
 
         def value(i: int) -> Value:
             if i not in values:
@@ -1104,6 +1153,10 @@ class _Importer:
             outs = [index(i, f"{path}.outputs") for i in op.items("outputs")]
             _, options = op.get("builtin_options")
             if name in VARIABLE_OPS:
+                if variables is None:
+                    raise UnsupportedOpError(
+                        f"{self.origin}: {path}: {name} in a subgraph that WHILE or IF calls is not supported"
+                    )
                 variables.operator(name, path, ins, outs, options, values, value, tensors)
                 continue
             fn = RULES.get(name)
@@ -1146,15 +1199,7 @@ class _Importer:
                     v.name = tname
                 values[i] = v
 
-        for k, i in enumerate(graph.items("outputs")):
-            i = index(i, f"{prefix}.outputs[{k}]")
-            v = value(i)
-            if v.producer is None or v in self.block.outputs or i in out_names:
-                v = self.op("Identity", [v])[0]  # an input, a constant, listed twice, or renamed
-                if i in out_names:
-                    v.name = out_names[i]
-            self.block.outputs.append(v)
-        return Function(fn_name, self.block, {"": 21}, variables.finish())
+        return [(i, value(index(i, f"{prefix}.outputs[{k}]"))) for k, i in enumerate(graph.items("outputs"))]
 
 
 VARIABLE_OPS = ("CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")
@@ -1293,3 +1338,6 @@ def import_tflite(data: bytes, origin: str = "<bytes>") -> Program:
             raise
         raise ModelFormatError(f"{origin}: the operators do not fit the tensors they read: {e}") from None
     return program
+
+
+from . import tflite_control  # noqa: E402, F401  (registers WHILE and IF)

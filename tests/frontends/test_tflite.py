@@ -318,3 +318,86 @@ def test_resource_variables_are_state_across_runs(backend, tmp_path):
         for feeds, want in calls:
             np.testing.assert_allclose(module.run(feeds)[name], want, rtol=1e-5, atol=1e-6)
         module.reset_state()
+
+
+def patched(data: bytes, path: list, field: str, value: int, fmt: str = "<i") -> bytes:
+    """``data`` with one scalar field rewritten in place; ``path`` leads from the model table to
+    the table holding it (a field name, an index into a vector, or "options" for the union)."""
+    import struct
+
+    from offload.frontends.tflite_reader import Buffer
+
+    table = Buffer(data, "x").root()
+    for step in path:
+        if step == "options":
+            _, table = table.get("builtin_options")
+        elif isinstance(step, int):
+            table = table[step]
+        else:
+            table = table.get(step)
+    at = table._slot(table.fields[field].voffset, struct.calcsize(fmt), field)
+    assert at, f"{field} is not stored in the file"
+    out = bytearray(data)
+    struct.pack_into(fmt, out, at, value)
+    return bytes(out)
+
+
+def test_if_and_while_become_if_and_a_counted_loop():
+    """IF's branch subgraphs are If's branches; WHILE's condition i < T against a counter the body
+    steps by one gives the Loop a trip count (and no condition), so it can run on the GPU."""
+    body = offload.load(HERE / "cond_f32.tflite").main.body
+    (if_op,) = [op for op in body.operations if op.op_type == "If"]
+    assert [op.op_type for op in if_op.attributes["then_branch"].operations] == ["Tanh", "Mul"]
+    body = offload.load(HERE / "while_rnn_f32.tflite").main.body
+    (loop,) = [op for op in body.operations if op.op_type == "Loop"]
+    trips, cond = loop.inputs[:2]
+    assert trips is not None and trips.producer.op_type == "Max"
+    assert cond.const_value is not None and bool(cond.const_value)
+    assert "Less" not in {op.op_type for op in loop.attributes["body"].walk()}
+
+
+def test_a_while_that_does_not_count_keeps_its_condition():
+    """while_until: a loop until the values grow past a bound (a data-dependent condition, LiteRT's
+    outputs checked by the fixture tests): the condition subgraph is inlined before the loop and
+    after the body, and the Loop has no trip count."""
+    body = offload.load(HERE / "while_until.tflite").main.body
+    (loop,) = [op for op in body.operations if op.op_type == "Loop"]
+    assert loop.inputs[0] is None and loop.inputs[1].producer is not None
+    assert "ReduceSum" in {op.op_type for op in loop.attributes["body"].walk()}
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("cond_subgraph_index", 0, r"cycle \(0 → 0\)"),
+        ("body_subgraph_index", 0, "takes 1 values for 4"),
+        ("body_subgraph_index", 99, "outside the model's 3 subgraphs"),
+        ("cond_subgraph_index", -1, "outside the model's 3 subgraphs"),
+        ("cond_subgraph_index", 2, "takes|returns|condition"),
+    ],
+)
+def test_bad_subgraph_calls_are_format_errors(field, value, match):
+    data = patched(
+        (HERE / "while_rnn_f32.tflite").read_bytes(),
+        ["subgraphs", 0, "operators", 0, "options"],
+        field,
+        value,
+    )
+    with pytest.raises(ModelFormatError, match=match):
+        offload.load(data)
+
+
+def test_an_if_calling_its_own_subgraph_is_a_cycle():
+    data = patched(
+        (HERE / "cond_f32.tflite").read_bytes(),
+        ["subgraphs", 0, "operators", 2, "options"],
+        "then_subgraph_index",
+        0,
+    )
+    with pytest.raises(ModelFormatError, match="cycle"):
+        offload.load(data)
+
+
+@pytest.mark.parametrize("name", ["while_rnn_f32", "cond_f32"])
+def test_control_flow_mutants_end_in_offload_errors(name):
+    test_truncations_and_byte_flips_end_in_offload_errors(name)

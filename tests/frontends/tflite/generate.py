@@ -226,6 +226,48 @@ class Dynamic(tf.Module):
         }
 
 
+class Cond(tf.Module):
+    """tf.cond on a data-dependent predicate: the converter writes IF with two branch subgraphs,
+    each taking the input."""
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 3], tf.float32, name="x")])
+    def __call__(self, x):
+        y = tf.cond(tf.reduce_sum(x) > 0.0, lambda: tf.tanh(x) * 2.0, lambda: tf.nn.relu(x) - 1.0)
+        return {"y": y + 0.5}
+
+
+class WhileRnn(tf.Module):
+    """A small RNN written as tf.while_loop over time steps (i < T, i += 1): the converter writes
+    WHILE with a condition subgraph (LESS) and a body subgraph that indexes xs[i]."""
+
+    def __init__(self):
+        rng = np.random.default_rng(6)
+        self.w, self.u, self.b = _const(rng, 4, 4), _const(rng, 3, 4), _const(rng, 4)
+
+    @tf.function(input_signature=[tf.TensorSpec([5, 2, 3], tf.float32, name="xs")])
+    def __call__(self, xs):
+        def step(i, h):
+            return i + 1, tf.tanh(tf.matmul(h, self.w) + tf.matmul(xs[i], self.u) + self.b)
+
+        _, h = tf.while_loop(lambda i, h: i < tf.shape(xs)[0], step, [tf.constant(0), tf.zeros([2, 4])])
+        return {"h": h}
+
+
+class WhileUntil(tf.Module):
+    """A loop whose end depends on the data (grow x until its sum passes 10, at most 20 steps):
+    WHILE with a condition subgraph that reduces, so no trip count is known before the loop."""
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 3], tf.float32, name="x")])
+    def __call__(self, x):
+        def grow(i, x):
+            return i + 1, x * 1.5 + 0.25
+
+        i, y = tf.while_loop(
+            lambda i, x: tf.reduce_sum(x) < 10.0, grow, [tf.constant(0), x], maximum_iterations=20
+        )
+        return {"y": y, "steps": i}
+
+
 CASES = {
     "cnn_f32": (Cnn, "float32", {"image": (2, 16, 16, 3)}),
     "cnn_f16w": (Cnn, "float16", {"image": (2, 16, 16, 3)}),
@@ -237,6 +279,9 @@ CASES = {
     "image_ops": (Image, "float32", {"x": (1, 5, 6, 4)}),
     "math_ops": (Math, "float32", {"a": (3, 8), "b": (3, 8)}),
     "dynamic_ops": (Dynamic, "float32", {"x": (5, 4)}),
+    "cond_f32": (Cond, "float32", {"x": (2, 3)}),
+    "while_rnn_f32": (WhileRnn, "float32", {"xs": (5, 2, 3)}),
+    "while_until": (WhileUntil, "float32", {"x": (2, 3)}),
 }
 
 
