@@ -1078,7 +1078,7 @@ class _Importer:
                     raise self.fail(f"signature '{fn_name}': its {field} are not the {field} of {prefix}")
             for name in [*in_names.values(), *out_names.values()]:
                 self.namer.reserve(name)
-        variables = _Variables(self, codes)
+        variables = self.variables = _Variables(self, codes)
         for k, i in enumerate(graph.items("inputs")):
             if not 0 <= i < count:
                 raise self.fail(
@@ -1137,6 +1137,9 @@ class _Importer:
                 path = f"{prefix}.tensors[{i}]"
                 t = tensors[i]
                 if t.get("buffer") == 0 or self.buffer_data(t.get("buffer"), path) is None:
+                    if t.get("is_variable") and variables is not None:  # an LSTM's state
+                        values[i] = variables.tensor(i, t, path)
+                        return values[i]
                     raise self.fail(f"{path} ('{t.get('name')}') is read before any operator writes it")
                 values[i] = self.tensor_value(t, i, path)
             return values[i]
@@ -1221,6 +1224,7 @@ class _Variables:
         self.initial: dict[str, np.ndarray] = {}
         self.state: dict[str, list] = {}  # name → [state input, current value]
         self.flag: Value | None = None
+        self.tensors: dict[int, str] = {}  # id of a variable tensor's value → its variable
 
     def operator(self, name, path, ins, outs, options, values, value, tensors) -> None:
         imp = self.imp
@@ -1247,6 +1251,21 @@ class _Variables:
                     f"{path}: variable '{var}' of {old.type.dtype.name} assigned {new.type.dtype.name}"
                 )
             self.state[var][1] = new
+
+    def tensor(self, index: int, t: Table, path: str) -> Value:
+        """A variable tensor an operator reads and updates (an LSTM's output and cell state): a
+        variable of its own, zeros at first, kept between calls as LiteRT keeps it."""
+        var = f"{t.get('name') or 'tensor'}:{index}"
+        v = self.current(var, t, path)
+        self.tensors[id(v)] = var
+        return v
+
+    def assign_tensor(self, read: Value, new: Value) -> None:
+        """Set the variable tensor that ``read`` (what ``tensor`` gave) came from to ``new``."""
+        var = self.tensors.get(id(read))
+        if var is None:
+            raise self.imp.fail(f"'{read.name}' is not a variable tensor")
+        self.state[var][1] = new
 
     def init_subgraph(self, index: int, path: str) -> None:
         imp = self.imp
@@ -1340,4 +1359,4 @@ def import_tflite(data: bytes, origin: str = "<bytes>") -> Program:
     return program
 
 
-from . import tflite_control  # noqa: E402, F401  (registers WHILE and IF)
+from . import tflite_control, tflite_lstm  # noqa: E402, F401  (register WHILE, IF and the LSTM)

@@ -401,3 +401,65 @@ def test_an_if_calling_its_own_subgraph_is_a_cycle():
 @pytest.mark.parametrize("name", ["while_rnn_f32", "cond_f32"])
 def test_control_flow_mutants_end_in_offload_errors(name):
     test_truncations_and_byte_flips_end_in_offload_errors(name)
+
+
+def _lstm_calls() -> list[tuple[dict, np.ndarray]]:
+    with np.load(HERE / "lstm" / "keras_lstm.npz") as z:
+        return [({"serving_default_x:0": z[f"in:x@{k}"]}, z[f"out:y@{k}"]) for k in range(3)]
+
+
+def _without_cell_clip(data: bytes) -> bytes:
+    """The LSTM with its cell clip (10, as the converter writes Keras's) set to 0."""
+    return patched(data, ["subgraphs", 0, "operators", 0, "options"], "cell_clip", 0, "<f")
+
+
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+@pytest.mark.parametrize("clip", [True, False], ids=["cell_clip", "no_clip"])
+def test_keras_lstm_matches_litert_over_calls(backend, clip, tmp_path):
+    """UNIDIRECTIONAL_SEQUENCE_LSTM: with its cell clip, a counted Loop over time steps; without,
+    ONNX's LSTM. Its states are variable tensors LiteRT keeps between calls: three runs of one
+    module give LiteRT's three outputs (stored, and live for the unclipped mutant), and again after
+    reset_state. On opencl the whole LSTM is delegated."""
+    data = (HERE / "lstm" / "keras_lstm.tflite").read_bytes()
+    calls = _lstm_calls()
+    if not clip:
+        if Interpreter is None:
+            pytest.skip("the unclipped mutant's oracle is LiteRT live")
+        data = _without_cell_clip(data)
+        interp = Interpreter(model_content=data)
+        interp.allocate_tensors()
+        (inp,), (out,) = interp.get_input_details(), interp.get_output_details()
+        live = []
+        for feeds, _ in calls:
+            interp.set_tensor(inp["index"], feeds[inp["name"]])
+            interp.invoke()
+            live.append((feeds, interp.get_tensor(out["index"])))
+        calls = live
+    program = offload.load(data)
+    kinds = {op.op_type for op in program.main.body.operations}
+    assert ("Loop" in kinds) == clip and ("LSTM" in kinds) == (not clip)
+    assert len(program.main.states) == 3  # output state, cell state, variables_initialized
+    lowered = program if backend is None else offload.to_backend(program, backend)
+    if backend:
+        assert not {"Loop", "LSTM"} & {op.op_type for op in lowered.main.body.operations}
+    offload.save(lowered, tmp_path / "m.pte")
+    module = offload.runtime.load(str(tmp_path / "m.pte"))
+    (name,) = [p.name for p in module.method("forward").outputs]
+    for _ in range(2):
+        for feeds, want in calls:
+            assert_close({"y": module.run(feeds)[name]}, {"y": want})
+        module.reset_state()
+
+
+def test_lstm_options_offload_does_not_read_are_refused():
+    data = (HERE / "lstm" / "keras_lstm.tflite").read_bytes()
+    relu_n1 = patched(data, ["subgraphs", 0, "operators", 0, "options"], "fused_activation_function", 2, "<b")
+    with pytest.raises(UnsupportedOpError, match="cell activation 2"):
+        offload.load(relu_n1)
+    negative = patched(data, ["subgraphs", 0, "operators", 0, "options"], "cell_clip", -1, "<f")
+    with pytest.raises(ModelFormatError, match="negative clip"):
+        offload.load(negative)
+
+
+def test_lstm_mutants_end_in_offload_errors():
+    test_truncations_and_byte_flips_end_in_offload_errors("lstm/keras_lstm")

@@ -13,7 +13,8 @@ The ``.npz`` holds ``input_names`` / ``output_names`` (tensor names of the main 
 arrays ``input_<i>`` / ``output_<i>`` in that order. ``signatures`` (run alone with that name)
 writes signatures/codec.tflite, a model of two signatures, and its oracle (see ``signatures()``);
 ``variables`` writes variables/accumulator.tflite, a model with resource variables, and LiteRT's
-outputs over a sequence of calls.
+outputs over a sequence of calls; ``lstm`` writes lstm/keras_lstm.tflite (needs ``tf-keras``: the
+converter fuses Keras 2's LSTM only) and LiteRT's outputs over a sequence of calls.
 """
 
 from __future__ import annotations
@@ -268,6 +269,18 @@ class WhileUntil(tf.Module):
         return {"y": y, "steps": i}
 
 
+class Keras3Lstm:
+    """A Keras 3 LSTM layer (return_sequences), converted from the Keras model: Keras 3 has no
+    fused-LSTM annotation, so the converter writes its loop as WHILE over time (two counters
+    against constants) whose body updates the output sequence by slicing and concatenating at
+    the counter."""
+
+    def __init__(self):
+        tf.keras.utils.set_random_seed(8)
+        x = tf.keras.Input((6, 3), batch_size=2, name="x")
+        self.keras_model = tf.keras.Model(x, tf.keras.layers.LSTM(5, return_sequences=True)(x))
+
+
 CASES = {
     "cnn_f32": (Cnn, "float32", {"image": (2, 16, 16, 3)}),
     "cnn_f16w": (Cnn, "float16", {"image": (2, 16, 16, 3)}),
@@ -282,10 +295,13 @@ CASES = {
     "cond_f32": (Cond, "float32", {"x": (2, 3)}),
     "while_rnn_f32": (WhileRnn, "float32", {"xs": (5, 2, 3)}),
     "while_until": (WhileUntil, "float32", {"x": (2, 3)}),
+    "keras3_lstm": (Keras3Lstm, "float32", {"x": (2, 6, 3)}),
 }
 
 
 def convert(module: tf.Module, weights: str) -> bytes:
+    if hasattr(module, "keras_model"):
+        return tf.lite.TFLiteConverter.from_keras_model(module.keras_model).convert()
     fn = module.__call__.get_concrete_function()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], module)
     if weights == "float16":
@@ -426,10 +442,42 @@ def variables() -> None:
     print(f"variables/accumulator.tflite: {len(model)} bytes")
 
 
+def lstm() -> None:
+    """lstm/keras_lstm.tflite and .npz: a Keras 2 (tf_keras) LSTM layer, return_sequences, which
+    the converter fuses into UNIDIRECTIONAL_SEQUENCE_LSTM (cell clip 10); its output and cell
+    states are variable tensors LiteRT keeps from call to call, so the oracle is LiteRT's outputs
+    over three calls on one interpreter (``in:x@k`` / ``out:y@k``), the last on larger inputs."""
+    import tf_keras  # pip install tf-keras (the Keras 2 that TensorFlow's converter fuses)
+
+    tf_keras.utils.set_random_seed(9)
+    x = tf_keras.Input((6, 3), batch_size=2, name="x")
+    keras_model = tf_keras.Model(x, tf_keras.layers.LSTM(5, return_sequences=True)(x))
+    model = tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
+    folder = HERE / "lstm"
+    folder.mkdir(exist_ok=True)
+    (folder / "keras_lstm.tflite").write_bytes(model)
+    interp = Interpreter(model_content=model)
+    interp.allocate_tensors()
+    (inp,), (out,) = interp.get_input_details(), interp.get_output_details()
+    rng = np.random.default_rng(41)
+    arrays = {}
+    for k in range(3):
+        arrays[f"in:x@{k}"] = rng.standard_normal((2, 6, 3)).astype(np.float32) * (1 + 2 * (k == 2))
+        interp.set_tensor(inp["index"], arrays[f"in:x@{k}"])
+        interp.invoke()
+        arrays[f"out:y@{k}"] = interp.get_tensor(out["index"])
+    np.savez(folder / "keras_lstm.npz", **arrays)
+    print(f"lstm/keras_lstm.tflite: {len(model)} bytes")
+
+
 def main() -> None:
     """Writes every case, or the cases named on the command line."""
     if sys.argv[1:] in ([], ["signatures"]):
         signatures()
+        if sys.argv[1:]:
+            return
+    if sys.argv[1:] in ([], ["lstm"]):
+        lstm()
         if sys.argv[1:]:
             return
     if sys.argv[1:] in ([], ["variables"]):
