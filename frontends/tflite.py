@@ -1268,63 +1268,43 @@ class _Variables:
         self.state[var][1] = new
 
     def init_subgraph(self, index: int, path: str) -> None:
-        imp = self.imp
-        subgraphs = imp.model.get("subgraphs")
-        if not 0 <= index < len(subgraphs):
-            raise imp.fail(
-                f"{path}: CALL_ONCE init subgraph {index} is outside the model's {len(subgraphs)} subgraphs"
-            )
-        graph = subgraphs[index]
-        tensors = graph.get("tensors")
-        count = 0 if tensors is None else len(tensors)
-        handles: dict[int, str] = {}
-        for n, op in enumerate(graph.items("operators")):
-            where = f"subgraphs[{index}].operators[{n}]"
-            code = op.get("opcode_index")
-            if code >= len(self.codes):
-                raise imp.fail(f"{where}.opcode_index: {code} is outside the model's operator codes")
-            name, _ = self.codes[code]
-            ins, outs = [int(i) for i in op.items("inputs")], [int(i) for i in op.items("outputs")]
-            if any(not 0 <= i < count for i in ins + outs):
-                raise imp.fail(f"{where}: a tensor index outside the subgraph's {count} tensors")
-            _, options = op.get("builtin_options")
-            if name == "VAR_HANDLE" and len(outs) == 1:
-                handles[outs[0]] = _shared_name(options, outs[0])
-            elif name == "ASSIGN_VARIABLE" and len(ins) == 2 and ins[0] in handles:
-                t = tensors[ins[1]]
-                data = imp.buffer_data(t.get("buffer"), f"subgraphs[{index}].tensors[{ins[1]}]")
-                if data is None:
-                    raise UnsupportedOpError(
-                        f"{imp.origin}: {where}: the CALL_ONCE subgraph assigns a computed value; "
-                        "only constant initial values are supported"
-                    )
-                v = imp.tensor_value(t, ins[1], f"subgraphs[{index}].tensors[{ins[1]}]")
-                imp.block.constants.pop(v.name)  # read only: current() adds the value it uses
-                self.initial[handles[ins[0]]] = v.const_value
+        """CALL_ONCE: its subgraph translated into this function (``imp.subgraph``, which checks
+        the index and the call chain) with its ASSIGN_VARIABLEs recorded as initial values. A
+        computed value is computed in the graph and taken on the first run only; computed from
+        constants, as initialisers are, the constant-folding pass makes it a constant."""
+        init = _InitAssignments(self.imp)
+        try:
+            self.imp.subgraph(index, [], init)
+        except UnsupportedOpError as e:
+            raise UnsupportedOpError(f"{e} (in the CALL_ONCE subgraph of {path})") from None
+        for var, v in init.assigned.items():
+            if v.const_value is not None and v.producer is None:
+                self.imp.block.constants.pop(v.name, None)  # current() adds the constant it uses
+                self.initial[var] = v.const_value
             else:
-                raise UnsupportedOpError(
-                    f"{imp.origin}: {where}: {name} in a CALL_ONCE subgraph (only VAR_HANDLE and "
-                    "ASSIGN_VARIABLE of constants are supported)"
-                )
+                self.initial[var] = v
 
     def current(self, var: str, t: Table, path: str) -> Value:
         """The variable's value so far; its state input (and initial value) made on first use."""
         imp = self.imp
         if var not in self.state:
             initial = self.initial.get(var)
-            if initial is None:
+            if initial is None or isinstance(initial, Value):  # zeros, or computed by CALL_ONCE
                 ttype = imp.tensor_type(t, path)
                 if not ttype.is_static:
                     raise UnsupportedOpError(f"{imp.origin}: {path}: variable '{var}' of unknown shape")
-                initial = np.zeros(ttype.shape, ttype.dtype.numpy)
+                stype = TensorType(ttype.dtype, ttype.shape)
+                if initial is None:
+                    initial = imp.const(np.zeros(ttype.shape, ttype.dtype.numpy))
+            else:
+                stype = TensorType(DataType.from_numpy(initial.dtype), initial.shape)
+                initial = imp.const(np.ascontiguousarray(initial).reshape(initial.shape))
             if self.flag is None:
                 self.flag = Value(imp.namer.fresh("variables_initialized"), TensorType(DataType.BOOL, ()))
                 imp.block.inputs.append(self.flag)
-            state = Value(imp.namer.fresh(var), TensorType(DataType.from_numpy(initial.dtype), initial.shape))
+            state = Value(imp.namer.fresh(var), stype)
             imp.block.inputs.append(state)
-            first = imp.op(
-                "Where", [self.flag, state, imp.const(np.ascontiguousarray(initial).reshape(initial.shape))]
-            )[0]
+            first = imp.op("Where", [self.flag, state, initial])[0]
             self.state[var] = [state, first]
         return self.state[var][1]
 
@@ -1337,6 +1317,30 @@ class _Variables:
             imp.block.outputs.append(imp.op("Identity", [current])[0])
         imp.block.outputs.append(imp.op("Identity", [imp.const(np.array(True))])[0])
         return [state.name for state, _ in self.state.values()] + [self.flag.name]
+
+
+class _InitAssignments:
+    """The variable operators of a CALL_ONCE subgraph: VAR_HANDLE names a variable, ASSIGN_VARIABLE
+    records its initial value; reading a variable there is refused."""
+
+    def __init__(self, imp: _Importer):
+        self.imp = imp
+        self.handles: dict[int, str] = {}
+        self.assigned: dict[str, Value] = {}
+
+    def operator(self, name, path, ins, outs, options, values, value, tensors) -> None:
+        if name == "VAR_HANDLE" and len(outs) == 1:
+            self.handles[outs[0]] = _shared_name(options, outs[0])
+        elif name == "ASSIGN_VARIABLE" and len(ins) == 2 and ins[0] in self.handles:
+            self.assigned[self.handles[ins[0]]] = value(ins[1])
+        else:
+            raise UnsupportedOpError(
+                f"{self.imp.origin}: {path}: {name} in a CALL_ONCE subgraph (VAR_HANDLE, "
+                "ASSIGN_VARIABLE and computing operators are supported)"
+            )
+
+    def tensor(self, index: int, t: Table, path: str) -> Value:
+        raise UnsupportedOpError(f"{self.imp.origin}: {path}: a variable tensor in a CALL_ONCE subgraph")
 
 
 def _shared_name(options, index: int) -> str:

@@ -463,3 +463,45 @@ def test_lstm_options_offload_does_not_read_are_refused():
 
 def test_lstm_mutants_end_in_offload_errors():
     test_truncations_and_byte_flips_end_in_offload_errors("lstm/keras_lstm")
+
+
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_call_once_computing_its_initial_value(backend, tmp_path):
+    """A CALL_ONCE subgraph computing the variable's initial value (exp(2c), built with the
+    flatbuffers builder): four runs of a loaded module, then again after reset_state, give
+    acc_k = exp(2c) + x_0 + … + x_k, and LiteRT's outputs of the same calls on one interpreter."""
+    from tests.frontends.tflite.build import INIT_CONSTANT, computed_init_model
+
+    data = computed_init_model()
+    program = offload.load(data)
+    assert program.main.states == ["acc", "variables_initialized"]
+    lowered = program if backend is None else offload.to_backend(program, backend)
+    offload.save(lowered, tmp_path / "m.pte")
+    module = offload.runtime.load(str(tmp_path / "m.pte"))
+    (name,) = [p.name for p in module.method("forward").outputs]
+    rng = np.random.default_rng(12)
+    xs = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(4)]
+    want = np.exp(2 * INIT_CONSTANT) + np.cumsum(xs, axis=0)
+    if Interpreter is not None:
+        interp = Interpreter(model_content=data)
+        interp.allocate_tensors()
+        (inp,), (out,) = interp.get_input_details(), interp.get_output_details()
+        live = []
+        for x in xs:
+            interp.set_tensor(inp["index"], x)
+            interp.invoke()
+            live.append(interp.get_tensor(out["index"]))
+        np.testing.assert_allclose(live, want, rtol=1e-5)
+        want = np.array(live)
+    for _ in range(2):
+        for x, w in zip(xs, want):
+            np.testing.assert_allclose(module.run({"x": x})[name], w, rtol=1e-5, atol=1e-6)
+        module.reset_state()
+
+
+@pytest.mark.parametrize("index, match", [(0, r"cycle \(0 → 0\)"), (7, "outside the model's 2 subgraphs")])
+def test_call_once_of_a_bad_subgraph_is_a_format_error(index, match):
+    from tests.frontends.tflite.build import computed_init_model
+
+    with pytest.raises(ModelFormatError, match=match):
+        offload.load(computed_init_model(init_index=index))

@@ -3,11 +3,24 @@ does not write: an operator offload lacks, and constant buffers stored after the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import flatbuffers
 import numpy as np
 
-from offload.schemas.generated.tflite import Buffer, Model, Operator, OperatorCode, SubGraph, Tensor
+from offload.schemas.generated.tflite import (
+    Buffer,
+    CallOnceOptions,
+    Model,
+    Operator,
+    OperatorCode,
+    SubGraph,
+    Tensor,
+    VarHandleOptions,
+)
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
+from offload.schemas.generated.tflite.BuiltinOptions import BuiltinOptions
 from offload.schemas.generated.tflite.TensorType import TensorType
 
 
@@ -93,3 +106,192 @@ def binary_model(op: int, const: np.ndarray, *, external: bool) -> bytes:
         out[at : at + 8] = offset.to_bytes(8, "little")
         out += bytes(offset - len(out)) + payload
     return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# A general builder: several subgraphs of tensors and operators, for the structures the converter
+# writes rarely or not at all (a computing CALL_ONCE, sparse constants, custom operators).
+
+
+@dataclass
+class T:
+    """A tensor: a constant when ``data`` is given (stored in a buffer of its own)."""
+
+    name: str
+    shape: list
+    type: int = TensorType.FLOAT32
+    data: bytes | np.ndarray | None = None
+    is_variable: bool = False
+    sparsity: Callable | None = None  # b → SparsityParameters offset
+
+
+@dataclass
+class Op:
+    """An operator: ``code`` a BuiltinOperator or a custom code (str); ``options`` builds its
+    builtin options, b → (BuiltinOptions type, offset)."""
+
+    code: int | str
+    inputs: list
+    outputs: list
+    options: Callable | None = None
+    custom_options: bytes | None = None
+    version: int = 1
+
+
+@dataclass
+class Graph:
+    tensors: list
+    ops: list
+    inputs: list
+    outputs: list
+
+
+def build(graphs: list[Graph]) -> bytes:
+    """A TFL3 model of ``graphs`` (the first is the main subgraph)."""
+    b = flatbuffers.Builder(4096)
+    codes: list = []
+    for g in graphs:
+        for op in g.ops:
+            key = (op.code, op.version)
+            if key not in codes:
+                codes.append(key)
+    buffers = [None]  # buffer 0: the empty sentinel
+    subgraphs = []
+    for g in graphs:
+        tensors = []
+        for t in g.tensors:
+            name = b.CreateString(t.name)
+            shape = _ints(b, Tensor.StartShapeVector, list(t.shape))
+            sparsity = t.sparsity(b) if t.sparsity is not None else None
+            index = 0
+            if t.data is not None:
+                buffers.append(t.data.tobytes() if isinstance(t.data, np.ndarray) else bytes(t.data))
+                index = len(buffers) - 1
+            Tensor.Start(b)
+            Tensor.AddShape(b, shape)
+            Tensor.AddType(b, t.type)
+            Tensor.AddBuffer(b, index)
+            Tensor.AddName(b, name)
+            if t.is_variable:
+                Tensor.AddIsVariable(b, True)
+            if sparsity is not None:
+                Tensor.AddSparsity(b, sparsity)
+            tensors.append(Tensor.End(b))
+        ops = []
+        for op in g.ops:
+            options = op.options(b) if op.options is not None else None
+            custom = b.CreateByteVector(op.custom_options) if op.custom_options is not None else None
+            ins = _ints(b, Operator.StartInputsVector, op.inputs)
+            outs = _ints(b, Operator.StartOutputsVector, op.outputs)
+            Operator.Start(b)
+            Operator.AddOpcodeIndex(b, codes.index((op.code, op.version)))
+            Operator.AddInputs(b, ins)
+            Operator.AddOutputs(b, outs)
+            if options is not None:
+                Operator.AddBuiltinOptionsType(b, options[0])
+                Operator.AddBuiltinOptions(b, options[1])
+            if custom is not None:
+                Operator.AddCustomOptions(b, custom)
+            ops.append(Operator.End(b))
+        tensor_vec = _tables(b, SubGraph.StartTensorsVector, tensors)
+        op_vec = _tables(b, SubGraph.StartOperatorsVector, ops)
+        sg_in = _ints(b, SubGraph.StartInputsVector, g.inputs)
+        sg_out = _ints(b, SubGraph.StartOutputsVector, g.outputs)
+        SubGraph.Start(b)
+        SubGraph.AddTensors(b, tensor_vec)
+        SubGraph.AddInputs(b, sg_in)
+        SubGraph.AddOutputs(b, sg_out)
+        SubGraph.AddOperators(b, op_vec)
+        subgraphs.append(SubGraph.End(b))
+    code_offsets = []
+    for code, version in codes:
+        custom = b.CreateString(code) if isinstance(code, str) else None
+        builtin = BuiltinOperator.CUSTOM if isinstance(code, str) else code
+        OperatorCode.Start(b)
+        OperatorCode.AddDeprecatedBuiltinCode(
+            b, min(builtin, BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES)
+        )
+        OperatorCode.AddBuiltinCode(b, builtin)
+        OperatorCode.AddVersion(b, version)
+        if custom is not None:
+            OperatorCode.AddCustomCode(b, custom)
+        code_offsets.append(OperatorCode.End(b))
+    buffer_offsets = []
+    for data in buffers:
+        vec = None
+        if data is not None:
+            b.StartVector(1, len(data), 16)  # aligned for any element type
+            b.head = b.head - len(data)
+            b.Bytes[b.head : b.head + len(data)] = data
+            vec = b.EndVector()
+        Buffer.Start(b)
+        if vec is not None:
+            Buffer.AddData(b, vec)
+        buffer_offsets.append(Buffer.End(b))
+    buffer_vec = _tables(b, Model.StartBuffersVector, buffer_offsets)
+    code_vec = _tables(b, Model.StartOperatorCodesVector, code_offsets)
+    sg_vec = _tables(b, Model.StartSubgraphsVector, subgraphs)
+    Model.Start(b)
+    Model.AddVersion(b, 3)
+    Model.AddOperatorCodes(b, code_vec)
+    Model.AddSubgraphs(b, sg_vec)
+    Model.AddBuffers(b, buffer_vec)
+    b.Finish(Model.End(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def _call_once(index: int) -> Callable:
+    def options(b):
+        CallOnceOptions.Start(b)
+        CallOnceOptions.AddInitSubgraphIndex(b, index)
+        return BuiltinOptions.CallOnceOptions, CallOnceOptions.End(b)
+
+    return options
+
+
+def _var_handle(name: str) -> Callable:
+    def options(b):
+        shared = b.CreateString(name)
+        VarHandleOptions.Start(b)
+        VarHandleOptions.AddSharedName(b, shared)
+        return BuiltinOptions.VarHandleOptions, VarHandleOptions.End(b)
+
+    return options
+
+
+INIT_CONSTANT = np.arange(6, dtype="<f4").reshape(2, 3) / 4
+
+
+def computed_init_model(init_index: int = 1) -> bytes:
+    """``acc += x; y = acc`` on a [2, 3] variable whose CALL_ONCE subgraph computes its initial
+    value, exp(2 · INIT_CONSTANT), instead of assigning a constant."""
+    main = Graph(
+        [T("x", [2, 3]), T("handle", [], TensorType.RESOURCE), T("read", [2, 3]), T("y", [2, 3])],
+        [
+            Op(BuiltinOperator.CALL_ONCE, [], [], _call_once(init_index)),
+            Op(BuiltinOperator.VAR_HANDLE, [], [1], _var_handle("acc")),
+            Op(BuiltinOperator.READ_VARIABLE, [1], [2]),
+            Op(BuiltinOperator.ADD, [2, 0], [3]),
+            Op(BuiltinOperator.ASSIGN_VARIABLE, [1, 3], []),
+        ],
+        [0],
+        [3],
+    )
+    init = Graph(
+        [
+            T("h", [], TensorType.RESOURCE),
+            T("c", [2, 3], data=INIT_CONSTANT),
+            T("two", [], data=np.array(2, "<f4")),
+            T("doubled", [2, 3]),
+            T("initial", [2, 3]),
+        ],
+        [
+            Op(BuiltinOperator.VAR_HANDLE, [], [0], _var_handle("acc")),
+            Op(BuiltinOperator.MUL, [1, 2], [3]),
+            Op(BuiltinOperator.EXP, [3], [4]),
+            Op(BuiltinOperator.ASSIGN_VARIABLE, [0, 4], []),
+        ],
+        [],
+        [],
+    )
+    return build([main, init])
