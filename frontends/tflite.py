@@ -97,6 +97,13 @@ class Node:
     tensors: list  # the input tensors (Table), None where omitted
     outputs: list  # the output tensors (Table)
     options: Table | None
+    operator: Table | None = None  # the Operator table itself (custom_options, for a custom op)
+
+    @property
+    def custom_options(self) -> bytes:
+        """A custom operator's options as the file stores them (a flexbuffer, usually)."""
+        raw = self.operator.get("custom_options") if self.operator is not None else None
+        return b"" if raw is None else raw.tobytes()
 
     def opt(self, field: str):
         """An option's value, read from the operator's options table."""
@@ -146,8 +153,8 @@ class Node:
             raise self.unsupported(f"input {i} must be a constant tensor here")
         return v.const_value
 
-    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
-        return self.imp.op(op_type, inputs, attrs, num_outputs)
+    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1, domain: str = "") -> list[Value]:
+        return self.imp.op(op_type, inputs, attrs, num_outputs, domain)
 
     def one(self, op_type: str, inputs, attrs=None) -> Value:
         return self.op(op_type, inputs, attrs)[0]
@@ -883,9 +890,10 @@ class _Importer:
     def const(self, array: np.ndarray) -> Value:
         return self.block.add_constant(self.namer.fresh("const"), array)
 
-    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
+    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1, domain: str = "") -> list[Value]:
         names = [self.namer.fresh(op_type) for _ in range(num_outputs)]
-        return self.block.append(Operation(op_type, list(inputs), attrs, output_names=names)).outputs
+        op = Operation(op_type, list(inputs), attrs, domain=domain, output_names=names)
+        return self.block.append(op).outputs
 
     # ---- quantized tensors ------------------------------------------------------------------
 
@@ -1164,9 +1172,13 @@ class _Importer:
                 continue
             fn = RULES.get(name)
             if fn is None:
+                hint = (
+                    "register a rule for it with offload.frontends.tflite.register_custom_op"
+                    if name.startswith("CUSTOM ")
+                    else "docs/tflite.md lists the operators offload imports"
+                )
                 raise UnsupportedOpError(
-                    f"{self.origin}: operator {n} ({name}, version {version}) is not supported; "
-                    "docs/tflite.md lists the operators offload imports"
+                    f"{self.origin}: operator {n} ({name}, version {version}) is not supported; {hint}"
                 )
             node = Node(
                 self,
@@ -1177,6 +1189,7 @@ class _Importer:
                 [None if i == -1 else tensors[i] for i in ins],
                 [tensors[i] for i in outs],
                 options,
+                op,
             )
             present = sum(1 for v in node.inputs[: ARITY[name]] if v is not None)
             if present < ARITY[name]:
@@ -1364,3 +1377,4 @@ def import_tflite(data: bytes, origin: str = "<bytes>") -> Program:
 
 
 from . import tflite_control, tflite_lstm  # noqa: E402, F401  (register WHILE, IF and the LSTM)
+from .tflite_custom import register_custom_op  # noqa: E402, F401

@@ -505,3 +505,87 @@ def test_call_once_of_a_bad_subgraph_is_a_format_error(index, match):
 
     with pytest.raises(ModelFormatError, match=match):
         offload.load(computed_init_model(init_index=index))
+
+
+def _scaled_softplus_model() -> bytes:
+    import struct
+
+    from tests.frontends.tflite.build import custom_model
+
+    return custom_model("ScaledSoftplus", struct.pack("<f", 1.5))
+
+
+def _softplus_reference(x: np.ndarray) -> np.ndarray:
+    return np.log1p(np.exp(1.5 * x.astype(np.float64))).astype(np.float32)
+
+
+def test_custom_operator_without_a_rule_is_named():
+    with pytest.raises(UnsupportedOpError, match=r"CUSTOM 'ScaledSoftplus'.*register_custom_op"):
+        offload.load(_scaled_softplus_model())
+
+
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_custom_operator_with_a_registered_rule(backend, tmp_path):
+    """A rule reading the custom options (a float scale) and writing IR ops: the program saves,
+    loads and runs with no rule registered any more, and on opencl the ops are delegated."""
+    import struct
+
+    from offload.frontends.tflite import register_custom_op
+    from offload.frontends.tflite_custom import unregister_custom_op
+
+    def scaled_softplus(node):
+        (scale,) = struct.unpack("<f", node.custom_options)
+        return node.op("Softplus", [node.one("Mul", [node.inputs[0], node.scalar(scale)])])
+
+    register_custom_op("ScaledSoftplus", scaled_softplus)
+    try:
+        program = offload.load(_scaled_softplus_model())
+    finally:
+        unregister_custom_op("ScaledSoftplus")
+    x = np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)
+    lowered = program if backend is None else offload.to_backend(program, backend)
+    if backend:
+        assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
+    offload.save(lowered, tmp_path / "m.pte")
+    got = offload.runtime.load(str(tmp_path / "m.pte")).run({"x": x})["y"]
+    np.testing.assert_allclose(got, _softplus_reference(x), rtol=1e-5)
+
+
+def test_custom_operator_as_a_numpy_kernel_survives_save_and_load(tmp_path):
+    """A rule emitting one op of the user's domain, run by a kernel registered with the CPU
+    executor: the .pte stores the op by domain and name, and the loading process (this one) runs
+    it with the registered kernel."""
+    import struct
+
+    from offload.frontends.tflite import register_custom_op
+    from offload.frontends.tflite_custom import unregister_custom_op
+    from offload.ir import register
+    from offload.ir.registry import _REGISTRY, parse_schema_line
+    from offload.runtime.kernels import KERNELS, kernel
+
+    def as_kernel(node):
+        (scale,) = struct.unpack("<f", node.custom_options)
+        return node.op("ScaledSoftplus", [node.inputs[0]], {"scale": scale}, domain="com.example")
+
+    @kernel("ScaledSoftplus", domain="com.example")
+    def scaled_softplus(ctx, x, scale=None):
+        return np.log1p(np.exp(scale * x)).astype(x.dtype)
+
+    # the schema lays out the op's inputs and attributes in the .pte; its inference types y
+    schema = register(parse_schema_line("com.example", "ScaledSoftplus(x) -> y | scale: float = 1.0 @1"))
+    schema.infer = lambda op, attrs: [op.inputs[0].type]
+    register_custom_op("ScaledSoftplus", as_kernel)
+    try:
+        program = offload.load(_scaled_softplus_model())
+        assert [op.qualified_type for op in program.main.body.operations] == ["com.example::ScaledSoftplus"]
+        x = np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)
+        np.testing.assert_allclose(
+            offload.evaluate(program, {"x": x})["y"], _softplus_reference(x), rtol=1e-5
+        )
+        offload.save(program, tmp_path / "m.pte")
+        got = offload.runtime.load(str(tmp_path / "m.pte")).run({"x": x})["y"]
+        np.testing.assert_allclose(got, _softplus_reference(x), rtol=1e-5)
+    finally:
+        unregister_custom_op("ScaledSoftplus")
+        KERNELS.pop(("com.example", "ScaledSoftplus"), None)
+        _REGISTRY.pop(("com.example", "ScaledSoftplus"), None)

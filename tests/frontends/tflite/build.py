@@ -295,3 +295,14 @@ def computed_init_model(init_index: int = 1) -> bytes:
         [],
     )
     return build([main, init])
+
+
+def custom_model(code: str, custom_options: bytes) -> bytes:
+    """``y = code(x)`` on float32 [2, 3]: one custom operator with its option bytes."""
+    graph = Graph(
+        [T("x", [2, 3]), T("y", [2, 3])],
+        [Op(code, [0], [1], custom_options=custom_options)],
+        [0],
+        [1],
+    )
+    return build([graph])
