@@ -1020,6 +1020,11 @@ class _Importer:
             return Value(name, ttype)
         if not ttype.is_static:
             raise self.fail(f"{path}: a constant with an unknown dimension {ttype.shape}")
+        if t.get("sparsity") is not None:  # the nonzeros and their index tree (tflite_sparse)
+            array = sparse_constant(self, t, data, ttype, path)
+            v = Value(name, TensorType(ttype.dtype, ttype.shape, ttype.quant), array)
+            self.block.constants[name] = v
+            return v
         dtype = ttype.dtype.numpy.newbyteorder("<")
         count = int(np.prod(ttype.shape, dtype=np.int64))
         if count * dtype.itemsize != len(data):
@@ -1378,3 +1383,4 @@ def import_tflite(data: bytes, origin: str = "<bytes>") -> Program:
 
 from . import tflite_control, tflite_lstm  # noqa: E402, F401  (register WHILE, IF and the LSTM)
 from .tflite_custom import register_custom_op  # noqa: E402, F401
+from .tflite_sparse import sparse_constant  # noqa: E402  (also registers DENSIFY)

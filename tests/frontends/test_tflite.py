@@ -398,8 +398,8 @@ def test_an_if_calling_its_own_subgraph_is_a_cycle():
         offload.load(data)
 
 
-@pytest.mark.parametrize("name", ["while_rnn_f32", "cond_f32"])
-def test_control_flow_mutants_end_in_offload_errors(name):
+@pytest.mark.parametrize("name", ["while_rnn_f32", "cond_f32", "keras3_lstm", "sparse_f32"])
+def test_subgraph_and_sparse_fixture_mutants_end_in_offload_errors(name):
     test_truncations_and_byte_flips_end_in_offload_errors(name)
 
 
@@ -589,3 +589,90 @@ def test_custom_operator_as_a_numpy_kernel_survives_save_and_load(tmp_path):
         unregister_custom_op("ScaledSoftplus")
         KERNELS.pop(("com.example", "ScaledSoftplus"), None)
         _REGISTRY.pop(("com.example", "ScaledSoftplus"), None)
+
+
+def _pruned(shape=(4, 6)) -> np.ndarray:
+    w = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    w[:, 2:4] = 0
+    w[1] = 0
+    return w
+
+
+SPARSE_FORMS = {  # (blocks, traversal order, formats, index type)
+    "csr": ({}, [0, 1], [0, 1], "int32"),
+    "csr_uint16_column_major": ({}, [1, 0], [0, 1], "uint16"),
+    "both_sparse": ({}, [0, 1], [1, 1], "uint8"),
+    "blocks_1x2": ({1: 2}, [0, 1, 2], [0, 1, 0], "uint8"),
+    "blocks_2x2": ({0: 2, 1: 2}, [0, 1, 2, 3], [0, 1, 0, 0], "int32"),
+}
+
+
+@pytest.mark.parametrize("form", SPARSE_FORMS)
+def test_sparse_constants_densify_like_litert(form):
+    """Sparse constants in each layout of TFLite's format (built here by an encoder written from
+    the schema): x + DENSIFY(w) equals x + w, and LiteRT's output for the same file."""
+    from tests.frontends.tflite.build import Sparse, densify_model
+
+    w = _pruned()
+    blocks, order, formats, index_type = SPARSE_FORMS[form]
+    sparse = Sparse(w, blocks, order, formats, index_type)
+    assert sparse.values.size < w.size
+    data = densify_model(sparse)
+    program = offload.load(data)
+    (c,) = program.main.body.constants.values()
+    np.testing.assert_array_equal(c.const_value, w)
+    x = np.random.default_rng(1).standard_normal(w.shape).astype(np.float32)
+    got = offload.evaluate(program, {"x": x})["y"]
+    np.testing.assert_array_equal(got, x + w)
+    if Interpreter is not None:
+        np.testing.assert_array_equal(got, litert(data, {"x": x})["y"])
+
+
+def _bad_sparse(change):
+    from tests.frontends.tflite.build import Sparse
+
+    sparse = Sparse(_pruned(), {1: 2}, [0, 1, 2], [0, 1, 0])
+    change(sparse)
+    return sparse
+
+
+def _set(name, value):
+    return lambda s: setattr(s, name, value)
+
+
+def _edit(field, level, at, value):
+    def change(s):
+        getattr(s, field)[level][at] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (_set("order", [0, 0, 2]), "not a permutation"),
+        (_set("order", [0, 1]), "not a permutation"),
+        (_set("block_map", [5]), "block map"),
+        (_set("formats", [0, 1, 1]), "block dimension 2 is not DENSE"),
+        (_set("formats", [0, 7, 0]), "format 7 is neither DENSE nor SPARSE_CSR"),
+        (_edit("indices", 1, 0, 99), "an index outside dimension 1"),
+        (_edit("segments", 1, 2, 0), "segments decrease"),
+        (_edit("segments", 1, 2, 1000), "segments decrease or run past"),
+        (_edit("segments", 1, 1, -5), "segments decrease"),
+        (_set("values", np.ones(3, np.float32)), "describes 12 values, the buffer holds 3"),
+    ],
+)
+def test_bad_sparsity_metadata_is_a_format_error(change, match):
+    from tests.frontends.tflite.build import densify_model
+
+    with pytest.raises(ModelFormatError, match=match):
+        offload.load(densify_model(_bad_sparse(change)))
+
+
+def test_block_size_must_divide_its_dimension():
+    from tests.frontends.tflite.build import Sparse, densify_model
+
+    sparse = Sparse(_pruned((4, 6)), {1: 2}, [0, 1, 2], [0, 1, 0])
+    sparse.dense = np.zeros((4, 7), np.float32)  # the tensor's declared shape: 7 columns
+    with pytest.raises(ModelFormatError, match="block size 2 does not divide dimension 1 of size 7"):
+        offload.load(densify_model(sparse))

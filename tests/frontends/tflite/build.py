@@ -12,15 +12,21 @@ import numpy as np
 from offload.schemas.generated.tflite import (
     Buffer,
     CallOnceOptions,
+    DimensionMetadata,
+    Int32Vector,
     Model,
     Operator,
     OperatorCode,
+    SparsityParameters,
     SubGraph,
     Tensor,
+    Uint8Vector,
+    Uint16Vector,
     VarHandleOptions,
 )
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
 from offload.schemas.generated.tflite.BuiltinOptions import BuiltinOptions
+from offload.schemas.generated.tflite.SparseIndexVector import SparseIndexVector
 from offload.schemas.generated.tflite.TensorType import TensorType
 
 
@@ -304,5 +310,131 @@ def custom_model(code: str, custom_options: bytes) -> bytes:
         [Op(code, [0], [1], custom_options=custom_options)],
         [0],
         [1],
+    )
+    return build([graph])
+
+
+# ---------------------------------------------------------------------------------------------
+# Sparse constants: an encoder of TFLite's sparsity format, written from its schema comments.
+
+_INDEX_VECTORS = {  # SparseIndexVector member: (type code, table module, element prepend)
+    "int32": (SparseIndexVector.Int32Vector, Int32Vector, "PrependInt32"),
+    "uint16": (SparseIndexVector.Uint16Vector, Uint16Vector, "PrependUint16"),
+    "uint8": (SparseIndexVector.Uint8Vector, Uint8Vector, "PrependUint8"),
+}
+
+
+@dataclass
+class Sparse:
+    """``dense`` in TFLite's sparse form: ``blocks`` {dimension: block size}, the stored
+    dimensions' ``order`` and each stored dimension's ``formats`` (0 DENSE, 1 SPARSE_CSR), the
+    indices written as ``index_type``. ``values`` are the stored values; ``sparsity`` builds the
+    SparsityParameters table."""
+
+    dense: np.ndarray
+    blocks: dict
+    order: list
+    formats: list
+    index_type: str = "int32"
+
+    def __post_init__(self):
+        n = self.dense.ndim
+        self.block_map = list(self.blocks)
+        expanded = self.dense
+        shape = []  # split each blocked dimension into (outer, block), blocks last
+        for j, size in enumerate(self.dense.shape):
+            shape.append(size // self.blocks.get(j, 1))
+        inner = [self.blocks[d] for d in self.block_map]
+        split = []
+        for j, size in enumerate(self.dense.shape):
+            split += [size // self.blocks[j], self.blocks[j]] if j in self.blocks else [size]
+        expanded = self.dense.reshape(split)
+        axis, outer_axes, inner_axes = 0, [], {}
+        for j in range(n):
+            outer_axes.append(axis)
+            if j in self.blocks:
+                inner_axes[j] = axis + 1
+                axis += 2
+            else:
+                axis += 1
+        expanded = expanded.transpose(outer_axes + [inner_axes[d] for d in self.block_map])
+        assert list(expanded.shape) == shape + inner
+        self.stored = expanded.transpose(self.order)
+        self.segments = [[0] for _ in self.order]
+        self.indices = [[] for _ in self.order]
+        values = []
+
+        def walk(prefix: tuple, level: int) -> None:
+            if level == self.stored.ndim:
+                values.append(self.stored[prefix])
+                return
+            for c in range(self.stored.shape[level]):
+                if self.formats[level] == 1:
+                    if not np.any(self.stored[(*prefix, c)]):
+                        continue
+                    self.indices[level].append(c)
+                walk((*prefix, c), level + 1)
+            if self.formats[level] == 1:
+                self.segments[level].append(len(self.indices[level]))
+
+        walk((), 0)
+        self.values = np.array(values, self.dense.dtype)
+
+    def _index_vector(self, b, values) -> tuple[int, int]:
+        code, table, prepend = _INDEX_VECTORS[self.index_type]
+        table.StartValuesVector(b, len(values))
+        for v in reversed(values):
+            getattr(b, prepend)(v)
+        vec = b.EndVector()
+        table.Start(b)
+        table.AddValues(b, vec)
+        return code, table.End(b)
+
+    def sparsity(self, b) -> int:
+        levels = []
+        for level, fmt in enumerate(self.formats):
+            vectors = None
+            if fmt == 1:
+                vectors = (
+                    self._index_vector(b, self.segments[level]),
+                    self._index_vector(b, self.indices[level]),
+                )
+            DimensionMetadata.Start(b)
+            DimensionMetadata.AddFormat(b, fmt)
+            if fmt == 0:
+                DimensionMetadata.AddDenseSize(b, self.stored.shape[level])
+            elif vectors is not None:
+                (seg_type, seg), (idx_type, idx) = vectors
+                DimensionMetadata.AddArraySegmentsType(b, seg_type)
+                DimensionMetadata.AddArraySegments(b, seg)
+                DimensionMetadata.AddArrayIndicesType(b, idx_type)
+                DimensionMetadata.AddArrayIndices(b, idx)
+            levels.append(DimensionMetadata.End(b))
+        order = _ints(b, SparsityParameters.StartTraversalOrderVector, self.order)
+        block_map = (
+            _ints(b, SparsityParameters.StartBlockMapVector, self.block_map) if self.block_map else None
+        )
+        metadata = _tables(b, SparsityParameters.StartDimMetadataVector, levels)
+        SparsityParameters.Start(b)
+        SparsityParameters.AddTraversalOrder(b, order)
+        if block_map is not None:
+            SparsityParameters.AddBlockMap(b, block_map)
+        SparsityParameters.AddDimMetadata(b, metadata)
+        return SparsityParameters.End(b)
+
+
+def densify_model(sparse: Sparse) -> bytes:
+    """``y = x + DENSIFY(w)``, w the sparse constant, x and y float32 of w's shape."""
+    shape = list(sparse.dense.shape)
+    graph = Graph(
+        [
+            T("x", shape),
+            T("w", shape, data=sparse.values.astype("<f4"), sparsity=sparse.sparsity),
+            T("w_dense", shape),
+            T("y", shape),
+        ],
+        [Op(BuiltinOperator.DENSIFY, [1], [2]), Op(BuiltinOperator.ADD, [0, 2], [3])],
+        [0],
+        [3],
     )
     return build([graph])

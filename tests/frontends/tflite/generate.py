@@ -281,6 +281,29 @@ class Keras3Lstm:
         self.keras_model = tf.keras.Model(x, tf.keras.layers.LSTM(5, return_sequences=True)(x))
 
 
+class Pruned(tf.Module):
+    """A dense layer and a convolution whose weights are 80 % zeros (as magnitude pruning leaves
+    them): with EXPERIMENTAL_SPARSITY the converter stores them sparse (CSR with uint8 indices)
+    behind DENSIFY operators."""
+
+    def __init__(self):
+        rng = np.random.default_rng(10)
+        w = rng.standard_normal((16, 8)).astype(np.float32)
+        w[rng.random(w.shape) < 0.8] = 0
+        k = rng.standard_normal((3, 3, 4, 8)).astype(np.float32)
+        k[rng.random(k.shape) < 0.8] = 0
+        self.w, self.k = tf.constant(w), tf.constant(k)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([2, 16], tf.float32, name="x"),
+            tf.TensorSpec([1, 6, 6, 4], tf.float32, name="image"),
+        ]
+    )
+    def __call__(self, x, image):
+        return {"dense": tf.nn.relu(tf.matmul(x, self.w)), "conv": tf.nn.conv2d(image, self.k, 1, "SAME")}
+
+
 CASES = {
     "cnn_f32": (Cnn, "float32", {"image": (2, 16, 16, 3)}),
     "cnn_f16w": (Cnn, "float16", {"image": (2, 16, 16, 3)}),
@@ -296,6 +319,7 @@ CASES = {
     "while_rnn_f32": (WhileRnn, "float32", {"xs": (5, 2, 3)}),
     "while_until": (WhileUntil, "float32", {"x": (2, 3)}),
     "keras3_lstm": (Keras3Lstm, "float32", {"x": (2, 6, 3)}),
+    "sparse_f32": (Pruned, "sparse", {"x": (2, 16), "image": (1, 6, 6, 4)}),
 }
 
 
@@ -307,6 +331,8 @@ def convert(module: tf.Module, weights: str) -> bytes:
     if weights == "float16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
+    elif weights == "sparse":  # weights of many zeros stored sparse, DENSIFY before use
+        converter.optimizations = [tf.lite.Optimize.EXPERIMENTAL_SPARSITY]
     elif weights == "dynamic_int8":  # int8 weights, float activations
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     elif weights == "int8":  # int8 weights and activations, int8 inputs and outputs
