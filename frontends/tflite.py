@@ -54,6 +54,7 @@ from .tflite_reader import Buffer, Table
 
 MAX_RANK = 64
 MAX_CALL_DEPTH = 16  # subgraphs calling subgraphs (WHILE, IF): deeper is refused
+MAX_TRANSLATIONS_PER_SUBGRAPH = 8  # subgraph translations in all, per subgraph of the file
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
 
@@ -1080,6 +1081,7 @@ class _Importer:
         self.real = {}
         self.codes = codes
         self.calling = []
+        self.translated = 0
         tensors = graph.get("tensors")
         count = 0 if tensors is None else len(tensors)
         prefix = f"subgraphs[{sg}]"
@@ -1121,13 +1123,24 @@ class _Importer:
             raise self.fail(f"subgraphs call each other in a cycle ({chain})")
         if len(self.calling) >= MAX_CALL_DEPTH:
             raise self.fail(f"subgraph calls nest deeper than {MAX_CALL_DEPTH}")
+        # a subgraph is translated once per call site (WHILE's condition twice): a file whose IFs
+        # call the next subgraph from both branches would double the work at every level
+        self.translated += 1
+        if self.translated > MAX_TRANSLATIONS_PER_SUBGRAPH * len(subgraphs):
+            raise self.fail(
+                f"subgraphs are called more than {MAX_TRANSLATIONS_PER_SUBGRAPH}× their number in all"
+            )
+        # a called subgraph's values are named within it, so that they never take a name the
+        # caller's own tensors (translated after them) carry
+        graph = subgraphs[sg]
+        scope = f"{graph.get('name') or f'subgraph_{sg}'}/" if self.calling else ""
         self.calling.append(sg)
         try:
-            return self._operators(subgraphs[sg], sg, inputs, variables, out_names or {})
+            return self._operators(graph, sg, inputs, variables, out_names or {}, scope)
         finally:
             self.calling.pop()
 
-    def _operators(self, graph: Table, sg: int, inputs: list, variables, out_names: dict):
+    def _operators(self, graph: Table, sg: int, inputs: list, variables, out_names: dict, scope: str):
         codes = self.codes
         tensors = graph.get("tensors")
         count = 0 if tensors is None else len(tensors)
@@ -1215,6 +1228,7 @@ class _Importer:
                 if i in values:
                     raise node.fail(f"tensor {i} is written twice")
                 tname = tensors[i].get("name")
+                tname = f"{scope}{tname}" if tname else tname
                 if tname and tname not in self.namer.taken and i not in out_names:
                     self.namer.taken.add(tname)
                     v.name = tname

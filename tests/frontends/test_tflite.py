@@ -676,3 +676,38 @@ def test_block_size_must_divide_its_dimension():
     sparse.dense = np.zeros((4, 7), np.float32)  # the tensor's declared shape: 7 columns
     with pytest.raises(ModelFormatError, match="block size 2 does not divide dimension 1 of size 7"):
         offload.load(densify_model(sparse))
+
+
+def test_nested_ifs_run_like_litert():
+    """Three IFs, each calling the next subgraph from both branches (built here): one If inside
+    another, and the innermost computes x + x."""
+    from tests.frontends.tflite.build import if_chain_model
+
+    data = if_chain_model(3)
+    program = offload.load(data)
+    assert sum(op.op_type == "If" for op in program.main.body.walk()) == 2 + 4 + 1  # 1 + 2 + 4
+    feeds = {"c": np.array(True), "x": np.array([1.5, -2.0], np.float32)}
+    got = offload.evaluate(program, feeds)["y"]
+    np.testing.assert_array_equal(got, [3.0, -4.0])
+    if Interpreter is not None:
+        np.testing.assert_array_equal(got, litert(data, feeds)["y"])
+
+
+@pytest.mark.parametrize(
+    "depth, targets, match",
+    [
+        (3, lambda k: 1 if k == 2 else k + 1, r"cycle \(0 → 1 → 2 → 1\)"),
+        (20, None, "nest deeper than 16"),
+        (14, None, "called more than 8× their number"),  # 2¹⁴ translations otherwise
+    ],
+)
+def test_hostile_subgraph_calls_are_refused_quickly(depth, targets, match):
+    import time
+
+    from tests.frontends.tflite.build import if_chain_model
+
+    data = if_chain_model(depth, targets)
+    start = time.perf_counter()
+    with pytest.raises(ModelFormatError, match=match):
+        offload.load(data)
+    assert time.perf_counter() - start < 5

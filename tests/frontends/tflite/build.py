@@ -13,6 +13,7 @@ from offload.schemas.generated.tflite import (
     Buffer,
     CallOnceOptions,
     DimensionMetadata,
+    IfOptions,
     Int32Vector,
     Model,
     Operator,
@@ -438,3 +439,40 @@ def densify_model(sparse: Sparse) -> bytes:
         [3],
     )
     return build([graph])
+
+
+def _if_options(then_index: int, else_index: int) -> Callable:
+    def options(b):
+        IfOptions.Start(b)
+        IfOptions.AddThenSubgraphIndex(b, then_index)
+        IfOptions.AddElseSubgraphIndex(b, else_index)
+        return BuiltinOptions.IfOptions, IfOptions.End(b)
+
+    return options
+
+
+def if_chain_model(depth: int, targets=None) -> bytes:
+    """Subgraph k (k < depth) is ``y = IF(c, x)`` whose branches both call subgraph
+    ``targets(k)`` (k + 1 by default); subgraph ``depth`` is ``y = x + x``. Inputs: c (bool),
+    x (float32 [2])."""
+    targets = targets or (lambda k: k + 1)
+    graphs = []
+    for k in range(depth):
+        nxt = targets(k)
+        graphs.append(
+            Graph(
+                [T("c", [], TensorType.BOOL), T("x", [2]), T("y", [2])],
+                [Op(BuiltinOperator.IF, [0, 0, 1], [2], _if_options(nxt, nxt))],
+                [0, 1],
+                [2],
+            )
+        )
+    graphs.append(
+        Graph(
+            [T("c", [], TensorType.BOOL), T("x", [2]), T("y", [2])],
+            [Op(BuiltinOperator.ADD, [1, 1], [2])],
+            [0, 1],
+            [2],
+        )
+    )
+    return build(graphs)
