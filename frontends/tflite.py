@@ -1395,6 +1395,6 @@ def import_tflite(data: bytes, origin: str = "<bytes>") -> Program:
     return program
 
 
-from . import tflite_control, tflite_lstm  # noqa: E402, F401  (register WHILE, IF and the LSTM)
+from . import tflite_control, tflite_lstm, tflite_slices  # noqa: E402, F401  (register their rules)
 from .tflite_custom import register_custom_op  # noqa: E402, F401
 from .tflite_sparse import sparse_constant  # noqa: E402  (also registers DENSIFY)

@@ -1,4 +1,5 @@
-"""SLICE and STRIDED_SLICE whose begin, size or end are computed: a loop body indexing by its counter.
+"""SLICE and STRIDED_SLICE whose begin, size or end are computed (a loop body indexing by its
+counter), and REVERSE_V2.
 
 The rules in ``tflite.py`` read constant arguments into constant Slice inputs; these build the
 same Slice inputs with ops when an argument is a tensor computed at run time. The masks of
@@ -14,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from offload.ir import DataType
+
+from .tflite import rule
 
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
@@ -70,3 +73,12 @@ def dynamic_strided_slice(node) -> list:
     y = node.one("Slice", [node.inputs[0], begin, end, node.ints(np.arange(rank)), node.ints(strides)])
     dropped = [a for a in range(rank) if shrunk[a]]
     return node.op("Squeeze", [y, node.ints(dropped)]) if dropped else [y]
+
+
+@rule("REVERSE_V2", version=3, inputs=2)
+def reverse_v2(node) -> list:
+    """The axes listed (a constant) reversed: a Slice from the last element back, step -1."""
+    axes = node.const(1).astype(np.int64).reshape(-1)
+    n = len(axes)
+    ends = node.ints([INT64_MIN] * n)
+    return node.op("Slice", [node.inputs[0], node.ints([-1] * n), ends, node.ints(axes), node.ints([-1] * n)])

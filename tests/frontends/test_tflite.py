@@ -403,25 +403,33 @@ def test_subgraph_and_sparse_fixture_mutants_end_in_offload_errors(name):
     test_truncations_and_byte_flips_end_in_offload_errors(name)
 
 
-def _lstm_calls() -> list[tuple[dict, np.ndarray]]:
-    with np.load(HERE / "lstm" / "keras_lstm.npz") as z:
+def _lstm_calls(name: str) -> list[tuple[dict, np.ndarray]]:
+    with np.load(HERE / "lstm" / f"{name}.npz") as z:
         return [({"serving_default_x:0": z[f"in:x@{k}"]}, z[f"out:y@{k}"]) for k in range(3)]
 
 
 def _without_cell_clip(data: bytes) -> bytes:
-    """The LSTM with its cell clip (10, as the converter writes Keras's) set to 0."""
-    return patched(data, ["subgraphs", 0, "operators", 0, "options"], "cell_clip", 0, "<f")
+    """Every LSTM's cell clip (10, as the converter writes Keras's) set to 0."""
+    from offload.frontends.tflite_reader import Buffer
+
+    for n, op in enumerate(Buffer(data, "x").root().get("subgraphs")[0].items("operators")):
+        _, options = op.get("builtin_options")
+        if options is not None and "cell_clip" in options.fields:
+            data = patched(data, ["subgraphs", 0, "operators", n, "options"], "cell_clip", 0, "<f")
+    return data
 
 
 @pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
 @pytest.mark.parametrize("clip", [True, False], ids=["cell_clip", "no_clip"])
-def test_keras_lstm_matches_litert_over_calls(backend, clip, tmp_path):
+@pytest.mark.parametrize("name", ["keras_lstm", "keras_bilstm"])
+def test_keras_lstm_matches_litert_over_calls(name, backend, clip, tmp_path):
     """UNIDIRECTIONAL_SEQUENCE_LSTM: with its cell clip, a counted Loop over time steps; without,
     ONNX's LSTM. Its states are variable tensors LiteRT keeps between calls: three runs of one
     module give LiteRT's three outputs (stored, and live for the unclipped mutant), and again after
-    reset_state. On opencl the whole LSTM is delegated."""
-    data = (HERE / "lstm" / "keras_lstm.tflite").read_bytes()
-    calls = _lstm_calls()
+    reset_state. On opencl the whole LSTM is delegated. keras_bilstm: two LSTMs, one between
+    REVERSE_V2s."""
+    data = (HERE / "lstm" / f"{name}.tflite").read_bytes()
+    calls = _lstm_calls(name)
     if not clip:
         if Interpreter is None:
             pytest.skip("the unclipped mutant's oracle is LiteRT live")
@@ -438,7 +446,9 @@ def test_keras_lstm_matches_litert_over_calls(backend, clip, tmp_path):
     program = offload.load(data)
     kinds = {op.op_type for op in program.main.body.operations}
     assert ("Loop" in kinds) == clip and ("LSTM" in kinds) == (not clip)
-    assert len(program.main.states) == 3  # output state, cell state, variables_initialized
+    assert ("Slice" in kinds) == (name == "keras_bilstm")
+    lstms = 2 if name == "keras_bilstm" else 1  # keras_bilstm: forward and backward, around REVERSE_V2
+    assert len(program.main.states) == 2 * lstms + 1  # output and cell states, variables_initialized
     lowered = program if backend is None else offload.to_backend(program, backend)
     if backend:
         assert not {"Loop", "LSTM"} & {op.op_type for op in lowered.main.body.operations}

@@ -470,30 +470,35 @@ def variables() -> None:
 
 def lstm() -> None:
     """lstm/keras_lstm.tflite and .npz: a Keras 2 (tf_keras) LSTM layer, return_sequences, which
-    the converter fuses into UNIDIRECTIONAL_SEQUENCE_LSTM (cell clip 10); its output and cell
+    the converter fuses into UNIDIRECTIONAL_SEQUENCE_LSTM (cell clip 10), and keras_bilstm, the
+    same in a Bidirectional wrapper (two of them around REVERSE_V2, not the bidirectional
+    operator); each LSTM's output and cell
     states are variable tensors LiteRT keeps from call to call, so the oracle is LiteRT's outputs
     over three calls on one interpreter (``in:x@k`` / ``out:y@k``), the last on larger inputs."""
     import tf_keras  # pip install tf-keras (the Keras 2 that TensorFlow's converter fuses)
 
-    tf_keras.utils.set_random_seed(9)
-    x = tf_keras.Input((6, 3), batch_size=2, name="x")
-    keras_model = tf_keras.Model(x, tf_keras.layers.LSTM(5, return_sequences=True)(x))
-    model = tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
     folder = HERE / "lstm"
     folder.mkdir(exist_ok=True)
-    (folder / "keras_lstm.tflite").write_bytes(model)
-    interp = Interpreter(model_content=model)
-    interp.allocate_tensors()
-    (inp,), (out,) = interp.get_input_details(), interp.get_output_details()
-    rng = np.random.default_rng(41)
-    arrays = {}
-    for k in range(3):
-        arrays[f"in:x@{k}"] = rng.standard_normal((2, 6, 3)).astype(np.float32) * (1 + 2 * (k == 2))
-        interp.set_tensor(inp["index"], arrays[f"in:x@{k}"])
-        interp.invoke()
-        arrays[f"out:y@{k}"] = interp.get_tensor(out["index"])
-    np.savez(folder / "keras_lstm.npz", **arrays)
-    print(f"lstm/keras_lstm.tflite: {len(model)} bytes")
+    for seed, (name, wrap) in enumerate(
+        [("keras_lstm", lambda layer: layer), ("keras_bilstm", tf_keras.layers.Bidirectional)]
+    ):
+        tf_keras.utils.set_random_seed(9 + seed)
+        x = tf_keras.Input((6, 3), batch_size=2, name="x")
+        keras_model = tf_keras.Model(x, wrap(tf_keras.layers.LSTM(5, return_sequences=True))(x))
+        model = tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
+        (folder / f"{name}.tflite").write_bytes(model)
+        interp = Interpreter(model_content=model)
+        interp.allocate_tensors()
+        (inp,), (out,) = interp.get_input_details(), interp.get_output_details()
+        rng = np.random.default_rng(41 + seed)
+        arrays = {}
+        for k in range(3):
+            arrays[f"in:x@{k}"] = rng.standard_normal((2, 6, 3)).astype(np.float32) * (1 + 2 * (k == 2))
+            interp.set_tensor(inp["index"], arrays[f"in:x@{k}"])
+            interp.invoke()
+            arrays[f"out:y@{k}"] = interp.get_tensor(out["index"])
+        np.savez(folder / f"{name}.npz", **arrays)
+        print(f"lstm/{name}.tflite: {len(model)} bytes")
 
 
 def main() -> None:
