@@ -191,6 +191,8 @@ def _counted(node: Node, cond: Table, body: Table, n: int) -> list | None:
         k = cin.index(a)
         if not 0 <= a < len(ctensors) or ctensors[a].get("type") not in _COUNTER_TYPES:
             return None
+        if any(int(d) != 1 for d in ctensors[a].items("shape")):
+            return None  # a counter is one number
         if b in cin:
             j = cin.index(b)
             if bout[j] != bin_[j]:
