@@ -1,4 +1,4 @@
-"""TFLite control flow between subgraphs: WHILE → ONNX Loop, IF → ONNX If.
+"""TFLite control flow between subgraphs: WHILE (and STABLEHLO_WHILE) → ONNX Loop, IF → ONNX If.
 
 TFLite's WHILE passes its inputs (all of its loop variables, loop invariants included) to a
 condition subgraph and, while that returns true, through a body subgraph that returns the next
@@ -17,6 +17,10 @@ or a LOGICAL_AND of several, where each ``v_k`` is an integer loop variable the 
 unchanged. It runs ``max(min_k(b_k - v_k), 0)`` times, and the condition is not computed.
 tf.while_loop over a counter and Keras's recurrent layers (two counters, time and iterations,
 against constants) take this form.
+
+STABLEHLO_WHILE has WHILE's meaning (operands as loop variables, a condition subgraph returning a
+boolean, a body subgraph returning the next values) with its options in the operator's second
+options union; it is translated the same way.
 
 IF passes its inputs after the condition to either branch subgraph; ONNX If branches take no
 inputs and read the outer values, so each branch subgraph is translated into its branch block
@@ -87,10 +91,23 @@ def if_(node: Node) -> list:
     return node.op("If", [cond], {"then_branch": branches[0], "else_branch": branches[1]}, len(node.outputs))
 
 
-@rule("WHILE", version=1)
+def _loop_subgraphs(node: Node) -> tuple[int, int]:
+    """(condition, body) subgraph indices: WHILE's options, or STABLEHLO_WHILE's (which sit in
+    the operator's second options union, the same two fields)."""
+    options = node.options
+    if node.name == "STABLEHLO_WHILE":
+        kind, options = node.operator.get("builtin_options_2")
+        if kind != "StablehloWhileOptions":
+            raise node.fail(f"has options {kind}, not StablehloWhileOptions")
+    if options is None or "cond_subgraph_index" not in options.fields:
+        raise node.fail("has no loop options (condition and body subgraphs)")
+    return int(options.get("cond_subgraph_index")), int(options.get("body_subgraph_index"))
+
+
+@rule("WHILE", "STABLEHLO_WHILE", version=1)
 def while_(node: Node) -> list:
     imp = node.imp
-    cond_sg, body_sg = int(node.opt("cond_subgraph_index")), int(node.opt("body_subgraph_index"))
+    cond_sg, body_sg = _loop_subgraphs(node)
     init = list(node.inputs)
     if any(v is None for v in init):
         raise node.fail("an omitted loop variable")

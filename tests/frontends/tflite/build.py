@@ -19,14 +19,17 @@ from offload.schemas.generated.tflite import (
     Operator,
     OperatorCode,
     SparsityParameters,
+    StablehloWhileOptions,
     SubGraph,
     Tensor,
     Uint8Vector,
     Uint16Vector,
     VarHandleOptions,
+    WhileOptions,
 )
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
 from offload.schemas.generated.tflite.BuiltinOptions import BuiltinOptions
+from offload.schemas.generated.tflite.BuiltinOptions2 import BuiltinOptions2
 from offload.schemas.generated.tflite.SparseIndexVector import SparseIndexVector
 from offload.schemas.generated.tflite.TensorType import TensorType
 
@@ -143,6 +146,7 @@ class Op:
     options: Callable | None = None
     custom_options: bytes | None = None
     version: int = 1
+    options_2: Callable | None = None  # the second options union (StableHLO operators)
 
 
 @dataclass
@@ -187,6 +191,7 @@ def build(graphs: list[Graph]) -> bytes:
         ops = []
         for op in g.ops:
             options = op.options(b) if op.options is not None else None
+            options_2 = op.options_2(b) if op.options_2 is not None else None
             custom = b.CreateByteVector(op.custom_options) if op.custom_options is not None else None
             ins = _ints(b, Operator.StartInputsVector, op.inputs)
             outs = _ints(b, Operator.StartOutputsVector, op.outputs)
@@ -197,6 +202,9 @@ def build(graphs: list[Graph]) -> bytes:
             if options is not None:
                 Operator.AddBuiltinOptionsType(b, options[0])
                 Operator.AddBuiltinOptions(b, options[1])
+            if options_2 is not None:
+                Operator.AddBuiltinOptions2Type(b, options_2[0])
+                Operator.AddBuiltinOptions2(b, options_2[1])
             if custom is not None:
                 Operator.AddCustomOptions(b, custom)
             ops.append(Operator.End(b))
@@ -476,3 +484,72 @@ def if_chain_model(depth: int, targets=None) -> bytes:
         )
     )
     return build(graphs)
+
+
+def _stablehlo_while_options(cond: int, body: int) -> Callable:
+    def options(b):
+        StablehloWhileOptions.Start(b)
+        StablehloWhileOptions.AddCondSubgraphIndex(b, cond)
+        StablehloWhileOptions.AddBodySubgraphIndex(b, body)
+        return BuiltinOptions2.StablehloWhileOptions, StablehloWhileOptions.End(b)
+
+    return options
+
+
+def _while_options(cond: int, body: int) -> Callable:
+    def options(b):
+        WhileOptions.Start(b)
+        WhileOptions.AddCondSubgraphIndex(b, cond)
+        WhileOptions.AddBodySubgraphIndex(b, body)
+        return BuiltinOptions.WhileOptions, WhileOptions.End(b)
+
+    return options
+
+
+def loop_model(stablehlo: bool, cond: int = 1, body: int = 2) -> bytes:
+    """``(i, x) → while i < 5: (i + 1, x · 1.5 + 1)`` over an int32 counter and a float32 [3],
+    its condition (LESS against a constant) and body subgraphs: STABLEHLO_WHILE, or (the same
+    loop for LiteRT, which has no STABLEHLO_WHILE kernel) WHILE."""
+    if stablehlo:
+        loop = Op(
+            BuiltinOperator.STABLEHLO_WHILE, [0, 1], [2, 3], options_2=_stablehlo_while_options(cond, body)
+        )
+    else:
+        loop = Op(BuiltinOperator.WHILE, [0, 1], [2, 3], _while_options(cond, body))
+    main = Graph(
+        [T("i", [], TensorType.INT32), T("x", [3]), T("i_out", [], TensorType.INT32), T("y", [3])],
+        [loop],
+        [0, 1],
+        [2, 3],
+    )
+    condition = Graph(
+        [
+            T("i", [], TensorType.INT32),
+            T("x", [3]),
+            T("five", [], TensorType.INT32, np.array(5, "<i4")),
+            T("c", [], TensorType.BOOL),
+        ],
+        [Op(BuiltinOperator.LESS, [0, 2], [3])],
+        [0, 1],
+        [3],
+    )
+    step = Graph(
+        [
+            T("i", [], TensorType.INT32),
+            T("x", [3]),
+            T("one", [], TensorType.INT32, np.array(1, "<i4")),
+            T("k", [], data=np.array(1.5, "<f4")),
+            T("b", [], data=np.array(1.0, "<f4")),
+            T("i1", [], TensorType.INT32),
+            T("scaled", [3]),
+            T("x1", [3]),
+        ],
+        [
+            Op(BuiltinOperator.ADD, [0, 2], [5]),
+            Op(BuiltinOperator.MUL, [1, 3], [6]),
+            Op(BuiltinOperator.ADD, [6, 4], [7]),
+        ],
+        [0, 1],
+        [5, 7],
+    )
+    return build([main, condition, step])
