@@ -13,7 +13,10 @@ once here. A fused activation becomes its own op after the one that carried it. 
 is written as explicit pads computed the way TFLite does: the output is ceil(in / stride), the
 total padding max((out - 1)·stride + (k - 1)·dilation + 1 - in, 0), its smaller half before and
 the extra element after. Any operator without a rule is an ``UnsupportedOpError`` naming it and
-its index; docs/tflite.md lists the rules.
+its index; docs/tflite.md lists the rules. Subgraph calls (WHILE, IF: ``tflite_control``), the LSTM
+(``tflite_lstm``), sparse constants and DENSIFY (``tflite_sparse``), slices with computed bounds
+(``tflite_slices``) and custom operators (``tflite_custom``) have modules of their own that add
+their rules to ``RULES``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Writes the TFLite test fixtures beside this script: small models converted by TensorFlow.
 
-Each case is a ``tf.Module`` with one ``tf.function``, converted with TensorFlow's TFLite
-converter (float32, and an fp16-weight variant where noted) to ``<case>.tflite``, plus
+Each case is a ``tf.Module`` with one ``tf.function`` (or a Keras model: ``keras3_lstm``),
+converted with TensorFlow's TFLite converter (float32, an fp16-weight, int8 or sparse-weight
+variant where noted) to ``<case>.tflite``, plus
 ``<case>.npz``: the inputs (seeded) and LiteRT's outputs for them, the oracle the tests compare
 offload with. TensorFlow is not a dependency of offload's tests; run this script in a separate
 environment::
