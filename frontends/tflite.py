@@ -1264,6 +1264,8 @@ class _Variables:
     def operator(self, name, path, ins, outs, options, values, value, tensors) -> None:
         imp = self.imp
         if name == "CALL_ONCE":
+            if options is None or "init_subgraph_index" not in options.fields:
+                raise imp.fail(f"{path}: CALL_ONCE without CallOnceOptions")
             self.init_subgraph(int(options.get("init_subgraph_index")), path)
         elif name == "VAR_HANDLE":
             if len(outs) != 1:

@@ -184,11 +184,14 @@ def test_not_a_tflite_file():
 @pytest.mark.parametrize("name", ["shapes_f32", "cnn_f16w"])
 def test_truncations_and_byte_flips_end_in_offload_errors(name):
     """A damaged file either still imports or raises an OffloadError; nothing else escapes."""
-    data = (HERE / f"{name}.tflite").read_bytes()
+    _mutants_end_in_offload_errors((HERE / f"{name}.tflite").read_bytes())
+
+
+def _mutants_end_in_offload_errors(data: bytes, flips: int = 250) -> None:
     rng = np.random.default_rng(3)
     cuts = sorted({0, 4, 7, 8, 12, len(data) - 1, *rng.integers(8, len(data), 60).tolist()})
     mutants = [data[:n] for n in cuts]
-    for _ in range(250):
+    for _ in range(flips):
         flipped = bytearray(data)
         for at in rng.integers(0, len(data), 1 + int(rng.integers(0, 3))):
             flipped[at] ^= 1 << int(rng.integers(0, 8))
@@ -762,3 +765,30 @@ def test_stablehlo_while_is_a_while():
         np.testing.assert_array_equal(got["i_out"], want["i_out"])
     with pytest.raises(ModelFormatError, match="outside the model's 3 subgraphs"):
         offload.load(loop_model(stablehlo=True, body=9))
+
+
+def _builder_models() -> dict:
+    from tests.frontends.tflite.build import (
+        Sparse,
+        computed_init_model,
+        densify_model,
+        if_chain_model,
+        loop_model,
+    )
+
+    return {
+        "if_chain": lambda: if_chain_model(3),
+        "stablehlo_while": lambda: loop_model(stablehlo=True),
+        "computed_init": computed_init_model,
+        "sparse_blocks": lambda: densify_model(Sparse(_pruned(), {1: 2}, [0, 1, 2], [0, 1, 0], "uint8")),
+        "sparse_column_major": lambda: densify_model(Sparse(_pruned(), {}, [1, 0], [1, 1], "uint16")),
+    }
+
+
+@pytest.mark.parametrize(
+    "name", ["if_chain", "stablehlo_while", "computed_init", "sparse_blocks", "sparse_column_major"]
+)
+def test_builder_model_mutants_end_in_offload_errors(name):
+    """Subgraph calls, a CALL_ONCE and sparse metadata damaged at random: an OffloadError or an
+    import, nothing else (a CALL_ONCE without its options once crashed the importer)."""
+    _mutants_end_in_offload_errors(_builder_models()[name](), flips=600)
