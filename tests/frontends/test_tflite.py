@@ -792,3 +792,37 @@ def test_builder_model_mutants_end_in_offload_errors(name):
     """Subgraph calls, a CALL_ONCE and sparse metadata damaged at random: an OffloadError or an
     import, nothing else (a CALL_ONCE without its options once crashed the importer)."""
     _mutants_end_in_offload_errors(_builder_models()[name](), flips=600)
+
+
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_a_loop_bounded_by_a_loop_variable_is_counted(backend, tmp_path):
+    """WHILE i < n with n a loop variable the body passes through (built here): trip count
+    max(n - i, 0), so it runs on opencl; equal to LiteRT for n above, at and below i."""
+    from tests.frontends.tflite.build import bounded_loop_model
+
+    data = bounded_loop_model()
+    program = offload.load(data)
+    (loop,) = [op for op in program.main.body.operations if op.op_type == "Loop"]
+    assert loop.inputs[0] is not None and "Less" not in {op.op_type for op in loop.attributes["body"].walk()}
+    lowered = program if backend is None else offload.to_backend(program, backend)
+    if backend:
+        assert "Loop" not in {op.op_type for op in lowered.main.body.operations}
+    offload.save(lowered, tmp_path / "m.pte")
+    module = offload.runtime.load(str(tmp_path / "m.pte"))
+    for n in (7, 2, -3):
+        feeds = {
+            "i": np.array(2, np.int32),
+            "n": np.array(n, np.int32),
+            "x": np.array([1, -2, 0.5], np.float32),
+        }
+        got = module.run(feeds)
+        x = feeds["x"]
+        for _ in range(max(n - 2, 0)):
+            x = x * np.float32(1.5) + np.float32(1)
+        want = {"i_out": np.array(max(n, 2), np.int32), "n_out": feeds["n"], "y": x}
+        if Interpreter is not None:
+            live = litert(data, feeds)
+            for k in want:
+                np.testing.assert_array_equal(live[k], want[k])
+        for k, w in want.items():
+            np.testing.assert_allclose(got[k], w, rtol=1e-6)

@@ -553,3 +553,41 @@ def loop_model(stablehlo: bool, cond: int = 1, body: int = 2) -> bytes:
         [5, 7],
     )
     return build([main, condition, step])
+
+
+def bounded_loop_model() -> bytes:
+    """``(i, n, x) → while i < n: (i + 1, n, x · 1.5 + 1)``: WHILE whose bound is a loop variable
+    the body passes through unchanged."""
+    ints = [T("i", [], TensorType.INT32), T("n", [], TensorType.INT32)]
+    main = Graph(
+        [*ints, T("x", [3]), T("i_out", [], TensorType.INT32), T("n_out", [], TensorType.INT32), T("y", [3])],
+        [Op(BuiltinOperator.WHILE, [0, 1, 2], [3, 4, 5], _while_options(1, 2))],
+        [0, 1, 2],
+        [3, 4, 5],
+    )
+    condition = Graph(
+        [*ints, T("x", [3]), T("c", [], TensorType.BOOL)],
+        [Op(BuiltinOperator.LESS, [0, 1], [3])],
+        [0, 1, 2],
+        [3],
+    )
+    step = Graph(
+        [
+            *ints,
+            T("x", [3]),
+            T("one", [], TensorType.INT32, np.array(1, "<i4")),
+            T("k", [], data=np.array(1.5, "<f4")),
+            T("b", [], data=np.array(1.0, "<f4")),
+            T("i1", [], TensorType.INT32),
+            T("scaled", [3]),
+            T("x1", [3]),
+        ],
+        [
+            Op(BuiltinOperator.ADD, [3, 0], [6]),  # 1 + i: the step's constant first
+            Op(BuiltinOperator.MUL, [2, 4], [7]),
+            Op(BuiltinOperator.ADD, [7, 5], [8]),
+        ],
+        [0, 1, 2],
+        [6, 1, 8],
+    )
+    return build([main, condition, step])
