@@ -13,8 +13,9 @@ One step, TFLite's way::
     o = σ(W_o x + R_o h + p_o ⊙ c' + b_o)       h' = clip(P (o ⊙ act(c')) + b_P, proj_clip)
 
 Without cell clip, projection or layer norm this is ONNX's LSTM with its gates reordered (ONNX
-stacks W, R and B as i, o, f, c, and the peepholes as i, o, f), ``input_forget`` for CIFG and
-``layout = 1`` for batch-major input. ONNX's ``clip`` bounds the gates' inputs, not the cell
+stacks W, R and B as i, o, f, c, and the peepholes as i, o, f), ``input_forget`` for CIFG (ONNX
+computes the input gate and derives forget = 1 - i, TFLite the reverse: its input-gate slot gets
+the negated forget weights, as 1 - σ(z) = σ(-z)) and ``layout = 1`` for batch-major input. ONNX's ``clip`` bounds the gates' inputs, not the cell
 state, so a cell clip (Keras's converted LSTMs carry 10) or a projection is written as a Loop over
 the time steps with the step above as its body, counted so that the GPU backends can run it.
 Layer norm and quantized (hybrid or integer) LSTMs are refused by name.
@@ -115,6 +116,12 @@ def unidirectional_sequence_lstm(node: Node) -> list:
 def _onnx_lstm(node: Node, w, r, b, p, cifg: bool, act: int, time_major: bool):
     """ONNX LSTM, gates i, o, f, c; its Y without the direction axis, and the final states."""
     order = (0, 3, 1, 2)  # TFLite's i, f, c, o → ONNX's i, o, f, c
+    if cifg:
+        # ONNX's input_forget computes the input gate and takes forget = 1 - i; TFLite's CIFG
+        # computes the forget gate and takes i = 1 - f. Since 1 - σ(z) = σ(-z), ONNX's input gate
+        # on the negated forget weights is TFLite's i, and its 1 - i TFLite's f.
+        w, r, b = [-w[1], *w[1:]], [-r[1], *r[1:]], [-b[1], *b[1:]]
+        p = None if p is None else [-p[1], *p[1:]]
     W = np.concatenate([w[k] for k in order])[None]
     R = np.concatenate([r[k] for k in order])[None]
     B = np.concatenate([*(b[k] for k in order), np.zeros(4 * len(b[0]), np.float32)])[None]

@@ -24,6 +24,7 @@ from offload.schemas.generated.tflite import (
     Tensor,
     Uint8Vector,
     Uint16Vector,
+    UnidirectionalSequenceLSTMOptions,
     VarHandleOptions,
     WhileOptions,
 )
@@ -591,3 +592,60 @@ def bounded_loop_model() -> bytes:
         [6, 1, 8],
     )
     return build([main, condition, step])
+
+
+def lstm_model(
+    *,
+    peepholes: bool = False,
+    cifg: bool = False,
+    projection: int = 0,
+    cell_clip: float = 0.0,
+    proj_clip: float = 0.0,
+    time_major: bool = False,
+    seed: int = 0,
+) -> bytes:
+    """One UNIDIRECTIONAL_SEQUENCE_LSTM (tanh) on a [2, 5, 3] sequence ([5, 2, 3] time-major),
+    4 cells, with the optional parts asked for: peephole weights, CIFG (no input gate),
+    a projection to ``projection`` outputs, clips. Weights are seeded; the states are variable
+    tensors."""
+    rng = np.random.default_rng(seed)
+    batch, steps, n_in, n_cell = 2, 5, 3, 4
+    n_out = projection or n_cell
+
+    def weights(*shape):
+        return (rng.standard_normal(shape) * 0.6).astype("<f4")
+
+    tensors = [T("x", [steps, batch, n_in] if time_major else [batch, steps, n_in])]
+    inputs = [0]
+
+    def add(name, array):
+        tensors.append(T(name, list(array.shape), data=array))
+        return len(tensors) - 1
+
+    gates = "ifco"
+    for g in gates:
+        inputs.append(-1 if cifg and g == "i" else add(f"w_{g}", weights(n_cell, n_in)))
+    for g in gates:
+        inputs.append(-1 if cifg and g == "i" else add(f"r_{g}", weights(n_cell, n_out)))
+    for g in "ifo":
+        inputs.append(add(f"p_{g}", weights(n_cell)) if peepholes and not (cifg and g == "i") else -1)
+    for g in gates:
+        inputs.append(-1 if cifg and g == "i" else add(f"b_{g}", weights(n_cell)))
+    inputs.append(add("proj_w", weights(n_out, n_cell)) if projection else -1)
+    inputs.append(add("proj_b", weights(n_out)) if projection else -1)
+    for name, size in (("h", n_out), ("c", n_cell)):
+        tensors.append(T(name, [batch, size], is_variable=True))
+        inputs.append(len(tensors) - 1)
+    inputs += [-1] * 4
+    tensors.append(T("y", [steps, batch, n_out] if time_major else [batch, steps, n_out]))
+
+    def options(b):
+        UnidirectionalSequenceLSTMOptions.Start(b)
+        UnidirectionalSequenceLSTMOptions.AddFusedActivationFunction(b, 4)  # TANH
+        UnidirectionalSequenceLSTMOptions.AddCellClip(b, cell_clip)
+        UnidirectionalSequenceLSTMOptions.AddProjClip(b, proj_clip)
+        UnidirectionalSequenceLSTMOptions.AddTimeMajor(b, time_major)
+        return BuiltinOptions.UnidirectionalSequenceLSTMOptions, UnidirectionalSequenceLSTMOptions.End(b)
+
+    op = Op(BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM, inputs, [len(tensors) - 1], options)
+    return build([Graph(tensors, [op], [0], [len(tensors) - 1])])
