@@ -3,8 +3,9 @@
 The MANIFEST is JSON in one of two forms: the first specification's ``{"main-model": "m.tflite"}``
 or today's ``{"major-version", "minor-version", "patch-version", "models": [...],
 "model-types": [...], "configs": [...], "pkg-inputs": [...], "pkg-outputs": [...]}``. A package
-holding one model imports that model; several models joined through ``pkg-inputs`` /
-``pkg-outputs`` are refused for now (issue 12). Model files are TFLite (``TFL3``) or circle
+holding one model imports that model; several models become one function chained as
+``pkg-inputs`` / ``pkg-outputs`` / ``model-connect`` say, or without those one method each
+(``nnpackage_chain``). Model files are TFLite (``TFL3``) or circle
 (``CIR0``: TFLite's schema with a few additions, read with the TFLite reader; an operator only
 circle has is refused by name).
 
@@ -23,7 +24,7 @@ import posixpath
 import zipfile
 import zlib
 
-from offload.errors import ModelFormatError, UnsupportedOpError
+from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError
 from offload.ir import Program
 
 MANIFEST = "metadata/MANIFEST"
@@ -34,6 +35,7 @@ MAX_TOTAL_BYTES = 1 << 33  # everything read from one package
 MAX_RATIO = 100  # uncompressed / compressed, for entries over RATIO_FLOOR bytes
 RATIO_FLOOR = 1 << 20
 MODEL_TYPES = {"tflite": b"TFL3", "circle": b"CIR0"}
+MAX_MODELS = 64
 
 
 def _entry_name(name: str, origin: str) -> str:
@@ -125,8 +127,8 @@ class _Folder:
             return f.read(limit + 1)
 
 
-def _manifest(files) -> tuple[str, str]:
-    """The one model's entry name and type, from the MANIFEST in either form."""
+def _manifest(files) -> tuple[list[tuple[str, str]], dict]:
+    """The models' entry names and types, from the MANIFEST in either form, and the MANIFEST."""
     where = f"{files.origin}: {MANIFEST}"
     try:
         manifest = json.loads(files.read(MANIFEST, MAX_MANIFEST_BYTES).decode("utf-8"))
@@ -140,27 +142,24 @@ def _manifest(files) -> tuple[str, str]:
             raise ModelFormatError(f"{where}: 'models' is not a non-empty list of file names")
         if types is not None and (not isinstance(types, list) or len(types) != len(models)):
             raise ModelFormatError(f"{where}: 'model-types' does not list one type per model")
-        if len(models) > 1:
-            raise UnsupportedOpError(
-                f"{where}: {len(models)} models joined by pkg-inputs/pkg-outputs; offload imports "
-                "packages of one model (issue 12)"
-            )
-        model = models[0]
-        kind = types[0] if types else posixpath.splitext(model)[1].lstrip(".")
+        if len(models) > MAX_MODELS:
+            raise ModelFormatError(f"{where}: {len(models)} models, more than {MAX_MODELS}")
+        kinds = types if types else [posixpath.splitext(m)[1].lstrip(".") for m in models]
+        found = list(zip(models, kinds))
     elif "main-model" in manifest:
         model = manifest["main-model"]
         if not isinstance(model, str):
             raise ModelFormatError(f"{where}: 'main-model' is not a file name")
-        kind = posixpath.splitext(model)[1].lstrip(".")
+        found = [(model, posixpath.splitext(model)[1].lstrip("."))]
     else:
         raise ModelFormatError(f"{where} names no model ('models' or 'main-model')")
-    if not isinstance(kind, str):
-        raise ModelFormatError(f"{where}: model type {kind!r} is not a string")
-    return model, kind
+    for _, kind in found:
+        if not isinstance(kind, str):
+            raise ModelFormatError(f"{where}: model type {kind!r} is not a string")
+    return found, manifest
 
 
-def _import(files) -> Program:
-    model, kind = _manifest(files)
+def _model(files, model: str, kind: str) -> Program:
     data = files.read(model, MAX_ENTRY_BYTES)
     origin = f"{files.origin}/{model}"
     identifier = data[4:8] if len(data) >= 8 else b""
@@ -177,6 +176,28 @@ def _import(files) -> Program:
 
     program = import_tflite(data, origin)
     program.metadata["format"] = f"nnpackage/{found}"
+    return program
+
+
+def _import(files) -> Program:
+    found, manifest = _manifest(files)
+    programs = [_model(files, model, kind) for model, kind in found]
+    if len(programs) == 1:
+        return programs[0]
+    from offload.ir import verify
+
+    from .nnpackage_chain import joined, separate
+
+    if "pkg-inputs" in manifest or "pkg-outputs" in manifest:
+        program = joined(programs, manifest, files.origin)
+    else:
+        program = separate(programs, files.origin)
+    formats = sorted({p.metadata["format"] for p in programs})
+    program.metadata["format"] = "+".join(formats)
+    try:
+        verify(program)
+    except OffloadError as e:
+        raise ModelFormatError(f"{files.origin}: the joined models do not verify: {e}") from None
     return program
 
 

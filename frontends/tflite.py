@@ -13,7 +13,10 @@ once here. A fused activation becomes its own op after the one that carried it. 
 is written as explicit pads computed the way TFLite does: the output is ceil(in / stride), the
 total padding max((out - 1)·stride + (k - 1)·dilation + 1 - in, 0), its smaller half before and
 the extra element after. Any operator without a rule is an ``UnsupportedOpError`` naming it and
-its index; docs/tflite.md lists the rules.
+its index; docs/tflite.md lists the rules. Subgraph calls (WHILE, IF: ``tflite_control``), the LSTM
+(``tflite_lstm``), sparse constants and DENSIFY (``tflite_sparse``), slices with computed bounds
+(``tflite_slices``) and custom operators (``tflite_custom``) have modules of their own that add
+their rules to ``RULES``.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from .tflite_quant import (
 from .tflite_reader import Buffer, Table
 
 MAX_RANK = 64
+MAX_CALL_DEPTH = 16  # subgraphs calling subgraphs (WHILE, IF): deeper is refused
+MAX_TRANSLATIONS_PER_SUBGRAPH = 8  # subgraph translations in all, per subgraph of the file
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
 
@@ -96,6 +101,13 @@ class Node:
     tensors: list  # the input tensors (Table), None where omitted
     outputs: list  # the output tensors (Table)
     options: Table | None
+    operator: Table | None = None  # the Operator table itself (custom_options, for a custom op)
+
+    @property
+    def custom_options(self) -> bytes:
+        """A custom operator's options as the file stores them (a flexbuffer, usually)."""
+        raw = self.operator.get("custom_options") if self.operator is not None else None
+        return b"" if raw is None else raw.tobytes()
 
     def opt(self, field: str):
         """An option's value, read from the operator's options table."""
@@ -145,8 +157,8 @@ class Node:
             raise self.unsupported(f"input {i} must be a constant tensor here")
         return v.const_value
 
-    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
-        return self.imp.op(op_type, inputs, attrs, num_outputs)
+    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1, domain: str = "") -> list[Value]:
+        return self.imp.op(op_type, inputs, attrs, num_outputs, domain)
 
     def one(self, op_type: str, inputs, attrs=None) -> Value:
         return self.op(op_type, inputs, attrs)[0]
@@ -462,6 +474,10 @@ def expand_dims(node: Node) -> list:
 
 @rule("SLICE", version=6, inputs=3)
 def slice_(node: Node) -> list:
+    if node.inputs[1].const_value is None or node.inputs[2].const_value is None:
+        from .tflite_slices import dynamic_slice  # begin or size computed (a loop body's index)
+
+        return dynamic_slice(node)
     begin = node.const(1).astype(np.int64).reshape(-1)
     size = node.const(2).astype(np.int64).reshape(-1)
     end = np.where(size < 0, INT64_MAX, begin + size)
@@ -475,6 +491,10 @@ def strided_slice(node: Node) -> list:
             raise node.unsupported(f"{field} {node.opt(field)} is not supported")
     if node.opt("offset"):
         raise node.unsupported("offset=true is not supported")
+    if node.inputs[1].const_value is None or node.inputs[2].const_value is None:
+        from .tflite_slices import dynamic_strided_slice  # begin or end computed
+
+        return dynamic_strided_slice(node)
     begin, end, strides = (node.const(i).astype(np.int64).reshape(-1).copy() for i in (1, 2, 3))
     if not len(begin) == len(end) == len(strides) or (strides == 0).any():
         raise node.fail("begin, end and strides differ in length or a stride is 0")
@@ -874,9 +894,10 @@ class _Importer:
     def const(self, array: np.ndarray) -> Value:
         return self.block.add_constant(self.namer.fresh("const"), array)
 
-    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
+    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1, domain: str = "") -> list[Value]:
         names = [self.namer.fresh(op_type) for _ in range(num_outputs)]
-        return self.block.append(Operation(op_type, list(inputs), attrs, output_names=names)).outputs
+        op = Operation(op_type, list(inputs), attrs, domain=domain, output_names=names)
+        return self.block.append(op).outputs
 
     # ---- quantized tensors ------------------------------------------------------------------
 
@@ -1003,6 +1024,11 @@ class _Importer:
             return Value(name, ttype)
         if not ttype.is_static:
             raise self.fail(f"{path}: a constant with an unknown dimension {ttype.shape}")
+        if t.get("sparsity") is not None:  # the nonzeros and their index tree (tflite_sparse)
+            array = sparse_constant(self, t, data, ttype, path)
+            v = Value(name, TensorType(ttype.dtype, ttype.shape, ttype.quant), array)
+            self.block.constants[name] = v
+            return v
         dtype = ttype.dtype.numpy.newbyteorder("<")
         count = int(np.prod(ttype.shape, dtype=np.int64))
         if count * dtype.itemsize != len(data):
@@ -1056,6 +1082,69 @@ class _Importer:
         self.block = Block(name=fn_name)
         self.namer = Namer()
         self.real = {}
+        self.codes = codes
+        self.calling = []
+        self.translated = 0
+        tensors = graph.get("tensors")
+        count = 0 if tensors is None else len(tensors)
+        prefix = f"subgraphs[{sg}]"
+        in_names, out_names = names if names is not None else ({}, {})
+        if names is not None:
+            listed = [int(i) for i in graph.items("inputs")], [int(i) for i in graph.items("outputs")]
+            for field, mapping, want in (("inputs", in_names, listed[0]), ("outputs", out_names, listed[1])):
+                if sorted(mapping) != sorted(want):
+                    raise self.fail(f"signature '{fn_name}': its {field} are not the {field} of {prefix}")
+            for name in [*in_names.values(), *out_names.values()]:
+                self.namer.reserve(name)
+        variables = self.variables = _Variables(self, codes)
+        for k, i in enumerate(graph.items("inputs")):
+            if not 0 <= i < count:
+                raise self.fail(
+                    f"{prefix}.inputs[{k}]: tensor index {i} is outside the subgraph's {count} tensors"
+                )
+            path = f"{prefix}.tensors[{i}]"
+            name = in_names.get(int(i)) or self.namer.fresh(tensors[i].get("name") or f"input_{k}")
+            self.block.inputs.append(Value(name, self.tensor_type(tensors[i], path)))
+        results = self.subgraph(sg, list(self.block.inputs), variables, out_names)
+        for i, v in results:
+            if v.producer is None or v in self.block.outputs or i in out_names:
+                v = self.op("Identity", [v])[0]  # an input, a constant, listed twice, or renamed
+                if i in out_names:
+                    v.name = out_names[i]
+            self.block.outputs.append(v)
+        return Function(fn_name, self.block, {"": 21}, variables.finish())
+
+    def subgraph(self, sg: int, inputs: list, variables=None, out_names=None) -> list[tuple[int, Value]]:
+        """Translate subgraph ``sg`` into the current block, its inputs bound to ``inputs``: its
+        outputs as (tensor index, value). A subgraph another calls (WHILE, IF) has no
+        ``variables``; the chain of calls is followed with a bound and checked for cycles."""
+        subgraphs = self.model.get("subgraphs")
+        if not 0 <= sg < len(subgraphs):
+            raise self.fail(f"subgraph {sg} is outside the model's {len(subgraphs)} subgraphs")
+        if sg in self.calling:
+            chain = " → ".join(str(k) for k in [*self.calling, sg])
+            raise self.fail(f"subgraphs call each other in a cycle ({chain})")
+        if len(self.calling) >= MAX_CALL_DEPTH:
+            raise self.fail(f"subgraph calls nest deeper than {MAX_CALL_DEPTH}")
+        # a subgraph is translated once per call site (WHILE's condition twice): a file whose IFs
+        # call the next subgraph from both branches would double the work at every level
+        self.translated += 1
+        if self.translated > MAX_TRANSLATIONS_PER_SUBGRAPH * len(subgraphs):
+            raise self.fail(
+                f"subgraphs are called more than {MAX_TRANSLATIONS_PER_SUBGRAPH}× their number in all"
+            )
+        # a called subgraph's values are named within it, so that they never take a name the
+        # caller's own tensors (translated after them) carry
+        graph = subgraphs[sg]
+        scope = f"{graph.get('name') or f'subgraph_{sg}'}/" if self.calling else ""
+        self.calling.append(sg)
+        try:
+            return self._operators(graph, sg, inputs, variables, out_names or {}, scope)
+        finally:
+            self.calling.pop()
+
+    def _operators(self, graph: Table, sg: int, inputs: list, variables, out_names: dict, scope: str):
+        codes = self.codes
         tensors = graph.get("tensors")
         count = 0 if tensors is None else len(tensors)
         prefix = f"subgraphs[{sg}]"
@@ -1065,29 +1154,21 @@ class _Importer:
                 raise self.fail(f"{path}: tensor index {i} is outside the subgraph's {count} tensors")
             return int(i)
 
-        in_names, out_names = names if names is not None else ({}, {})
-        if names is not None:
-            listed = [int(i) for i in graph.items("inputs")], [int(i) for i in graph.items("outputs")]
-            for field, mapping, want in (("inputs", in_names, listed[0]), ("outputs", out_names, listed[1])):
-                if sorted(mapping) != sorted(want):
-                    raise self.fail(f"signature '{fn_name}': its {field} are not the {field} of {prefix}")
-            for name in [*in_names.values(), *out_names.values()]:
-                self.namer.reserve(name)
         values: dict[int, Value] = {}
-        variables = _Variables(self, codes)
-        for k, i in enumerate(graph.items("inputs")):
-            i = index(i, f"{prefix}.inputs[{k}]")
-            path = f"{prefix}.tensors[{i}]"
-            name = in_names.get(i) or self.namer.fresh(tensors[i].get("name") or f"input_{k}")
-            v = Value(name, self.tensor_type(tensors[i], path))
-            self.block.inputs.append(v)
-            values[i] = v
+        listed = graph.items("inputs")
+        if len(listed) != len(inputs):
+            raise self.fail(f"{prefix}: takes {len(listed)} inputs, {len(inputs)} given")
+        for k, (i, v) in enumerate(zip(listed, inputs)):
+            values[index(i, f"{prefix}.inputs[{k}]")] = v
 
         def value(i: int) -> Value:
             if i not in values:
                 path = f"{prefix}.tensors[{i}]"
                 t = tensors[i]
                 if t.get("buffer") == 0 or self.buffer_data(t.get("buffer"), path) is None:
+                    if t.get("is_variable") and variables is not None:  # an LSTM's state
+                        values[i] = variables.tensor(i, t, path)
+                        return values[i]
                     raise self.fail(f"{path} ('{t.get('name')}') is read before any operator writes it")
                 values[i] = self.tensor_value(t, i, path)
             return values[i]
@@ -1104,13 +1185,21 @@ class _Importer:
             outs = [index(i, f"{path}.outputs") for i in op.items("outputs")]
             _, options = op.get("builtin_options")
             if name in VARIABLE_OPS:
+                if variables is None:
+                    raise UnsupportedOpError(
+                        f"{self.origin}: {path}: {name} in a subgraph that WHILE or IF calls is not supported"
+                    )
                 variables.operator(name, path, ins, outs, options, values, value, tensors)
                 continue
             fn = RULES.get(name)
             if fn is None:
+                hint = (
+                    "register a rule for it with offload.frontends.tflite.register_custom_op"
+                    if name.startswith("CUSTOM ")
+                    else "docs/tflite.md lists the operators offload imports"
+                )
                 raise UnsupportedOpError(
-                    f"{self.origin}: operator {n} ({name}, version {version}) is not supported; "
-                    "docs/tflite.md lists the operators offload imports"
+                    f"{self.origin}: operator {n} ({name}, version {version}) is not supported; {hint}"
                 )
             node = Node(
                 self,
@@ -1121,6 +1210,7 @@ class _Importer:
                 [None if i == -1 else tensors[i] for i in ins],
                 [tensors[i] for i in outs],
                 options,
+                op,
             )
             present = sum(1 for v in node.inputs[: ARITY[name]] if v is not None)
             if present < ARITY[name]:
@@ -1141,20 +1231,13 @@ class _Importer:
                 if i in values:
                     raise node.fail(f"tensor {i} is written twice")
                 tname = tensors[i].get("name")
+                tname = f"{scope}{tname}" if tname else tname
                 if tname and tname not in self.namer.taken and i not in out_names:
                     self.namer.taken.add(tname)
                     v.name = tname
                 values[i] = v
 
-        for k, i in enumerate(graph.items("outputs")):
-            i = index(i, f"{prefix}.outputs[{k}]")
-            v = value(i)
-            if v.producer is None or v in self.block.outputs or i in out_names:
-                v = self.op("Identity", [v])[0]  # an input, a constant, listed twice, or renamed
-                if i in out_names:
-                    v.name = out_names[i]
-            self.block.outputs.append(v)
-        return Function(fn_name, self.block, {"": 21}, variables.finish())
+        return [(i, value(index(i, f"{prefix}.outputs[{k}]"))) for k, i in enumerate(graph.items("outputs"))]
 
 
 VARIABLE_OPS = ("CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")
@@ -1176,10 +1259,13 @@ class _Variables:
         self.initial: dict[str, np.ndarray] = {}
         self.state: dict[str, list] = {}  # name → [state input, current value]
         self.flag: Value | None = None
+        self.tensors: dict[int, str] = {}  # id of a variable tensor's value → its variable
 
     def operator(self, name, path, ins, outs, options, values, value, tensors) -> None:
         imp = self.imp
         if name == "CALL_ONCE":
+            if options is None or "init_subgraph_index" not in options.fields:
+                raise imp.fail(f"{path}: CALL_ONCE without CallOnceOptions")
             self.init_subgraph(int(options.get("init_subgraph_index")), path)
         elif name == "VAR_HANDLE":
             if len(outs) != 1:
@@ -1203,64 +1289,59 @@ class _Variables:
                 )
             self.state[var][1] = new
 
+    def tensor(self, index: int, t: Table, path: str) -> Value:
+        """A variable tensor an operator reads and updates (an LSTM's output and cell state): a
+        variable of its own, zeros at first, kept between calls as LiteRT keeps it."""
+        var = f"{t.get('name') or 'tensor'}:{index}"
+        v = self.current(var, t, path)
+        self.tensors[id(v)] = var
+        return v
+
+    def assign_tensor(self, read: Value, new: Value) -> None:
+        """Set the variable tensor that ``read`` (what ``tensor`` gave) came from to ``new``."""
+        var = self.tensors.get(id(read))
+        if var is None:
+            raise self.imp.fail(f"'{read.name}' is not a variable tensor")
+        self.state[var][1] = new
+
     def init_subgraph(self, index: int, path: str) -> None:
-        imp = self.imp
-        subgraphs = imp.model.get("subgraphs")
-        if not 0 <= index < len(subgraphs):
-            raise imp.fail(
-                f"{path}: CALL_ONCE init subgraph {index} is outside the model's {len(subgraphs)} subgraphs"
-            )
-        graph = subgraphs[index]
-        tensors = graph.get("tensors")
-        count = 0 if tensors is None else len(tensors)
-        handles: dict[int, str] = {}
-        for n, op in enumerate(graph.items("operators")):
-            where = f"subgraphs[{index}].operators[{n}]"
-            code = op.get("opcode_index")
-            if code >= len(self.codes):
-                raise imp.fail(f"{where}.opcode_index: {code} is outside the model's operator codes")
-            name, _ = self.codes[code]
-            ins, outs = [int(i) for i in op.items("inputs")], [int(i) for i in op.items("outputs")]
-            if any(not 0 <= i < count for i in ins + outs):
-                raise imp.fail(f"{where}: a tensor index outside the subgraph's {count} tensors")
-            _, options = op.get("builtin_options")
-            if name == "VAR_HANDLE" and len(outs) == 1:
-                handles[outs[0]] = _shared_name(options, outs[0])
-            elif name == "ASSIGN_VARIABLE" and len(ins) == 2 and ins[0] in handles:
-                t = tensors[ins[1]]
-                data = imp.buffer_data(t.get("buffer"), f"subgraphs[{index}].tensors[{ins[1]}]")
-                if data is None:
-                    raise UnsupportedOpError(
-                        f"{imp.origin}: {where}: the CALL_ONCE subgraph assigns a computed value; "
-                        "only constant initial values are supported"
-                    )
-                v = imp.tensor_value(t, ins[1], f"subgraphs[{index}].tensors[{ins[1]}]")
-                imp.block.constants.pop(v.name)  # read only: current() adds the value it uses
-                self.initial[handles[ins[0]]] = v.const_value
+        """CALL_ONCE: its subgraph translated into this function (``imp.subgraph``, which checks
+        the index and the call chain) with its ASSIGN_VARIABLEs recorded as initial values. A
+        computed value is computed in the graph and taken on the first run only; computed from
+        constants, as initialisers are, the constant-folding pass makes it a constant."""
+        init = _InitAssignments(self.imp)
+        try:
+            self.imp.subgraph(index, [], init)
+        except UnsupportedOpError as e:
+            raise UnsupportedOpError(f"{e} (in the CALL_ONCE subgraph of {path})") from None
+        for var, v in init.assigned.items():
+            if v.const_value is not None and v.producer is None:
+                self.imp.block.constants.pop(v.name, None)  # current() adds the constant it uses
+                self.initial[var] = v.const_value
             else:
-                raise UnsupportedOpError(
-                    f"{imp.origin}: {where}: {name} in a CALL_ONCE subgraph (only VAR_HANDLE and "
-                    "ASSIGN_VARIABLE of constants are supported)"
-                )
+                self.initial[var] = v
 
     def current(self, var: str, t: Table, path: str) -> Value:
         """The variable's value so far; its state input (and initial value) made on first use."""
         imp = self.imp
         if var not in self.state:
             initial = self.initial.get(var)
-            if initial is None:
+            if initial is None or isinstance(initial, Value):  # zeros, or computed by CALL_ONCE
                 ttype = imp.tensor_type(t, path)
                 if not ttype.is_static:
                     raise UnsupportedOpError(f"{imp.origin}: {path}: variable '{var}' of unknown shape")
-                initial = np.zeros(ttype.shape, ttype.dtype.numpy)
+                stype = TensorType(ttype.dtype, ttype.shape)
+                if initial is None:
+                    initial = imp.const(np.zeros(ttype.shape, ttype.dtype.numpy))
+            else:
+                stype = TensorType(DataType.from_numpy(initial.dtype), initial.shape)
+                initial = imp.const(np.ascontiguousarray(initial).reshape(initial.shape))
             if self.flag is None:
                 self.flag = Value(imp.namer.fresh("variables_initialized"), TensorType(DataType.BOOL, ()))
                 imp.block.inputs.append(self.flag)
-            state = Value(imp.namer.fresh(var), TensorType(DataType.from_numpy(initial.dtype), initial.shape))
+            state = Value(imp.namer.fresh(var), stype)
             imp.block.inputs.append(state)
-            first = imp.op(
-                "Where", [self.flag, state, imp.const(np.ascontiguousarray(initial).reshape(initial.shape))]
-            )[0]
+            first = imp.op("Where", [self.flag, state, initial])[0]
             self.state[var] = [state, first]
         return self.state[var][1]
 
@@ -1273,6 +1354,30 @@ class _Variables:
             imp.block.outputs.append(imp.op("Identity", [current])[0])
         imp.block.outputs.append(imp.op("Identity", [imp.const(np.array(True))])[0])
         return [state.name for state, _ in self.state.values()] + [self.flag.name]
+
+
+class _InitAssignments:
+    """The variable operators of a CALL_ONCE subgraph: VAR_HANDLE names a variable, ASSIGN_VARIABLE
+    records its initial value; reading a variable there is refused."""
+
+    def __init__(self, imp: _Importer):
+        self.imp = imp
+        self.handles: dict[int, str] = {}
+        self.assigned: dict[str, Value] = {}
+
+    def operator(self, name, path, ins, outs, options, values, value, tensors) -> None:
+        if name == "VAR_HANDLE" and len(outs) == 1:
+            self.handles[outs[0]] = _shared_name(options, outs[0])
+        elif name == "ASSIGN_VARIABLE" and len(ins) == 2 and ins[0] in self.handles:
+            self.assigned[self.handles[ins[0]]] = value(ins[1])
+        else:
+            raise UnsupportedOpError(
+                f"{self.imp.origin}: {path}: {name} in a CALL_ONCE subgraph (VAR_HANDLE, "
+                "ASSIGN_VARIABLE and computing operators are supported)"
+            )
+
+    def tensor(self, index: int, t: Table, path: str) -> Value:
+        raise UnsupportedOpError(f"{self.imp.origin}: {path}: a variable tensor in a CALL_ONCE subgraph")
 
 
 def _shared_name(options, index: int) -> str:
@@ -1293,3 +1398,8 @@ def import_tflite(data: bytes, origin: str = "<bytes>") -> Program:
             raise
         raise ModelFormatError(f"{origin}: the operators do not fit the tensors they read: {e}") from None
     return program
+
+
+from . import tflite_control, tflite_lstm, tflite_slices  # noqa: E402, F401  (register their rules)
+from .tflite_custom import register_custom_op  # noqa: E402, F401
+from .tflite_sparse import sparse_constant  # noqa: E402  (also registers DENSIFY)

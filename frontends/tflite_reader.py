@@ -277,6 +277,7 @@ class TableVector:
         return self.count
 
     def __getitem__(self, i: int) -> Table:
+        i = int(i)  # a numpy index read from the file would make the offsets below int32
         if not 0 <= i < self.count:
             raise self.buf.fail(self.path, f"index {i} is outside its {self.count} elements")
         at, path = self.start + 4 * i, f"{self.path}[{i}]"

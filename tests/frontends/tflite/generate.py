@@ -1,7 +1,8 @@
 """Writes the TFLite test fixtures beside this script: small models converted by TensorFlow.
 
-Each case is a ``tf.Module`` with one ``tf.function``, converted with TensorFlow's TFLite
-converter (float32, and an fp16-weight variant where noted) to ``<case>.tflite``, plus
+Each case is a ``tf.Module`` with one ``tf.function`` (or a Keras model: ``keras3_lstm``),
+converted with TensorFlow's TFLite converter (float32, an fp16-weight, int8 or sparse-weight
+variant where noted) to ``<case>.tflite``, plus
 ``<case>.npz``: the inputs (seeded) and LiteRT's outputs for them, the oracle the tests compare
 offload with. TensorFlow is not a dependency of offload's tests; run this script in a separate
 environment::
@@ -13,7 +14,8 @@ The ``.npz`` holds ``input_names`` / ``output_names`` (tensor names of the main 
 arrays ``input_<i>`` / ``output_<i>`` in that order. ``signatures`` (run alone with that name)
 writes signatures/codec.tflite, a model of two signatures, and its oracle (see ``signatures()``);
 ``variables`` writes variables/accumulator.tflite, a model with resource variables, and LiteRT's
-outputs over a sequence of calls.
+outputs over a sequence of calls; ``lstm`` writes lstm/keras_lstm.tflite (needs ``tf-keras``: the
+converter fuses Keras 2's LSTM only) and LiteRT's outputs over a sequence of calls.
 """
 
 from __future__ import annotations
@@ -226,6 +228,83 @@ class Dynamic(tf.Module):
         }
 
 
+class Cond(tf.Module):
+    """tf.cond on a data-dependent predicate: the converter writes IF with two branch subgraphs,
+    each taking the input."""
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 3], tf.float32, name="x")])
+    def __call__(self, x):
+        y = tf.cond(tf.reduce_sum(x) > 0.0, lambda: tf.tanh(x) * 2.0, lambda: tf.nn.relu(x) - 1.0)
+        return {"y": y + 0.5}
+
+
+class WhileRnn(tf.Module):
+    """A small RNN written as tf.while_loop over time steps (i < T, i += 1): the converter writes
+    WHILE with a condition subgraph (LESS) and a body subgraph that indexes xs[i]."""
+
+    def __init__(self):
+        rng = np.random.default_rng(6)
+        self.w, self.u, self.b = _const(rng, 4, 4), _const(rng, 3, 4), _const(rng, 4)
+
+    @tf.function(input_signature=[tf.TensorSpec([5, 2, 3], tf.float32, name="xs")])
+    def __call__(self, xs):
+        def step(i, h):
+            return i + 1, tf.tanh(tf.matmul(h, self.w) + tf.matmul(xs[i], self.u) + self.b)
+
+        _, h = tf.while_loop(lambda i, h: i < tf.shape(xs)[0], step, [tf.constant(0), tf.zeros([2, 4])])
+        return {"h": h}
+
+
+class WhileUntil(tf.Module):
+    """A loop whose end depends on the data (grow x until its sum passes 10, at most 20 steps):
+    WHILE with a condition subgraph that reduces, so no trip count is known before the loop."""
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 3], tf.float32, name="x")])
+    def __call__(self, x):
+        def grow(i, x):
+            return i + 1, x * 1.5 + 0.25
+
+        i, y = tf.while_loop(
+            lambda i, x: tf.reduce_sum(x) < 10.0, grow, [tf.constant(0), x], maximum_iterations=20
+        )
+        return {"y": y, "steps": i}
+
+
+class Keras3Lstm:
+    """A Keras 3 LSTM layer (return_sequences), converted from the Keras model: Keras 3 has no
+    fused-LSTM annotation, so the converter writes its loop as WHILE over time (two counters
+    against constants) whose body updates the output sequence by slicing and concatenating at
+    the counter."""
+
+    def __init__(self):
+        tf.keras.utils.set_random_seed(8)
+        x = tf.keras.Input((6, 3), batch_size=2, name="x")
+        self.keras_model = tf.keras.Model(x, tf.keras.layers.LSTM(5, return_sequences=True)(x))
+
+
+class Pruned(tf.Module):
+    """A dense layer and a convolution whose weights are 80 % zeros (as magnitude pruning leaves
+    them): with EXPERIMENTAL_SPARSITY the converter stores them sparse (CSR with uint8 indices)
+    behind DENSIFY operators."""
+
+    def __init__(self):
+        rng = np.random.default_rng(10)
+        w = rng.standard_normal((16, 8)).astype(np.float32)
+        w[rng.random(w.shape) < 0.8] = 0
+        k = rng.standard_normal((3, 3, 4, 8)).astype(np.float32)
+        k[rng.random(k.shape) < 0.8] = 0
+        self.w, self.k = tf.constant(w), tf.constant(k)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([2, 16], tf.float32, name="x"),
+            tf.TensorSpec([1, 6, 6, 4], tf.float32, name="image"),
+        ]
+    )
+    def __call__(self, x, image):
+        return {"dense": tf.nn.relu(tf.matmul(x, self.w)), "conv": tf.nn.conv2d(image, self.k, 1, "SAME")}
+
+
 CASES = {
     "cnn_f32": (Cnn, "float32", {"image": (2, 16, 16, 3)}),
     "cnn_f16w": (Cnn, "float16", {"image": (2, 16, 16, 3)}),
@@ -237,15 +316,24 @@ CASES = {
     "image_ops": (Image, "float32", {"x": (1, 5, 6, 4)}),
     "math_ops": (Math, "float32", {"a": (3, 8), "b": (3, 8)}),
     "dynamic_ops": (Dynamic, "float32", {"x": (5, 4)}),
+    "cond_f32": (Cond, "float32", {"x": (2, 3)}),
+    "while_rnn_f32": (WhileRnn, "float32", {"xs": (5, 2, 3)}),
+    "while_until": (WhileUntil, "float32", {"x": (2, 3)}),
+    "keras3_lstm": (Keras3Lstm, "float32", {"x": (2, 6, 3)}),
+    "sparse_f32": (Pruned, "sparse", {"x": (2, 16), "image": (1, 6, 6, 4)}),
 }
 
 
 def convert(module: tf.Module, weights: str) -> bytes:
+    if hasattr(module, "keras_model"):
+        return tf.lite.TFLiteConverter.from_keras_model(module.keras_model).convert()
     fn = module.__call__.get_concrete_function()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([fn], module)
     if weights == "float16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
+    elif weights == "sparse":  # weights of many zeros stored sparse, DENSIFY before use
+        converter.optimizations = [tf.lite.Optimize.EXPERIMENTAL_SPARSITY]
     elif weights == "dynamic_int8":  # int8 weights, float activations
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     elif weights == "int8":  # int8 weights and activations, int8 inputs and outputs
@@ -381,10 +469,47 @@ def variables() -> None:
     print(f"variables/accumulator.tflite: {len(model)} bytes")
 
 
+def lstm() -> None:
+    """lstm/keras_lstm.tflite and .npz: a Keras 2 (tf_keras) LSTM layer, return_sequences, which
+    the converter fuses into UNIDIRECTIONAL_SEQUENCE_LSTM (cell clip 10), and keras_bilstm, the
+    same in a Bidirectional wrapper (two of them around REVERSE_V2, not the bidirectional
+    operator); each LSTM's output and cell
+    states are variable tensors LiteRT keeps from call to call, so the oracle is LiteRT's outputs
+    over three calls on one interpreter (``in:x@k`` / ``out:y@k``), the last on larger inputs."""
+    import tf_keras  # pip install tf-keras (the Keras 2 that TensorFlow's converter fuses)
+
+    folder = HERE / "lstm"
+    folder.mkdir(exist_ok=True)
+    for seed, (name, wrap) in enumerate(
+        [("keras_lstm", lambda layer: layer), ("keras_bilstm", tf_keras.layers.Bidirectional)]
+    ):
+        tf_keras.utils.set_random_seed(9 + seed)
+        x = tf_keras.Input((6, 3), batch_size=2, name="x")
+        keras_model = tf_keras.Model(x, wrap(tf_keras.layers.LSTM(5, return_sequences=True))(x))
+        model = tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
+        (folder / f"{name}.tflite").write_bytes(model)
+        interp = Interpreter(model_content=model)
+        interp.allocate_tensors()
+        (inp,), (out,) = interp.get_input_details(), interp.get_output_details()
+        rng = np.random.default_rng(41 + seed)
+        arrays = {}
+        for k in range(3):
+            arrays[f"in:x@{k}"] = rng.standard_normal((2, 6, 3)).astype(np.float32) * (1 + 2 * (k == 2))
+            interp.set_tensor(inp["index"], arrays[f"in:x@{k}"])
+            interp.invoke()
+            arrays[f"out:y@{k}"] = interp.get_tensor(out["index"])
+        np.savez(folder / f"{name}.npz", **arrays)
+        print(f"lstm/{name}.tflite: {len(model)} bytes")
+
+
 def main() -> None:
     """Writes every case, or the cases named on the command line."""
     if sys.argv[1:] in ([], ["signatures"]):
         signatures()
+        if sys.argv[1:]:
+            return
+    if sys.argv[1:] in ([], ["lstm"]):
+        lstm()
         if sys.argv[1:]:
             return
     if sys.argv[1:] in ([], ["variables"]):
