@@ -14,7 +14,7 @@ from offload.ir import Program
 
 from ..backend import CompileSpec, CompileSpecError, PreprocessResult
 from ..gpu.compiler import PRECISION_SPEC, GPUCompiler
-from ..gpu.precision import FP16_CHECK_SPEC, MIXED_SPEC
+from ..gpu.precision import FP16_CHECK_SPEC, MIXED_SPEC, flag_spec
 from ..gpu.specialize import MAX_SHAPES_SPEC, SHAPES_SPEC, planned_shapes
 from . import blob, nvrtc
 from .record import record
@@ -26,6 +26,10 @@ SPEC_KEYS = {
     "precision": PRECISION_SPEC,
     "fp16_check": FP16_CHECK_SPEC,
     "mixed": MIXED_SPEC,
+    "graph": (
+        "0 (default) | 1: capture each specialization's launches as a CUDA graph on its first run and "
+        "replay it after (CuPy stream capture; not yet run on a device, so off by default)"
+    ),
     "max_shapes": MAX_SHAPES_SPEC,
     "shapes": SHAPES_SPEC,
 }
@@ -84,6 +88,10 @@ def compile_kernels(plan: dict, host: dict, archs: list[str], signatures=((),)) 
 class CUDACompiler(GPUCompiler):
     name = "cuda"
     spec_keys = SPEC_KEYS
+
+    def check_specs(self, specs: list[CompileSpec]) -> None:
+        super().check_specs(specs)
+        flag_spec(specs, "graph", False, self.name)
 
     def preprocess(self, subprogram: Program, compile_specs: list[CompileSpec]) -> PreprocessResult:
         self.check_specs(compile_specs)

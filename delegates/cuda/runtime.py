@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -26,7 +27,7 @@ from ..gpu.builder import PlanValues, host_weights
 from ..gpu.control import has_control, run
 from ..gpu.ops.linalg import GemmCall
 from ..gpu.plan import parse
-from ..gpu.precision import Fp32Rerun
+from ..gpu.precision import Fp32Rerun, flag_spec
 from ..gpu.specialize import (
     Specializations,
     describe,
@@ -104,6 +105,7 @@ class Specialized:
     host_out: list = field(default_factory=list)
     keep: list = field(default_factory=list)  # int tables the launches use
     control: bool = False  # whether ``launches`` holds If / Loop items (run by ``gpu.control.run``)
+    graph: object = None  # the CUDA graph of ``launches`` (compile spec graph=1); False: not capturable
 
 
 @dataclass
@@ -118,6 +120,7 @@ class Handle:
     specializations: Specializations
     lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per handle
     fp32: Fp32Rerun | None = None  # fp16_check (``gpu/precision.py``)
+    graphs: bool = False  # compile spec graph=1: replay each specialization as a CUDA graph
 
 
 class CUDABuilder(PlanValues):
@@ -209,6 +212,7 @@ class CUDARuntime(BackendRuntime):
                     _upload(device, buffers[i], w, values.dtypes[i], values.storage(i), stream)
                 cache = Specializations(max_shapes(compile_specs, "cuda"), _release)
                 handle = Handle(device, stream, plan, values.dtypes, binaries, host, buffers, cache)
+                handle.graphs = flag_spec(compile_specs, "graph", False, "cuda")
                 for shapes in planned_shapes(plan, compile_specs, "cuda"):
                     cache.get(shapes, lambda shapes=shapes: self._specialize(handle, list(shapes)))
             stream.synchronize()
@@ -268,6 +272,8 @@ class CUDARuntime(BackendRuntime):
                     _launch_profiled(spec, stream, run)
                 elif spec.control:
                     _run_control(spec, stream)
+                elif handle.graphs and spec.graph is not False:
+                    replay(spec, stream)
                 else:
                     for launch in spec.launches:
                         launch.run(stream)
@@ -301,6 +307,35 @@ def _upload(device: Device, buffer, w: np.ndarray, dtype, storage, stream) -> No
         with np.errstate(over="ignore"):
             w = np.ascontiguousarray(np.asarray(w, dtype).astype(storage))
         device.allocator.view(buffer, w.shape, w.dtype).set(w, stream)
+
+
+def replay(spec: Specialized, stream) -> None:
+    """The specialization's launches as one CUDA graph: captured from ``stream`` on the first call
+    (the launches are recorded, not run, while capturing), then launched. A specialization that
+    cannot be captured (a call that allocates or synchronizes while capturing, e.g. a cuBLAS
+    workspace or the fp16 GEMM epilogue's temporaries) runs launch by launch from then on, with
+    one warning."""
+    if spec.graph is None:
+        try:
+            stream.begin_capture()
+            try:
+                for launch in spec.launches:
+                    launch.run(stream)
+            finally:
+                graph = stream.end_capture()
+        except Exception as e:  # whatever capture refuses: the launches still run, one by one
+            spec.graph = False
+            warnings.warn(
+                f"cuda backend: a specialization could not be captured as a CUDA graph "
+                f"({type(e).__name__}: {e}); it runs launch by launch",
+                RuntimeWarning,
+                stacklevel=5,
+            )
+            for launch in spec.launches:
+                launch.run(stream)
+            return
+        spec.graph = graph
+    spec.graph.launch(stream)
 
 
 def _launch_profiled(spec: Specialized, stream, run) -> None:

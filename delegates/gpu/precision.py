@@ -49,7 +49,7 @@ HALF_MAX = 65504.0  # the largest finite half
 OBSERVED_MARGIN = 4.0  # a range seen on samples is widened this much: other inputs go further
 
 
-def _flag(specs: list[CompileSpec], key: str, default: bool, backend: str) -> bool:
+def flag_spec(specs: list[CompileSpec], key: str, default: bool, backend: str) -> bool:
     """A 0/1 compile spec (``default`` when absent); CompileSpecError for another value."""
     found = default
     for spec in specs:
@@ -63,7 +63,7 @@ def _flag(specs: list[CompileSpec], key: str, default: bool, backend: str) -> bo
 
 def mixed(specs: list[CompileSpec], backend: str) -> bool:
     """The ``mixed`` spec (True when absent)."""
-    return _flag(specs, "mixed", True, backend)
+    return flag_spec(specs, "mixed", True, backend)
 
 
 def too_wide(bounds) -> str | None:
@@ -140,7 +140,7 @@ def describe_precision(plan: dict) -> list[str]:
 
 def fp16_check(specs: list[CompileSpec], backend: str) -> bool:
     """The ``fp16_check`` spec (False when absent)."""
-    return _flag(specs, "fp16_check", False, backend)
+    return flag_spec(specs, "fp16_check", False, backend)
 
 
 def overflowed(outputs: list[np.ndarray]) -> bool:

@@ -180,6 +180,7 @@ def test_cuda_is_a_builtin_backend():
         "precision",
         "fp16_check",
         "mixed",
+        "graph",
         "max_shapes",
         "shapes",
     }
@@ -578,3 +579,73 @@ def test_mixed_precision_keeps_the_same_values_float32_as_opencl():
         plans[name] = blob.unpack(processed)[0] if name == "cuda" else json.loads(bytes(processed))
     assert plans["cuda"]["fp32"] == plans["opencl"]["fp32"] and plans["cuda"]["fp32"]
     assert [s.get("fp32") for s in plans["cuda"]["ops"]] == [s.get("fp32") for s in plans["opencl"]["ops"]]
+
+
+# ---- CUDA graphs (compile spec graph=1) ---------------------------------------------------------
+# Not run on a device yet: these check the capture-then-replay control flow with a stream and
+# launches standing in for CuPy's.
+
+
+class _Stream:
+    def __init__(self, fail_on: int | None = None):
+        self.capturing, self.captured, self.graph_launches, self.fail_on = False, [], 0, fail_on
+
+    def begin_capture(self):
+        self.capturing = True
+
+    def end_capture(self):
+        self.capturing = False
+        stream = self
+
+        class _Graph:
+            def launch(self, s):
+                assert s is stream
+                stream.graph_launches += 1
+
+        return _Graph()
+
+
+class _Launch:
+    def __init__(self, k: int):
+        self.k, self.runs = k, 0
+
+    def run(self, stream):
+        if stream.capturing:
+            if stream.fail_on == self.k:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            stream.captured.append(self.k)
+        else:
+            self.runs += 1
+
+
+def _spec(launches):
+    from offload.delegates.cuda.runtime import Specialized
+
+    return Specialized([], [], {}, launches)
+
+
+def test_a_graph_is_captured_once_and_replayed():
+    from offload.delegates.cuda.runtime import replay
+
+    launches, stream = [_Launch(0), _Launch(1)], _Stream()
+    spec = _spec(launches)
+    for _ in range(3):
+        replay(spec, stream)
+    assert stream.captured == [0, 1] and stream.graph_launches == 3
+    assert [launch.runs for launch in launches] == [0, 0]  # captured, never run one by one
+
+
+def test_a_specialization_that_cannot_be_captured_runs_launch_by_launch_and_warns_once():
+    from offload.delegates.cuda.runtime import replay
+
+    launches, stream = [_Launch(0), _Launch(1)], _Stream(fail_on=1)
+    spec = _spec(launches)
+    with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph"):
+        replay(spec, stream)
+    assert spec.graph is False and [launch.runs for launch in launches] == [1, 1]
+    assert not stream.capturing  # the capture was ended
+
+
+def test_graph_takes_0_or_1():
+    with pytest.raises(CompileSpecError, match="graph='yes'"):
+        offload.to_backend(_mlp(), "cuda", {"cuda": {"graph": "yes"}}, passes="none")
