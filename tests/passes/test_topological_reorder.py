@@ -1,5 +1,10 @@
 """cleanup::topological_reorder."""
 
+import numpy as np
+from onnx import TensorProto, helper
+
+import offload
+
 from .helpers import F32, check, model, node, rand
 
 P = ["cleanup::topological_reorder"]
@@ -37,3 +42,26 @@ def test_an_op_already_next_to_its_reader_stays():
     )
     out = check(data, P, {"x": rand(2, 4)})
     assert [op.op_type for op in out.main.body.operations] == ["Relu", "Transpose", "Neg"]
+
+
+def test_a_constant_of_shape_moves_to_its_reader_and_the_arena_shrinks():
+    # the light models' way: every weight made by ConstantOfShape up front, then the layers
+    n = 64
+    shape = np.array([n, n], np.int64)
+    nodes = [node("ConstantOfShape", ["s"], [f"w{k}"], value=_splat(0.01 * (k + 1))) for k in range(4)]
+    prev = "x"
+    for k in range(4):
+        nodes.append(node("MatMul", [prev, f"w{k}"], [f"h{k}"]))
+        prev = f"h{k}"
+    data = model(nodes, {"x": (F32, [n, n])}, {prev: (F32, [n, n])}, {"s": shape})
+    out = check(data, P, {"x": rand(n, n)})
+    assert [op.op_type for op in out.main.body.operations] == ["ConstantOfShape", "MatMul"] * 4
+    arenas = []
+    for program in (offload.load(data), out):
+        method = offload.runtime.load(offload.save(program)).method("forward")
+        arenas.append(method.arena_bytes)
+    assert arenas[1] < arenas[0]  # each weight lives only while its MatMul runs
+
+
+def _splat(value: float):
+    return helper.make_tensor("value", TensorProto.FLOAT, [1], [value])
