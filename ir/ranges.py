@@ -522,7 +522,8 @@ def _conv(op, ins, attrs):
     x = _with_zero(ins[0])  # padding reads zeros
     if w is None:
         n = _size(op.inputs[1], range(1, len(op.inputs[1].type.shape)))
-        return [add(scale(mul(x, ins[1]), n), ins[2] if b is None and len(ins) > 2 else (0.0, 0.0))]
+        bias = ins[2] if len(ins) > 2 and op.inputs[2] is not None else (0.0, 0.0)
+        return [add(scale(mul(x, ins[1]), n), bias)]
     return [_linear(x, w, tuple(range(1, w.ndim)), b)]
 
 
