@@ -35,6 +35,7 @@ DEFAULT: tuple[str, ...] = (
     "optimize_tensor_operation::use_reflection_padding",
     "optimize_tensor_operation::concat_to_pixel_shuffle",
     "optimize_tensor_operation::fuse_onehot_matmul_to_gather",
+    "optimize_tensor_operation::slices_concat_to_scatter",
     "optimize_repeat_ops::merge_consecutive_reshapes",
     "optimize_repeat_ops::merge_consecutive_transposes",
     "optimize_repeat_ops::reduce_transposes",

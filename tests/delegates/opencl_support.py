@@ -71,9 +71,10 @@ def reference(program, feeds) -> dict:
     return dict(zip(names, session.run(names, feeds)))
 
 
-def run_on_opencl(program, feeds, tmp_path, partitions=None):
-    """to_backend("opencl") → save → runtime.load → run; every delegate must run on opencl."""
-    lowered = offload.to_backend(program, "opencl", passes="none")
+def run_on_opencl(program, feeds, tmp_path, partitions=None, passes="none"):
+    """to_backend("opencl") → save → runtime.load → run; every delegate must run on opencl.
+    ``passes``: none by default (kernels tested on the graph as written)."""
+    lowered = offload.to_backend(program, "opencl", passes=passes)
     path = tmp_path / "m.pte"
     offload.save(lowered, path)
     module = runtime.load(str(path))
