@@ -247,7 +247,7 @@ def test_schema_parser_agrees_with_flatc():
     assert checked > 200  # of the 313 fields; the rest are flatc accessors of another shape
 
 
-def test_int8_model_carries_quantization_on_its_types_and_has_float_weights():
+def test_int8_model_runs_integer_ops_on_raw_int8_weights():
     program = offload.load(HERE / "cnn_int8.tflite")
     (image,) = program.main.inputs
     (probs,) = program.main.outputs
@@ -257,9 +257,40 @@ def test_int8_model_carries_quantization_on_its_types_and_has_float_weights():
         assert z["output_0"].dtype == np.int8 and len(np.unique(z["output_0"])) > 5  # not saturated
     body = program.main.body
     convs = [op for op in body.operations if op.op_type == "Conv"]
-    assert convs and all(op.inputs[1].const_value.dtype == np.float32 for op in convs)  # dequantized
-    kinds = {op.op_type for op in body.operations}
-    assert {"QuantizeLinear", "DequantizeLinear"} <= kinds
+    assert len(convs) == 4 and all(op.domain == "offload.tflite" for op in convs)
+    assert all(op.inputs[1].const_value.dtype == np.int8 for op in convs)  # the file's weights
+    assert len(convs[0].attributes["w_scales"]) == 8  # per output channel
+    integer = {op.op_type for op in body.operations if op.domain == "offload.tflite"}
+    assert integer >= {"Conv", "FullyConnected", "Add", "AveragePool", "Mean", "Lookup"}
+    lookups = {op.attributes["function"] for op in body.operations if op.op_type == "Lookup"}
+    assert lookups == {"HardSwish", "Tanh", "LeakyRelu"}
+
+
+FULL_INTEGER = [name for name in FIXTURES if name.endswith("_int8")]
+
+
+@needs_litert
+@pytest.mark.parametrize("name", FULL_INTEGER)
+def test_full_integer_models_match_litert_within_one_unit_on_40_inputs(name):
+    """LiteRT's default CPU path (XNNPACK for the operators it takes, builtin kernels for the
+    rest) against the integer ops, over 40 seeded in-distribution inputs."""
+    program = offload.load(HERE / f"{name}.tflite")
+    stored, _ = oracle(name)
+    quant = input_quantization(HERE / f"{name}.tflite")
+    rng = np.random.default_rng(12)
+    worst, equal, total = 0, 0, 0
+    for _ in range(40):
+        feeds = {k: random_like(rng, v, quant[k]) for k, v in stored.items()}
+        got = offload.evaluate(program, feeds)
+        for k, w in litert(HERE / f"{name}.tflite", feeds).items():
+            diff = np.abs(got[k].astype(np.int64) - w)
+            worst, equal, total = (
+                max(worst, int(diff.max())),
+                equal + int((diff == 0).sum()),
+                total + diff.size,
+            )
+    assert worst <= 1, worst
+    assert equal / total > 0.999, equal / total
 
 
 def test_dynamic_range_model_quantizes_hybrid_inputs_like_litert():
