@@ -1,0 +1,315 @@
+"""quantization::integer_as_float — a quantized model's activations as float, the TFLite GPU delegate's way.
+
+For the GPU backends (``BackendCompiler.quantized_as_float``; ``offload.to_backend`` runs this
+pass before partitioning for them): weights are dequantized once, activations stay float from
+the model's inputs to its outputs, and only the model's int8 inputs and outputs are
+(de)quantized at the edges. The CPU path keeps the exact integer ops. Rules, per op in order,
+each int8 value with a scale getting a float "real" value:
+
+1. An ``offload.tflite`` integer op becomes its float operator (``FLOAT_FORMS``) on the real
+   values of its inputs: Conv / FullyConnected read their int8 weights dequantized per output
+   channel (and int32 biases at x_scale · w_scale), a fused activation becomes Clip, a Lookup
+   becomes the function it tabulates (``function``: Tanh, Sigmoid, HardSwish, LeakyRelu …).
+2. ``QuantizeLinear(f)`` inside the model is dropped: its real value is ``f`` (no rounding).
+3. ``DequantizeLinear(q)`` of a value with a real value is that real value.
+4. Data movement and order-preserving ops (``TRANSPARENT``: Transpose, Reshape, Slice, Gather,
+   Concat, MaxPool, Max, Min, ReduceMax …) on int8 values with real values are rebuilt on them.
+5. A model output with a real value is quantized with the output's scale and zero point, an int8
+   model input dequantized once, both as the elementary float ops the GPU backends take
+   (``Cast``, ``Sub``, ``Mul``; ``Div``, ``Round``, ``Add``, ``Clip``, ``Cast``), which compute
+   what DequantizeLinear and QuantizeLinear do.
+
+Anything else that reads an int8 value keeps reading it (its producer then stays, on the CPU).
+Numerics: the outputs differ from the integer model by the rounding it did at every inner
+tensor; docs/tflite.md gives the measured distance to LiteRT.
+
+Before::
+
+    %t: (1,3,16,16,i8) = Transpose(data=%image, perm=[0, 3, 1, 2])
+    %c: (1,8,8,8,i8) = offload.tflite::Conv(x=%t, w=%w8, b=%b32, x_scale=…, w_scales=[…], …)
+    %y: (1,8,8,8,i8) = Transpose(data=%c, perm=[0, 2, 3, 1])
+
+After::
+
+    %d: (1,16,16,3,fp32) = DequantizeLinear(x=%image, x_scale=…, x_zero_point=…)
+    %t: (1,3,16,16,fp32) = Transpose(data=%d, perm=[0, 3, 1, 2])
+    %c: (1,8,8,8,fp32) = Conv(X=%t, W=%w_real, B=%b_real, …)
+    %r: (1,8,8,8,fp32) = Transpose(data=%c, perm=[0, 2, 3, 1])
+    %y: (1,8,8,8,i8) = QuantizeLinear(x=%r, y_scale=…, y_zero_point=…)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from offload.ir import Block, DataType, Operation, Program, TensorType, Value
+
+from ..cleanup.dead_code_elimination import dead_code_elimination
+from ..pattern import Rewriter
+from ..registry import graph_pass
+
+DOMAIN = "offload.tflite"
+QUANTIZED = (DataType.INT8, DataType.UINT8, DataType.INT16)
+TRANSPARENT = {
+    "Transpose",
+    "Reshape",
+    "Squeeze",
+    "Unsqueeze",
+    "Flatten",
+    "Slice",
+    "Gather",
+    "Split",
+    "Concat",
+    "Identity",
+    "MaxPool",
+    "Max",
+    "Min",
+    "ReduceMax",
+    "ReduceMin",
+    "Expand",
+    "Tile",
+}
+# Lookup's function → the float ops it stands for: (op type, attributes), applied in order
+LOOKUP_FORMS: dict[str, list] = {
+    "Tanh": [("Tanh", {})],
+    "Sigmoid": [("Sigmoid", {})],
+    "Exp": [("Exp", {})],
+    "Elu": [("Elu", {})],
+    "HardSwish": [("HardSwish", {})],
+    "Abs": [("Abs", {})],
+    "Relu": [("Relu", {})],
+    "Identity": [("Identity", {})],
+    "Rsqrt": [("Sqrt", {}), ("Reciprocal", {})],
+}
+BINARY_FORMS = ("Add", "Sub", "Mul", "Div", "SquaredDifference")
+LOOKUP_CLIPS = {"Relu6": (0.0, 6.0), "ReluN1To1": (-1.0, 1.0)}
+
+
+def _quantized(v: Value | None) -> bool:
+    return v is not None and isinstance(v.type, TensorType) and v.type.dtype in QUANTIZED
+
+
+def _float(v: Value) -> bool:
+    return isinstance(v.type, TensorType) and v.type.dtype == DataType.FLOAT
+
+
+class _Floats:
+    """The real (float) value of each quantized value, made on demand before ``at``."""
+
+    def __init__(self, rw: Rewriter, block: Block):
+        self.rw, self.block = rw, block
+        self.real: dict[int, Value] = {}
+
+    def has(self, v: Value | None) -> bool:
+        return v is not None and id(v) in self.real
+
+    def of(self, v: Value, at: Operation) -> Value:
+        if id(v) in self.real:
+            return self.real[id(v)]
+        scale, zero = quantization(v)
+        if v.const_value is not None:
+            real = (v.const_value.astype(np.int64) - zero).astype(np.float32) * np.float32(scale)
+            self.real[id(v)] = self.rw.constant(self.block, real.astype(np.float32))
+        else:
+            self.real[id(v)] = self.dequantized(v, scale, zero, at)
+        return self.real[id(v)]
+
+    def dequantized(self, v: Value, scale: float, zero: int, at: Operation) -> Value:
+        """DequantizeLinear as elementary ops the GPU backends take: (float(v) - zp) · scale."""
+        x = self.build("Cast", [v], {"to": int(DataType.FLOAT)}, at)
+        if zero:
+            x = self.build("Sub", [x, self.const(zero)], {}, at)
+        return self.build("Mul", [x, self.const(scale)], {}, at)
+
+    def quantized(self, y: Value, scale: float, zero: int, dtype: DataType) -> Value:
+        """QuantizeLinear as elementary ops, appended: saturate(round(y / scale) + zp)."""
+        info = np.iinfo(dtype.numpy)
+        x = self.append("Round", [self.append("Div", [y, self.const(scale)])])
+        x = self.append("Add", [x, self.const(zero)]) if zero else x
+        x = self.append("Clip", [x, self.const(info.min), self.const(info.max)])
+        return self.append("Cast", [x], {"to": int(dtype)})
+
+    def append(self, op_type: str, inputs: list, attrs: dict | None = None) -> Value:
+        return self.rw.build(self.block, op_type, inputs, attrs or {}).outputs[0]
+
+    def build(self, op_type: str, inputs: list, attrs: dict, at: Operation, num_outputs: int = 1):
+        op = self.rw.build(self.block, op_type, inputs, attrs, before=at, num_outputs=num_outputs)
+        return op.outputs[0] if num_outputs == 1 else op.outputs
+
+    def const(self, array) -> Value:
+        return self.rw.constant(self.block, np.asarray(array, np.float32))
+
+
+def quantization(v: Value) -> tuple[float, int]:
+    """(scale, zero point) of a per-tensor quantized value: from its type, the integer op or
+    QuantizeLinear that wrote it, or through the data-movement ops before it."""
+    while True:
+        t = v.type
+        if isinstance(t, TensorType) and t.quant is not None and t.quant.scale.size == 1:
+            return float(t.quant.scale.reshape(-1)[0]), int(t.quant.zero_point.reshape(-1)[0])
+        op = v.producer
+        if op is not None and op.domain == DOMAIN:
+            return float(op.attributes["y_scale"]), int(op.attributes["y_zero_point"])
+        if op is not None and op.op_type == "QuantizeLinear" and not op.domain:
+            scale = op.inputs[1].const_value
+            zero = op.inputs[2].const_value if len(op.inputs) > 2 and op.inputs[2] is not None else 0
+            if scale is not None and zero is not None and scale.size == 1 and np.size(zero) == 1:
+                return float(scale.reshape(-1)[0]), int(np.reshape(zero, -1)[0])
+        if op is None or op.op_type not in TRANSPARENT or not op.inputs or op.inputs[0] is None:
+            raise ValueError(f"{v.name} has no per-tensor scale")
+        v = op.inputs[0]
+
+
+def _clamp(f: _Floats, y: Value, op: Operation, at: Operation) -> Value:
+    """The op's output clamp, [y_min, y_max] in real units: the fused activation and the
+    saturation of the int8 output in one Clip (a RELU6 on an output of zero point -128 and
+    scale 6/255 is the whole int8 range, so both are needed)."""
+    a = op.attributes
+    lo, hi, scale, zero = a["y_min"], a["y_max"], a["y_scale"], a["y_zero_point"]
+    return f.build("Clip", [y, f.const((lo - zero) * scale), f.const((hi - zero) * scale)], {}, at)
+
+
+def _weights(op: Operation) -> tuple[np.ndarray, np.ndarray | None]:
+    a = op.attributes
+    w = op.inputs[1].const_value
+    scales = np.asarray(a["w_scales"], np.float32)
+    real_w = (w.astype(np.float32) * scales.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
+    b = op.inputs[2] if len(op.inputs) > 2 else None
+    real_b = None
+    if b is not None:
+        real_b = (b.const_value.astype(np.float32) * (np.float32(a["x_scale"]) * scales)).astype(np.float32)
+    return real_w, real_b
+
+
+def float_form(f: _Floats, op: Operation) -> Value | None:
+    """``op``'s float operator(s) on the real values of its inputs (before ``op``)."""
+    a, t = op.attributes, op.op_type
+    activations = 2 if t in BINARY_FORMS else 1  # the rest: weights, bias, axes, table
+    ins = [f.of(v, op) for v in op.inputs[:activations]]
+    if t == "Conv":
+        if op.inputs[1].const_value is None:
+            return None
+        w, b = _weights(op)
+        keys = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+        attrs = {k: a[k] for k in keys if a.get(k) is not None}
+        inputs = [ins[0], f.const(w)] + ([f.const(b)] if b is not None else [])
+        y = f.build("Conv", inputs, attrs, op)
+    elif t == "FullyConnected":
+        if op.inputs[1].const_value is None:
+            return None
+        w, b = _weights(op)
+        y = f.build("MatMul", [ins[0], f.const(np.ascontiguousarray(w.T))], {}, op)
+        y = f.build("Add", [y, f.const(b)], {}, op) if b is not None else y
+    elif t in ("Add", "Sub", "Mul", "Div"):  # BINARY_FORMS
+        y = f.build(t, ins[:2], {}, op)
+    elif t == "SquaredDifference":
+        d = f.build("Sub", ins[:2], {}, op)
+        y = f.build("Mul", [d, d], {}, op)
+    elif t == "AveragePool":
+        keys = ("auto_pad", "kernel_shape", "pads", "strides")
+        attrs = {k: a[k] for k in keys if a.get(k) is not None}
+        y = f.build("AveragePool", [ins[0]], {**attrs, "count_include_pad": 0}, op)
+    elif t in ("Mean", "Sum"):
+        axes = op.inputs[1]
+        y = f.build(
+            "ReduceMean" if t == "Mean" else "ReduceSum", [ins[0], axes], {"keepdims": a["keepdims"]}, op
+        )
+    elif t == "Lookup":
+        function = a["function"]
+        if function == "LeakyRelu":
+            y = f.build("LeakyRelu", [ins[0]], {"alpha": float(a["alpha"])}, op)
+        elif function in LOOKUP_CLIPS:
+            lo, hi = LOOKUP_CLIPS[function]
+            y = f.build("Clip", [ins[0], f.const(lo), f.const(hi)], {}, op)
+        elif function in LOOKUP_FORMS:
+            y = ins[0]
+            for op_type, attrs in LOOKUP_FORMS[function]:
+                y = f.build(op_type, [y], attrs, op)
+        else:
+            return None
+    else:
+        return None
+    return y if t in ("Lookup", "Mean", "Sum") else _clamp(f, y, op, op)
+
+
+def _scaled(v: Value | None) -> bool:
+    """Whether ``v`` is a quantized value whose per-tensor scale is known."""
+    if not _quantized(v):
+        return False
+    try:
+        quantization(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _transparent(f: _Floats, op: Operation) -> bool:
+    """Rule 4: ``op`` rebuilt on the real values of its quantized inputs."""
+    if op.op_type not in TRANSPARENT or op.domain or op.blocks:
+        return False
+    quantized = [v for v in op.inputs if _quantized(v)]
+    if not quantized or not all(f.has(v) or _scaled(v) for v in quantized):
+        return False  # plain integers (indices, an int8 model without scales)
+    if not all(_quantized(o) for o in op.outputs):
+        return False
+    if any(o.uses for o in op.outputs[1:]) and op.op_type == "MaxPool":
+        return False  # the indices output: not a quantized value
+    ins = [f.of(v, op) if _quantized(v) else v for v in op.inputs]
+    outs = f.build(op.op_type, ins, dict(op.attributes), op, num_outputs=len(op.outputs))
+    for old, new in zip(op.outputs, outs if isinstance(outs, list) else [outs]):
+        f.real[id(old)] = new
+    return True
+
+
+def _rewrite_block(rw: Rewriter, block: Block) -> bool:
+    f = _Floats(rw, block)
+    changed = False
+    for op in list(block.operations):
+        if op.domain == DOMAIN:
+            y = float_form(f, op)
+            if y is not None:
+                f.real[id(op.outputs[0])] = y
+                changed = True
+        elif op.op_type == "QuantizeLinear" and not op.domain and _quantized(op.outputs[0]):
+            x = op.inputs[0]
+            if _float(x):
+                f.real[id(op.outputs[0])] = x
+                changed = True
+        elif op.op_type == "DequantizeLinear" and not op.domain:
+            x = op.inputs[0]
+            if f.has(x) and _float(f.real[id(x)]) and _float(op.outputs[0]):
+                changed |= rw.substitute(op.outputs[0], f.real[id(x)], block)
+            elif not f.has(x) and _scaled(x) and _float(op.outputs[0]):
+                changed |= rw.substitute(op.outputs[0], f.of(x, op), block)  # a model input's
+        else:
+            changed |= _transparent(f, op)
+    for v in list(block.outputs):
+        if not f.has(v) or f.real[id(v)] is v:
+            continue
+        q = f.quantized(f.real[id(v)], *quantization(v), v.type.dtype)
+        q.type = v.type
+        rw.substitute(v, q, block)
+        changed = True
+    return changed
+
+
+def applies(program: Program, body: Block) -> bool:
+    """A function of a TFLite model (TFLite's quantization is the model's own, to be dropped
+    on a float backend), or one holding ``offload.tflite`` integer ops. An ONNX model's
+    Quantize/Dequantize pairs are left alone: there they are the semantics asked for."""
+    fmt = program.metadata.get("format", "")
+    return (
+        fmt == "tflite" or fmt.startswith("nnpackage") or any(op.domain == DOMAIN for op in body.operations)
+    )
+
+
+@graph_pass("quantization::integer_as_float")
+def integer_as_float(program: Program) -> bool:
+    rw = Rewriter(program)
+    changed = False
+    for fn in program.functions.values():
+        if applies(program, fn.body):
+            changed |= _rewrite_block(rw, fn.body)
+    if changed:
+        dead_code_elimination(program)
+    return changed
