@@ -221,6 +221,17 @@ def mean_or_sum(node) -> list | None:
     return [_op(node, "Mean" if node.name == "MEAN" else "Sum", [node.inputs[0], node.ints(axes)], attrs)]
 
 
+@rule("RESIZE_BILINEAR")
+def resize_bilinear(node) -> list | None:
+    align, half = bool(node.opt("align_corners")), bool(node.opt("half_pixel_centers"))
+    if node.inputs[1].const_value is None or _in(node, 0) != _out(node) or (align and half):
+        return None  # XNNPACK's int8 resize keeps the input's quantization
+    mode = "align_corners" if align else "half_pixel" if half else "asymmetric"
+    attrs = {"coordinate_transformation_mode": mode, **_output_attrs(node, (-128, 127))}
+    sizes = node.ints(node.const(1).astype(np.int64).reshape(-1))
+    return [_op(node, "ResizeBilinear", [node.inputs[0], sizes], attrs)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Unary operators: a table of the 256 inputs.
 

@@ -34,6 +34,7 @@ SquaredDifference(a, b) -> y  | {_BINARY}  @1
 AveragePool(x) -> y  | {_WINDOW}, {_OUT}  @1
 Mean(x, axes) -> y  | keepdims: int = 1, x_scale: float!, x_zero_point: int!, {_OUT}  @1
 Sum(x, axes) -> y  | keepdims: int = 1, x_scale: float!, x_zero_point: int!, {_OUT}  @1
+ResizeBilinear(x, sizes) -> y  | coordinate_transformation_mode: str!, {_OUT}  @1
 Lookup(x, table) -> y  | function: str!, alpha: float = 0.0, x_scale: float!, x_zero_point: int!, {_OUT}  @1
 """
 
@@ -72,6 +73,13 @@ def _reduce(op, attrs):
     axes = _ints_value(op, 1)
     shape = None if axes is None else _reduced(_shape(op, 0), axes, bool(attrs["keepdims"]))
     return [_int8(shape, attrs)]
+
+
+@inference("ResizeBilinear", domain=DOMAIN)
+def _resize_bilinear(op, attrs):
+    x, sizes = _shape(op, 0), _ints_value(op, 1)
+    ok = x is not None and len(x) == 4 and sizes is not None and len(sizes) == 2
+    return [_int8((x[0], *sizes, x[3]) if ok else None, attrs)]
 
 
 @inference("Lookup", domain=DOMAIN)

@@ -8,9 +8,11 @@ each int8 value with a scale getting a float "real" value:
 
 1. An ``offload.tflite`` integer op becomes its float operator (``FLOAT_FORMS``) on the real
    values of its inputs: Conv / FullyConnected read their int8 weights dequantized per output
-   channel (and int32 biases at x_scale · w_scale), a fused activation becomes Clip, a Lookup
-   becomes the function it tabulates (``function``: Tanh, Sigmoid, HardSwish, LeakyRelu …).
-2. ``QuantizeLinear(f)`` inside the model is dropped: its real value is ``f`` (no rounding).
+   channel (and int32 biases at x_scale · w_scale), a Lookup becomes the function it tabulates
+   (``function``: Tanh, Sigmoid, HardSwish, LeakyRelu …), and the output clamp (the fused
+   activation and the int8 range, ``[y_min, y_max]``) a Clip of its real range.
+2. ``QuantizeLinear(f)`` inside the model is dropped: its real value is ``f`` clamped to the
+   real range of its integer type (the saturation kept, the rounding not).
 3. ``DequantizeLinear(q)`` of a value with a real value is that real value.
 4. Data movement and order-preserving ops (``TRANSPARENT``: Transpose, Reshape, Slice, Gather,
    Concat, MaxPool, Max, Min, ReduceMax …) on int8 values with real values are rebuilt on them.
@@ -31,11 +33,14 @@ Before::
 
 After::
 
-    %d: (1,16,16,3,fp32) = DequantizeLinear(x=%image, x_scale=…, x_zero_point=…)
+    %f: (1,16,16,3,fp32) = Cast(input=%image, to=1)
+    %d: (1,16,16,3,fp32) = Mul(A=Sub(A=%f, B=%x_zero), B=%x_scale)
     %t: (1,3,16,16,fp32) = Transpose(data=%d, perm=[0, 3, 1, 2])
     %c: (1,8,8,8,fp32) = Conv(X=%t, W=%w_real, B=%b_real, …)
-    %r: (1,8,8,8,fp32) = Transpose(data=%c, perm=[0, 2, 3, 1])
-    %y: (1,8,8,8,i8) = QuantizeLinear(x=%r, y_scale=…, y_zero_point=…)
+    %k: (1,8,8,8,fp32) = Clip(input=%c, min=(y_min - y_zero)·y_scale, max=(y_max - y_zero)·y_scale)
+    %y: (1,8,8,8,fp32) = Transpose(data=%k, perm=[0, 2, 3, 1])
+
+and at the model's int8 output ``Cast(Clip(Add(Round(Div(%r, %scale)), %zero), -128, 127), to=INT8)``.
 """
 
 from __future__ import annotations
@@ -114,6 +119,14 @@ class _Floats:
             self.real[id(v)] = self.dequantized(v, scale, zero, at)
         return self.real[id(v)]
 
+    def saturated(self, x: Value, q: Value, at: Operation) -> Value:
+        """``x`` clamped to the real range of ``q``'s integer type: the saturation of the
+        quantization dropped here (its rounding is not kept)."""
+        scale, zero = quantization(q)
+        info = np.iinfo(q.type.dtype.numpy)
+        bounds = [self.const((info.min - zero) * scale), self.const((info.max - zero) * scale)]
+        return self.build("Clip", [x, *bounds], {}, at)
+
     def dequantized(self, v: Value, scale: float, zero: int, at: Operation) -> Value:
         """DequantizeLinear as elementary ops the GPU backends take: (float(v) - zp) · scale."""
         x = self.build("Cast", [v], {"to": int(DataType.FLOAT)}, at)
@@ -163,7 +176,8 @@ def quantization(v: Value) -> tuple[float, int]:
 def _clamp(f: _Floats, y: Value, op: Operation, at: Operation) -> Value:
     """The op's output clamp, [y_min, y_max] in real units: the fused activation and the
     saturation of the int8 output in one Clip (a RELU6 on an output of zero point -128 and
-    scale 6/255 is the whole int8 range, so both are needed)."""
+    scale 6/255 is the whole int8 range, so both are needed; a mean can exceed its output's
+    range, which the int8 model saturates)."""
     a = op.attributes
     lo, hi, scale, zero = a["y_min"], a["y_max"], a["y_scale"], a["y_zero_point"]
     return f.build("Clip", [y, f.const((lo - zero) * scale), f.const((hi - zero) * scale)], {}, at)
@@ -214,6 +228,13 @@ def float_form(f: _Floats, op: Operation) -> Value | None:
         y = f.build(
             "ReduceMean" if t == "Mean" else "ReduceSum", [ins[0], axes], {"keepdims": a["keepdims"]}, op
         )
+    elif t == "ResizeBilinear":
+        attrs = {
+            "mode": "linear",
+            "coordinate_transformation_mode": a["coordinate_transformation_mode"],
+            "axes": [1, 2],
+        }
+        y = f.build("Resize", [ins[0], None, None, op.inputs[1]], attrs, op)
     elif t == "Lookup":
         function = a["function"]
         if function == "LeakyRelu":
@@ -229,7 +250,7 @@ def float_form(f: _Floats, op: Operation) -> Value | None:
             return None
     else:
         return None
-    return y if t in ("Lookup", "Mean", "Sum") else _clamp(f, y, op, op)
+    return _clamp(f, y, op, op)
 
 
 def _scaled(v: Value | None) -> bool:
@@ -252,8 +273,6 @@ def _transparent(f: _Floats, op: Operation) -> bool:
         return False  # plain integers (indices, an int8 model without scales)
     if not all(_quantized(o) for o in op.outputs):
         return False
-    if any(o.uses for o in op.outputs[1:]) and op.op_type == "MaxPool":
-        return False  # the indices output: not a quantized value
     ins = [f.of(v, op) if _quantized(v) else v for v in op.inputs]
     outs = f.build(op.op_type, ins, dict(op.attributes), op, num_outputs=len(op.outputs))
     for old, new in zip(op.outputs, outs if isinstance(outs, list) else [outs]):
@@ -270,10 +289,10 @@ def _rewrite_block(rw: Rewriter, block: Block) -> bool:
             if y is not None:
                 f.real[id(op.outputs[0])] = y
                 changed = True
-        elif op.op_type == "QuantizeLinear" and not op.domain and _quantized(op.outputs[0]):
+        elif op.op_type == "QuantizeLinear" and not op.domain and _scaled(op.outputs[0]):
             x = op.inputs[0]
             if _float(x):
-                f.real[id(op.outputs[0])] = x
+                f.real[id(op.outputs[0])] = f.saturated(x, op.outputs[0], op)
                 changed = True
         elif op.op_type == "DequantizeLinear" and not op.domain:
             x = op.inputs[0]

@@ -210,3 +210,35 @@ def squared_difference(
     diff = scaled[0] - scaled[1]
     y = fp.multiply_by_quantized_multiplier(diff * diff, *fp.quantize_multiplier(out_real)) + y_zero_point
     return np.clip(y, y_min, y_max).astype(np.int8)
+
+
+def _bilinear_taps(size: int, out: int, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """XNNPACK's source rows (or columns) of a bilinear resize and their Q11 weights: the
+    coordinate in float32 (``out·scale`` for align_corners and the asymmetric mode, else
+    ``(out + ½)·scale - ½`` clamped to the input), truncated for the first tap, the fraction
+    rounded to 11 bits."""
+    adjust = 1 if mode == "align_corners" and out != 1 else 0
+    scale = np.float32(size - adjust) / np.float32(out - adjust)
+    at = np.arange(out, dtype=np.float32) * scale
+    if mode == "half_pixel":
+        at = np.clip(at + (np.float32(0.5) * scale - np.float32(0.5)), np.float32(0), np.float32(size - 1))
+    first = at.astype(np.int64)
+    second = np.minimum(first + 1, size - 1)
+    weight = np.rint((at - first.astype(np.float32)) * np.float32(2048.0)).astype(np.int64)
+    return first, second, weight
+
+
+@kernel("ResizeBilinear", domain=DOMAIN)
+def resize_bilinear(ctx, x, sizes, *, coordinate_transformation_mode, y_scale, y_zero_point, y_min, y_max):
+    """XNNPACK's int8 bilinear resize of NHWC ``x`` to ``sizes`` (height, width): the rows mixed
+    with Q11 weights, then the columns, rounded by adding 2^21 and shifting right by 22."""
+    height, width = (int(s) for s in np.asarray(sizes).reshape(-1)[:2])
+    top, bottom, wy = _bilinear_taps(x.shape[1], height, coordinate_transformation_mode)
+    left, right, wx = _bilinear_taps(x.shape[2], width, coordinate_transformation_mode)
+    x = x.astype(np.int64)
+    rows_top, rows_bottom = x[:, top], x[:, bottom]
+    wx, wy = wx[None, None, :, None], wy[None, :, None, None]
+    upper = (rows_top[:, :, left] << 11) + (rows_top[:, :, right] - rows_top[:, :, left]) * wx
+    lower = (rows_bottom[:, :, left] << 11) + (rows_bottom[:, :, right] - rows_bottom[:, :, left]) * wx
+    acc = (upper << 11) + (lower - upper) * wy
+    return np.clip((acc + (1 << 21)) >> 22, -128, 127).astype(np.int8)

@@ -352,12 +352,12 @@ def test_resource_variables_are_state_across_runs(backend, tmp_path):
 
 
 # Bounds on the difference (output units) from LiteRT of the int8 models run as float on a GPU
-# backend (docs/tflite.md "Quantization"; measured over 300 seeded inputs: 17 and 12). LiteRT
+# backend (docs/tflite.md "Quantization"; measured over 300 seeded inputs: 18, 12 and 4). LiteRT
 # rounds every inner tensor, the float path only the outputs: cnn_int8's logits stay within 2 of
-# LiteRT's steps (0.1), which its softmax turns into up to 17 steps of 1/256; elementwise_int8's
+# LiteRT's steps (0.1), which its softmax turns into up to 18 steps of 1/256; elementwise_int8's
 # int8 DIV saturates a numerator one unit from its zero point. The float32 models are 41 and 847
 # units away.
-AS_FLOAT_UNITS = {"cnn_int8": 20, "elementwise_int8": 14}
+AS_FLOAT_UNITS = {"cnn_int8": 20, "elementwise_int8": 14, "mobile_int8": 6}
 
 
 @needs_opencl
