@@ -2,8 +2,8 @@
 
 A real multiplier m > 0 is stored as an int32 Q31 mantissa and a power-of-two exponent
 (``quantize_multiplier``): m = mantissa · 2^(exponent - 31). Products are taken by
-``saturating_rounding_doubling_high_mul`` (the high 32 bits of 2ab, rounded half away from
-zero) and shifts right by ``rounding_divide_by_pot`` (rounded half away from zero). The int16
+``srdhm`` (SaturatingRoundingDoublingHighMul: the high 32 bits of 2ab, rounded to nearest with
+ties upward) and shifts right by ``rounding_divide_by_pot`` (rounded half away from zero). The int16
 variants are the same rules on 16-bit words. Used at import to build the tables of unary int8
 operators (frontends/tflite_int8.py) exactly as LiteRT's builtin kernels compute them.
 """

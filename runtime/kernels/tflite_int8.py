@@ -8,7 +8,7 @@ Each kernel here names the arithmetic it reproduces (docs/tflite.md "Quantizatio
   accumulator, times a float32 scale (``x_scale·w_scale / y_scale`` per output channel, each
   step rounded to float32), rounded to nearest even, plus the output zero point, clamped.
 - XNNPACK's **fixed-point addition** (Add, Sub): each input times a multiplier of at most 21
-  bits (its scale ratio times 2^shift, the shift putting the larger ratio in [2^19, 2^20)),
+  bits (its scale ratio times 2^shift, the shift putting the larger ratio in [2^20, 2^21)),
   summed with a bias that folds in the zero points and the rounding half, shifted right.
 - TFLite's builtin **average pool**: the raw int8 window sum over the elements inside the
   input, divided by their count rounding half away from zero.
@@ -96,8 +96,9 @@ def fully_connected(
 
 def add_parameters(a_ratio: np.float32, b_ratio: np.float32) -> tuple[int, int, int]:
     """XNNPACK's (a multiplier, b multiplier, shift) for the scale ratios a_scale/y_scale and
-    ±b_scale/y_scale: shift = 20 - the larger ratio's binary exponent, each multiplier its ratio
-    times 2^shift (exact in float32) rounded to nearest even."""
+    ±b_scale/y_scale: shift = 20 - the larger ratio's binary exponent (so that ratio becomes a
+    multiplier in [2^20, 2^21)), each multiplier its ratio times 2^shift (exact in float32)
+    rounded to nearest even."""
     largest = np.float32(max(abs(a_ratio), abs(b_ratio)))
     exponent = int(largest.view(np.uint32) >> 23) - 127
     shift = 20 - exponent
