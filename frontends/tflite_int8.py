@@ -19,12 +19,12 @@ from collections.abc import Callable
 import numpy as np
 
 from offload.ir import DataType, Operation, TensorType, Value
+from offload.ir.tflite_ops import DOMAIN
 from offload.schemas.generated.tflite.ActivationFunctionType import ActivationFunctionType as Act
 
 from . import tflite as base
 from .tflite_int8_tables import float_table, hard_swish_table, leaky_relu_table, requantize_table
 
-DOMAIN = "offload.tflite"
 Rule = Callable[["base.Node"], "list | None"]
 RULES: dict[str, Rule] = {}
 
@@ -56,11 +56,15 @@ def _per_tensor_int8(t) -> bool:
 
 
 def _all_int8(node) -> bool:
-    for v in node.inputs:
-        if v is not None and v.const_value is None and not _per_tensor_int8(v.type):
-            return False
-    outs = [node.imp.tensor_type(t, f"operator {node.index} output") for t in node.outputs]
-    return all(_per_tensor_int8(t) for t in outs)
+    types = [v.type for v in node.inputs if v is not None and v.const_value is None]
+    types += [node.imp.tensor_type(t, f"operator {node.index} output") for t in node.outputs]
+    if not all(_per_tensor_int8(t) for t in types):
+        return False
+    for t in types:
+        scale = float(t.quant.scale.reshape(-1)[0])
+        if not np.isfinite(scale) or scale <= 0:
+            raise node.fail(f"an int8 tensor has quantization scale {scale}, not a positive number")
+    return True
 
 
 def _q(t) -> tuple[float, int]:

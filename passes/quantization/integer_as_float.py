@@ -48,12 +48,12 @@ from __future__ import annotations
 import numpy as np
 
 from offload.ir import Block, DataType, Operation, Program, TensorType, Value
+from offload.ir.tflite_ops import DOMAIN
 
 from ..cleanup.dead_code_elimination import dead_code_elimination
 from ..pattern import Rewriter
 from ..registry import graph_pass
 
-DOMAIN = "offload.tflite"
 QUANTIZED = (DataType.INT8, DataType.UINT8, DataType.INT16)
 TRANSPARENT = {
     "Transpose",

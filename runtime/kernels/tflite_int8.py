@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from offload.ir.tflite_ops import DOMAIN
+
 from . import fixed_point as fp
 from . import kernel
 from .nn import _fold_windows, _geometry, _integer_conv, _window_counts
-
-DOMAIN = "offload.tflite"
 
 
 def _f32(v) -> np.ndarray:

@@ -394,3 +394,11 @@ def test_full_integer_models_run_as_float_on_opencl(name, tmp_path):
             )
     assert worst <= AS_FLOAT_UNITS[name], worst
     assert close / total >= 0.85, close / total  # most outputs within one step
+
+
+def test_a_non_positive_int8_scale_is_a_format_error_naming_the_operator():
+    data = (HERE / "cnn_int8.tflite").read_bytes()
+    scale = np.float32(0.03365812450647354).tobytes()  # the image's scale, stored once
+    assert data.count(scale) == 1
+    with pytest.raises(ModelFormatError, match=r"operator 0 \(CONV_2D\).*scale -1\.0"):
+        offload.load(data.replace(scale, np.float32(-1.0).tobytes()))
