@@ -402,3 +402,14 @@ def test_a_non_positive_int8_scale_is_a_format_error_naming_the_operator():
     assert data.count(scale) == 1
     with pytest.raises(ModelFormatError, match=r"operator 0 \(CONV_2D\).*scale -1\.0"):
         offload.load(data.replace(scale, np.float32(-1.0).tobytes()))
+
+
+@pytest.mark.parametrize("name", FULL_INTEGER)
+def test_full_integer_models_saved_as_pte_keep_their_integer_ops(name, tmp_path):
+    """The .pte of the CPU path carries the offload.tflite ops and their attributes exactly."""
+    offload.save(offload.load(HERE / f"{name}.tflite"), tmp_path / "m.pte")
+    module = offload.runtime.load(str(tmp_path / "m.pte"))
+    feeds, want = oracle(name)
+    got = module.run(feeds)
+    for k, w in want.items():
+        np.testing.assert_array_equal(got[k], w, err_msg=k)
