@@ -86,7 +86,6 @@ LOOKUP_FORMS: dict[str, list] = {
     "Identity": [("Identity", {})],
     "Rsqrt": [("Sqrt", {}), ("Reciprocal", {})],
 }
-BINARY_FORMS = ("Add", "Sub", "Mul", "Div", "SquaredDifference")
 LOOKUP_CLIPS = {"Relu6": (0.0, 6.0), "ReluN1To1": (-1.0, 1.0)}
 
 
@@ -195,62 +194,91 @@ def _weights(op: Operation) -> tuple[np.ndarray, np.ndarray | None]:
     return real_w, real_b
 
 
-def float_form(f: _Floats, op: Operation) -> Value | None:
-    """``op``'s float operator(s) on the real values of its inputs (before ``op``)."""
-    a, t = op.attributes, op.op_type
-    activations = 2 if t in BINARY_FORMS else 1  # the rest: weights, bias, axes, table
-    ins = [f.of(v, op) for v in op.inputs[:activations]]
-    if t == "Conv":
-        if op.inputs[1].const_value is None:
-            return None
-        w, b = _weights(op)
-        keys = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-        attrs = {k: a[k] for k in keys if a.get(k) is not None}
-        inputs = [ins[0], f.const(w)] + ([f.const(b)] if b is not None else [])
-        y = f.build("Conv", inputs, attrs, op)
-    elif t == "FullyConnected":
-        if op.inputs[1].const_value is None:
-            return None
-        w, b = _weights(op)
-        y = f.build("MatMul", [ins[0], f.const(np.ascontiguousarray(w.T))], {}, op)
-        y = f.build("Add", [y, f.const(b)], {}, op) if b is not None else y
-    elif t in ("Add", "Sub", "Mul", "Div"):  # BINARY_FORMS
-        y = f.build(t, ins[:2], {}, op)
-    elif t == "SquaredDifference":
-        d = f.build("Sub", ins[:2], {}, op)
-        y = f.build("Mul", [d, d], {}, op)
-    elif t == "AveragePool":
-        keys = ("auto_pad", "kernel_shape", "pads", "strides")
-        attrs = {k: a[k] for k in keys if a.get(k) is not None}
-        y = f.build("AveragePool", [ins[0]], {**attrs, "count_include_pad": 0}, op)
-    elif t in ("Mean", "Sum"):
-        axes = op.inputs[1]
-        y = f.build(
-            "ReduceMean" if t == "Mean" else "ReduceSum", [ins[0], axes], {"keepdims": a["keepdims"]}, op
-        )
-    elif t == "ResizeBilinear":
-        attrs = {
-            "mode": "linear",
-            "coordinate_transformation_mode": a["coordinate_transformation_mode"],
-            "axes": [1, 2],
-        }
-        y = f.build("Resize", [ins[0], None, None, op.inputs[1]], attrs, op)
-    elif t == "Lookup":
-        function = a["function"]
-        if function == "LeakyRelu":
-            y = f.build("LeakyRelu", [ins[0]], {"alpha": float(a["alpha"])}, op)
-        elif function in LOOKUP_CLIPS:
-            lo, hi = LOOKUP_CLIPS[function]
-            y = f.build("Clip", [ins[0], f.const(lo), f.const(hi)], {}, op)
-        elif function in LOOKUP_FORMS:
-            y = ins[0]
-            for op_type, attrs in LOOKUP_FORMS[function]:
-                y = f.build(op_type, [y], attrs, op)
-        else:
-            return None
-    else:
+def _attrs(op: Operation, *keys: str) -> dict:
+    return {k: op.attributes[k] for k in keys if op.attributes.get(k) is not None}
+
+
+def _conv(f: _Floats, op: Operation, x: list) -> Value:
+    w, b = _weights(op)
+    attrs = _attrs(op, "auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+    return f.build("Conv", [x[0], f.const(w)] + ([f.const(b)] if b is not None else []), attrs, op)
+
+
+def _fully_connected(f: _Floats, op: Operation, x: list) -> Value:
+    w, b = _weights(op)
+    y = f.build("MatMul", [x[0], f.const(np.ascontiguousarray(w.T))], {}, op)
+    return f.build("Add", [y, f.const(b)], {}, op) if b is not None else y
+
+
+def _squared_difference(f: _Floats, op: Operation, x: list) -> Value:
+    d = f.build("Sub", x, {}, op)
+    return f.build("Mul", [d, d], {}, op)
+
+
+def _average_pool(f: _Floats, op: Operation, x: list) -> Value:
+    attrs = _attrs(op, "auto_pad", "kernel_shape", "pads", "strides")
+    return f.build("AveragePool", x, {**attrs, "count_include_pad": 0}, op)
+
+
+def _reduce(onnx_op: str):
+    def build(f: _Floats, op: Operation, x: list) -> Value:
+        return f.build(onnx_op, [x[0], op.inputs[1]], {"keepdims": op.attributes["keepdims"]}, op)
+
+    return build
+
+
+def _resize_bilinear(f: _Floats, op: Operation, x: list) -> Value:
+    mode = op.attributes["coordinate_transformation_mode"]
+    attrs = {"mode": "linear", "coordinate_transformation_mode": mode, "axes": [1, 2]}
+    return f.build("Resize", [x[0], None, None, op.inputs[1]], attrs, op)
+
+
+def _lookup(f: _Floats, op: Operation, x: list) -> Value | None:
+    function = op.attributes["function"]
+    if function == "LeakyRelu":
+        return f.build("LeakyRelu", x, {"alpha": float(op.attributes["alpha"])}, op)
+    if function in LOOKUP_CLIPS:
+        lo, hi = LOOKUP_CLIPS[function]
+        return f.build("Clip", [x[0], f.const(lo), f.const(hi)], {}, op)
+    if function not in LOOKUP_FORMS:
         return None
-    return _clamp(f, y, op, op)
+    y = x[0]
+    for op_type, attrs in LOOKUP_FORMS[function]:
+        y = f.build(op_type, [y], attrs, op)
+    return y
+
+
+def _same(onnx_op: str):
+    def build(f: _Floats, op: Operation, x: list) -> Value:
+        return f.build(onnx_op, x, {}, op)
+
+    return build
+
+
+# integer op → (how many leading inputs are activations, its float form on their real values)
+FLOAT_FORMS = {
+    "Conv": (1, _conv),
+    "FullyConnected": (1, _fully_connected),
+    **{op: (2, _same(op)) for op in ("Add", "Sub", "Mul", "Div")},
+    "SquaredDifference": (2, _squared_difference),
+    "AveragePool": (1, _average_pool),
+    "Mean": (1, _reduce("ReduceMean")),
+    "Sum": (1, _reduce("ReduceSum")),
+    "ResizeBilinear": (1, _resize_bilinear),
+    "Lookup": (1, _lookup),
+}
+
+
+def float_form(f: _Floats, op: Operation) -> Value | None:
+    """``op``'s float form (``FLOAT_FORMS``) on the real values of its activations, built before
+    ``op``, then clamped to its output's real range; None for an op it cannot rewrite."""
+    form = FLOAT_FORMS.get(op.op_type)
+    weights = op.inputs[1] if op.op_type in ("Conv", "FullyConnected") else None
+    if form is None or (weights is not None and weights.const_value is None):
+        return None
+    count, build = form
+    y = build(f, op, [f.of(v, op) for v in op.inputs[:count]])
+    return None if y is None else _clamp(f, y, op, op)
 
 
 def _scaled(v: Value | None) -> bool:
