@@ -123,6 +123,9 @@ class BackendCompiler(abc.ABC):
     spec_keys: Mapping[str, str] = {}
     # Op type (default ONNX domain) → what the backend accepts for it.
     capabilities: Mapping[str, OpCapability] = {}
+    # Runs quantized models as float (the TFLite GPU delegate's way): to_backend first rewrites
+    # integer ops and inner Quantize/Dequantize pairs to float (quantization::integer_as_float).
+    quantized_as_float: bool = False
 
     def supports(self, op: Operation, ctx: Any = None) -> Support:
         """Whether this backend takes ``op``; by default the capability table decides."""

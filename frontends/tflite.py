@@ -45,6 +45,7 @@ from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
 from offload.schemas.generated.tflite.Padding import Padding
 from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 
+from . import tflite_int8
 from .tflite_quant import (
     ACTIVATION_DTYPES,
     HYBRID_OPS,
@@ -1217,12 +1218,14 @@ class _Importer:
                 raise node.fail(f"needs {ARITY[name]} inputs, has {present}")
             if not outs:
                 raise node.fail("has no outputs")
-            if name not in ("QUANTIZE", "DEQUANTIZE"):
+            results = tflite_int8.translate(node)  # full-integer int8: LiteRT's integer arithmetic
+            exact = results is not None
+            if not exact and name not in ("QUANTIZE", "DEQUANTIZE"):
                 self.quantization_around(node)
-            results = fn(node)
+            results = fn(node) if not exact else results
             if len(results) != len(outs):
                 raise node.fail(f"has {len(outs)} outputs, its translation {len(results)}")
-            if name not in ("QUANTIZE", "DEQUANTIZE"):
+            if not exact and name not in ("QUANTIZE", "DEQUANTIZE"):
                 results = [
                     self.quantized(v, t, f"{path}.outputs[{k}]")
                     for k, (v, t) in enumerate(zip(results, node.outputs))

@@ -5,11 +5,12 @@ Three cases, decided per operator by the tensors it reads and writes:
 1. Constant weights and biases with scales (int8 filters, per channel or per tensor; int32
    biases) are dequantized once, at import: ``scale · (q - zero_point)`` in float32 becomes the
    constant the float rule reads, so every backend sees float weights.
-2. A full-integer operator (its activations int8/uint8/int16 with scales) reads each quantized
-   activation through ``DequantizeLinear`` and writes each quantized output through
+2. A full-integer operator (its activations int8/uint8/int16 with scales) without an integer
+   rule in tflite_int8.py (which computes int8 operators exactly as LiteRT does) reads each
+   quantized activation through ``DequantizeLinear`` and writes each quantized output through
    ``QuantizeLinear`` with the output tensor's scale and zero point; in between runs the float
-   rule. The quantization points are exactly the model's, so the integer outputs differ from
-   LiteRT's fixed-point kernels only where a product lands within rounding error of a half unit.
+   rule. Exact for data movement and order-preserving operators (max pool, maximum, reduce max),
+   within LiteRT's rounding for the others.
 3. A hybrid operator (dynamic-range models: float activations, int8 weights, CONV_2D,
    DEPTHWISE_CONV_2D, FULLY_CONNECTED) is computed by LiteRT on its input quantized to int8 on
    the fly, per batch row. That quantization is reproduced with float ops before the float

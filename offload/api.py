@@ -42,6 +42,7 @@ def to_backend(program: Program, backend, compile_specs=None, passes="default", 
 
     partitioner = backend if isinstance(backend, Partitioner) else Partitioner(_as_list(backend))
     specs = normalize_specs(compile_specs, partitioner)
+    program = as_float_for(program, partitioner)
     lowered = optimize(program, passes)  # a copy, also for passes="none"
     samples = list(calibration or ())
     if samples or _wants_ranges(specs):
@@ -62,6 +63,19 @@ def to_backend(program: Program, backend, compile_specs=None, passes="default", 
 def _wants_ranges(specs: dict) -> bool:
     """Whether a backend is asked to store values as half (spec precision=fp16)."""
     return any(s.key == "precision" and s.text() == "fp16" for found in specs.values() for s in found)
+
+
+def as_float_for(program: Program, partitioner) -> Program:
+    """``program`` with its quantized activations as float (a copy) when one of the
+    partitioner's backends runs quantized models that way (``quantized_as_float``: the GPU
+    backends), else ``program`` itself; the CPU path keeps the exact integer ops."""
+    from offload.ir.clone import clone_program
+    from offload.passes.quantization.integer_as_float import integer_as_float
+
+    if not any(getattr(b, "quantized_as_float", False) for b in partitioner.backends):
+        return program
+    copy = clone_program(program)
+    return copy if integer_as_float(copy) else program
 
 
 def _as_list(backend) -> list:

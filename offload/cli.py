@@ -589,9 +589,18 @@ def _inspect(args, progress: Progress) -> int:
 
     def report(program) -> None:
         if partitioner is not None:
+            from offload.api import as_float_for
             from offload.partitioner import format_report
 
-            print(format_report(partitioner.partition(program)))
+            floated = as_float_for(program, partitioner)
+            if floated is not program:
+                names = ", ".join(b.name for b in partitioner.backends if b.quantized_as_float)
+                print(
+                    f"quantized model: runs as float on {names} (weights dequantized once, float "
+                    "activations, int8 inputs and outputs (de)quantized at the edges); the CPU "
+                    "runs its integer ops"
+                )
+            print(format_report(partitioner.partition(floated)))
             print()
 
     def optimized(program):

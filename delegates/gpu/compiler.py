@@ -165,6 +165,7 @@ class GPUCompiler(BackendCompiler):
     is the shared one."""
 
     capabilities = CAPABILITIES
+    quantized_as_float = True  # float kernels only, as the TFLite GPU delegate runs int8 models
 
     def check_specs(self, specs: list[CompileSpec]) -> None:
         super().check_specs(specs)

@@ -39,6 +39,7 @@ _MODULES = (
     "training",
     "random",
     "detection",
+    "tflite_int8",
     "plumbing",
     "delegate",
 )

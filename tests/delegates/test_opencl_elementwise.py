@@ -419,7 +419,8 @@ def test_float_chain_with_activations_fuses(tmp_path):
         ("Add", [("a", np.zeros(3, np.float64)), ("b", np.zeros(3, np.float64))], np.float64, {}),
         ("Pow", [("a", np.zeros(3, np.int32)), ("b", np.zeros(3, np.int32))], np.int32, {}),
         ("Cast", [("a", np.zeros(3, np.float32))], np.float64, {"to": TensorProto.DOUBLE}),
-        ("Cast", [("a", np.zeros(3, np.int8))], np.float32, {"to": TensorProto.FLOAT}),
+        # a float to int8 is defined in C only inside int8's range: without a Clip it stays
+        ("Cast", [("a", np.zeros(3, np.float32))], np.int8, {"to": TensorProto.INT8}),
         ("Relu", [("a", np.zeros(3, np.int32))], np.int32, {}),
         ("Less", [("a", np.zeros(3, np.bool_)), ("b", np.zeros(3, np.bool_))], np.bool_, {}),
         (
@@ -434,3 +435,19 @@ def test_float_chain_with_activations_fuses(tmp_path):
 def test_unclaimed_dtypes_stay_on_the_cpu(op, inputs, out, attrs):
     p, _ = _one(op, inputs, out, **attrs)
     assert not _delegated(p)
+
+
+@needs_opencl
+def test_casts_from_int8_and_to_int8_after_a_clip_run_on_opencl(tmp_path):
+    """The edges of a quantized model run as float (passes/quantization/integer_as_float.py):
+    int8 → float, and a float clamped to int8's range → int8 (C's conversion truncates)."""
+    q = np.arange(-128, 128, dtype=np.int8)
+    nodes = [
+        helper.make_node("Cast", ["q"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["f", "s"], ["m"]),
+        helper.make_node("Clip", ["m", "lo", "hi"], ["c"]),
+        helper.make_node("Cast", ["c"], ["y"], to=TensorProto.INT8),
+    ]
+    consts = [("s", np.float32(0.7)), ("lo", np.float32(-128)), ("hi", np.float32(127))]
+    program = model(nodes, [("q", [256], np.int8)], [("y", np.int8)], consts)
+    check(program, {"q": q}, tmp_path, whole=True)

@@ -93,3 +93,18 @@ def test_cli_inspect_says_what_a_new_shape_costs_a_symbolic_delegate(tmp_path, c
     assert "opencl: backend" in printed
     assert "symbolic dims batch, seq: specialized per input signature" in printed
     assert "a new signature costs" in printed
+
+
+def test_cli_inspect_says_a_quantized_model_runs_as_float_on_a_gpu_backend(capsys):
+    from tests.delegates.opencl_support import needs_opencl
+
+    if needs_opencl.args[0]:
+        pytest.skip(needs_opencl.kwargs["reason"])
+    model = os.path.join(ROOT, "tests", "frontends", "tflite", "cnn_int8.tflite")
+    assert main(["inspect", model, "--backend", "opencl"]) == 0
+    printed = capsys.readouterr().out
+    assert "quantized model: runs as float on opencl" in printed
+    assert "offload.tflite" not in printed.split("file:")[0]  # every op placed is a float op
+    assert "opencl: backend" in printed
+    assert main(["inspect", model]) == 0
+    assert "runs as float" not in capsys.readouterr().out  # the CPU keeps the integer ops

@@ -28,8 +28,9 @@ F32, I32, I64, BOOL = "float32", "int32", "int64", "bool"
 I8, I16, U8, U16, U32, U64 = "int8", "int16", "uint8", "uint16", "uint32", "uint64"
 NUM = (F32, I32, I64)
 ANY = (*NUM, BOOL)
-# The integer types beyond int32 / int64 that arithmetic, comparisons and bit ops take (Cast does
-# not: a float out of their range has no defined conversion in C).
+# The integer types beyond int32 / int64 that arithmetic, comparisons and bit ops take (Cast to
+# them only from an integer or from a float clamped to their range: C defines no conversion of a
+# float out of it).
 SMALL = (I8, I16, U8, U16, U32, U64)
 INTS = (I32, I64, *SMALL)
 UNSIGNED = (U8, U16, U32, U64)
@@ -88,7 +89,9 @@ MIXED = {
     "Pow": ((F32,), WIDE),  # a float32 base, an exponent of any (ONNX's T1)
     # x and y share one dtype; not bool, which onnxruntime has no kernel to check against
     "Where": ((BOOL,), WIDE, WIDE),
-    "Cast": (ANY,),  # to float32 / int32 / int64 / bool (attribute ``to``)
+    # to float32 / int32 / int64 / bool, or to a small integer from an integer or from a float
+    # clamped to that integer's range (``check``) (attribute ``to``)
+    "Cast": ((*ANY, *SMALL),),
 }
 _ATTRIBUTES = {
     "Gelu": {"approximate": ("none", "tanh")},
@@ -101,7 +104,7 @@ _ATTRIBUTES = {
 def _caps(op: str) -> OpCapability:
     """The capability row of an op: every dtype its inputs or output may have."""
     if op in MIXED:
-        dtypes = set(ANY) if op == "Cast" else {t for ts in MIXED[op] for t in ts}
+        dtypes = {*ANY, *SMALL} if op == "Cast" else {t for ts in MIXED[op] for t in ts}
     else:
         dtypes = {*SIGNATURES[op].dtypes, *((BOOL,) if SIGNATURES[op].to_bool else ())}
     dts = frozenset(_DATATYPE[t] for t in dtypes)
@@ -127,9 +130,9 @@ def result_type(op_type: str, attrs: dict, ins: list[str | None]) -> str:
                 raise UnsupportedOpError(f"Where of {_list(ins)}: x and y differ")
             return ins[1]
         if op_type == "Cast":
-            to = next((t for t in ANY if _DATATYPE[t] == attrs.get("to")), None)
+            to = next((t for t in (*ANY, *SMALL) if _DATATYPE[t] == attrs.get("to")), None)
             if to is None:
-                raise UnsupportedOpError(f"Cast to {attrs.get('to')!r} (takes {', '.join(ANY)})")
+                raise UnsupportedOpError(f"Cast to {attrs.get('to')!r} (takes {', '.join((*ANY, *SMALL))})")
             return to
         return ins[0]
     sig = SIGNATURES.get(op_type)
@@ -166,7 +169,22 @@ def check(op) -> Support | None:
     want = _dtype_name(op.outputs[0])
     if got != want:
         return Support(False, f"{op.op_type} gives {got}, its output is {want}")
+    if op.op_type == "Cast" and got in SMALL and _dtype_name(op.inputs[0]) == F32 and not _clamped(op, got):
+        return Support(False, f"Cast of float32 to {got} whose input is not clamped to {got}'s range")
     return None
+
+
+def _clamped(op, to: str) -> bool:
+    """Whether a Cast's float input comes from a Clip with constant bounds inside ``to``'s range
+    (C defines the conversion only there)."""
+    clip = op.inputs[0].producer
+    if clip is None or clip.op_type != "Clip" or clip.domain or len(clip.inputs) < 3:
+        return False
+    bounds = [v.const_value if v is not None else None for v in clip.inputs[1:3]]
+    if any(b is None or b.size != 1 for b in bounds):
+        return False
+    info = np.iinfo(np.dtype(to))
+    return info.min <= float(bounds[0].reshape(-1)[0]) and float(bounds[1].reshape(-1)[0]) <= info.max
 
 
 CHECKS = dict.fromkeys(CAPS, check)

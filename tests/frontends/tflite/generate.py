@@ -212,6 +212,36 @@ class Math(tf.Module):
         }
 
 
+class Mobile(tf.Module):
+    """Operators of int8 mobile networks beyond the CNN: zero padding, a concatenation of two
+    branches, bilinear resizing, standalone RELU6 and LOGISTIC, a squeeze-and-excite gate (keep-dims
+    mean, dense layers on 4-D, a broadcast multiply), a subtraction and a fully connected head."""
+
+    def __init__(self):
+        rng = np.random.default_rng(6)
+        self.w1, self.b1 = _const(rng, 3, 3, 4, 8), _const(rng, 8)
+        self.w2 = _const(rng, 1, 1, 4, 8)
+        self.dw = _const(rng, 3, 3, 16, 1)
+        self.se1, self.se2 = _const(rng, 16, 4), _const(rng, 4, 16)
+        self.fc, self.fb = _const(rng, 16, 6), _const(rng, 6)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 4], tf.float32, name="x")])
+    def __call__(self, x):
+        p = tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]])  # zeros: the zero point in int8
+        a = tf.nn.relu(tf.nn.conv2d(p, self.w1, 1, "VALID") + self.b1)
+        b = tf.nn.relu6(tf.nn.conv2d(x, self.w2, 1, "SAME"))
+        c = tf.concat([a, b * 2.0], axis=-1)  # [N, 8, 8, 16]
+        d = tf.nn.depthwise_conv2d(c, self.dw, [1, 2, 2, 1], "SAME")  # 4×4
+        se = tf.reduce_mean(d, axis=[1, 2], keepdims=True)
+        se = tf.sigmoid(
+            tf.einsum("nhwc,cd->nhwd", tf.nn.relu(tf.einsum("nhwc,cd->nhwd", se, self.se1)), self.se2)
+        )
+        e = tf.compat.v1.image.resize_bilinear(d * se, [8, 8], half_pixel_centers=True)
+        f = tf.nn.relu6(e - c)
+        g = tf.reduce_mean(f, axis=[1, 2])
+        return {"logits": tf.matmul(g, self.fc) + self.fb, "gate": tf.sigmoid(g)}
+
+
 class Dynamic(tf.Module):
     """Ops whose results depend on a shape known only when run: shape, range, fill, zeros_like."""
 
@@ -321,6 +351,7 @@ CASES = {
     "while_until": (WhileUntil, "float32", {"x": (2, 3)}),
     "keras3_lstm": (Keras3Lstm, "float32", {"x": (2, 6, 3)}),
     "sparse_f32": (Pruned, "sparse", {"x": (2, 16), "image": (1, 6, 6, 4)}),
+    "mobile_int8": (Mobile, "int8", {"x": (2, 8, 8, 4)}),
 }
 
 
