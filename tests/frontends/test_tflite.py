@@ -209,6 +209,17 @@ def _mutants_end_in_offload_errors(data: bytes, flips: int = 250) -> None:
     assert errors >= len(cuts)  # every truncation at least is refused
 
 
+def delegated_share(lowered) -> float:
+    """The share of a lowered program's ops that run inside delegates."""
+    inside = sum(
+        sum(1 for _ in op.attributes["fallback"].walk())
+        for op in lowered.main.body.operations
+        if op.op_type == "Delegate"
+    )
+    outside = sum(1 for op in lowered.main.body.walk() if op.op_type != "Delegate") - inside
+    return inside / (inside + outside)
+
+
 @pytest.mark.parametrize("name", FLOAT32)
 def test_float_fixtures_run_delegated_on_opencl(name, tmp_path):
     from tests.delegates.opencl_support import needs_opencl, run_on_opencl
@@ -219,13 +230,7 @@ def test_float_fixtures_run_delegated_on_opencl(name, tmp_path):
     feeds, want = oracle(name)
     lowered, got = run_on_opencl(program, feeds, tmp_path, passes="default")  # what a user gets
     assert_close(got, want)
-    inside = sum(
-        sum(1 for _ in op.attributes["fallback"].walk())
-        for op in lowered.main.body.operations
-        if op.op_type == "Delegate"
-    )
-    outside = sum(1 for op in lowered.main.body.walk() if op.op_type != "Delegate") - inside
-    assert inside / (inside + outside) >= 0.95, (inside, outside)
+    assert delegated_share(lowered) >= 0.95
 
 
 def test_schema_parser_agrees_with_flatc():
@@ -922,13 +927,7 @@ def test_full_integer_models_run_as_float_on_opencl(name, tmp_path):
     rng = np.random.default_rng(12)
     feeds = [{k: random_like(rng, v, quant[k]) for k, v in stored.items()} for _ in range(8)]
     lowered, _ = run_on_opencl(program, feeds[0], tmp_path)
-    inside = sum(
-        sum(1 for _ in op.attributes["fallback"].walk())
-        for op in lowered.main.body.operations
-        if op.op_type == "Delegate"
-    )
-    outside = sum(1 for op in lowered.main.body.walk() if op.op_type != "Delegate") - inside
-    assert inside / (inside + outside) >= 0.95, (inside, outside)
+    assert delegated_share(lowered) >= 0.95
     assert not any(op.domain == "offload.tflite" for op in lowered.main.body.walk())
     module = offload.runtime.load(str(tmp_path / "m.pte"))
     worst, close, total = 0, 0, 0
