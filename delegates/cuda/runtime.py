@@ -21,7 +21,7 @@ import numpy as np
 from offload import profile
 from offload.errors import DTypeError, KernelError, OffloadError
 
-from ..backend import Availability, BackendRuntime, CompileSpec
+from ..backend import Availability, BackendRuntime, CompileSpec, DeviceTensor, on_host
 from ..gpu.api import Buf, Ints, Scratch, storage_dtype
 from ..gpu.builder import PlanValues, host_weights
 from ..gpu.control import has_control, run
@@ -35,6 +35,7 @@ from ..gpu.specialize import (
     input_shapes,
     max_shapes,
     planned_shapes,
+    resident_inputs,
     signature,
 )
 from . import blob
@@ -90,6 +91,20 @@ class Gemm:
             self.c *= alpha
         if self.bias is not None:
             self.c += self.bias * beta
+
+
+class CUDATensor(DeviceTensor):
+    """An output kept in a CuPy array for the next delegate on the same device, in its device
+    dtype (half under precision=fp16)."""
+
+    backend = "cuda"
+
+    def __init__(self, array, dtype, device: Device):
+        self.array, self.shape, self.dtype, self.device = array, tuple(array.shape), np.dtype(dtype), device
+
+    def to_host(self) -> np.ndarray:
+        with self.device.device:
+            return cp.asnumpy(self.array).astype(self.dtype, copy=False)
 
 
 @dataclass
@@ -168,6 +183,7 @@ def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
 class CUDARuntime(BackendRuntime):
     name = "cuda"
     thread_safe = True  # each handle runs one call at a time under its own lock
+    device_tensors = True  # outputs read only by cuda delegates on this device stay in its memory
 
     def is_available(self) -> Availability:
         if cp is None:
@@ -254,15 +270,33 @@ class CUDARuntime(BackendRuntime):
         return spec
 
     def execute(self, handle: Handle, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        inputs = [np.asarray(x) for x in inputs]
+        return self._execute(handle, [np.asarray(x) for x in inputs], None)
+
+    def execute_device(self, handle: Handle, inputs: list, keep: list[bool]) -> list:
+        """Inputs that are this device's ``CUDATensor``s are copied array to array on the handle's
+        stream (another device's or backend's come through the host); kept outputs are copies
+        that they own (the producer synchronized its stream before returning them)."""
+        inputs = resident_inputs(handle.plan, inputs, CUDATensor, handle.device)
+        return self._execute(handle, inputs, keep if self.keeps_on_device(handle) else None)
+
+    def keeps_on_device(self, handle: Handle) -> bool:
+        return handle.fp32 is None  # the fp16 guard reads every output on the host
+
+    def _execute(self, handle: Handle, inputs: list, keep: list[bool] | None) -> list:
         view, stream = handle.device.allocator.view, handle.stream
         try:
             with handle.lock, handle.device.device, stream:
                 key = signature(handle.plan, inputs)
-                spec = handle.specializations.get(key, lambda: self._specialize(handle, inputs))
+                shapes = [tuple(x.shape) if isinstance(x, CUDATensor) else x for x in inputs]
+                spec = handle.specializations.get(key, lambda: self._specialize(handle, shapes))
                 for i, x, pinned in zip(spec.inputs, inputs, spec.host_in):
                     if x.dtype != handle.dtypes[i]:
                         raise DTypeError(f"cuda backend: input {i} is {x.dtype}, expected {handle.dtypes[i]}")
+                    if isinstance(x, CUDATensor) and x.array.dtype == pinned.dtype:
+                        if x.array.size:
+                            view(spec.buffers[i], x.shape, pinned.dtype)[...] = x.array
+                        continue
+                    x = x.to_host() if isinstance(x, CUDATensor) else x
                     if x.size:
                         with np.errstate(over="ignore"):
                             np.copyto(pinned, x, casting="same_kind")
@@ -277,17 +311,24 @@ class CUDARuntime(BackendRuntime):
                 else:
                     for launch in spec.launches:
                         launch.run(stream)
-                for i, pinned in zip(spec.outputs, spec.host_out):
-                    if pinned.size:
+                kept = {}
+                for k, (i, pinned) in enumerate(zip(spec.outputs, spec.host_out)):
+                    if keep and keep[k]:
+                        array = view(spec.buffers[i], pinned.shape, pinned.dtype).copy()
+                        kept[k] = CUDATensor(array, handle.dtypes[i], handle.device)
+                    elif pinned.size:
                         view(spec.buffers[i], pinned.shape, pinned.dtype).get(stream, out=pinned)
                 stream.synchronize()
                 # Copies: the pinned buffers are refilled by the next call.
                 outputs = [
-                    np.array(p, handle.dtypes[i], copy=True) for i, p in zip(spec.outputs, spec.host_out)
+                    kept[k] if k in kept else np.array(p, handle.dtypes[i], copy=True)
+                    for k, (i, p) in enumerate(zip(spec.outputs, spec.host_out))
                 ]
         except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
             raise KernelError(f"cuda backend: {type(e).__name__}: {e}") from e
-        return outputs if handle.fp32 is None else handle.fp32.checked(outputs, inputs, self.execute)
+        if handle.fp32 is None:
+            return outputs
+        return handle.fp32.checked(outputs, inputs, lambda h, xs: self.execute(h, on_host(xs)))
 
     def describe(self, handle: Handle) -> str:
         return describe(handle.plan, handle.specializations)

@@ -25,7 +25,7 @@ import numpy as np
 from offload import profile
 from offload.errors import DTypeError, ShapeError
 
-from ..backend import CompileSpec, CompileSpecError
+from ..backend import CompileSpec, CompileSpecError, DeviceTensor
 from .precision import describe_precision
 
 DEFAULT_MAX_SHAPES = 8
@@ -127,6 +127,23 @@ def signature(plan: dict, inputs: list) -> tuple:
     index = {v: k for k, v in enumerate(plan["inputs"])}
     values = tuple(np.asarray(inputs[index[v]]).tobytes() for v in plan["host_inputs"])
     return shapes + values
+
+
+def resident_inputs(plan: dict, inputs: list, own: type, device) -> list:
+    """``execute_device``'s inputs for a handle on ``device``: its backend's device tensors
+    (class ``own``) on that device as they are, any other device tensor copied to the host, and
+    host inputs (read on the host, their values pick the specialization) on the host."""
+    out = [
+        x
+        if isinstance(x, own) and x.device is device
+        else np.asarray(x.to_host() if isinstance(x, DeviceTensor) else x)
+        for x in inputs
+    ]
+    index = {v: k for k, v in enumerate(plan["inputs"])}
+    for v in plan["host_inputs"]:
+        if isinstance(out[index[v]], own):
+            out[index[v]] = out[index[v]].to_host()
+    return out
 
 
 def host_values(plan: dict, inputs: list) -> dict[int, np.ndarray]:

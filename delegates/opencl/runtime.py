@@ -36,6 +36,7 @@ from ..gpu.specialize import (
     input_shapes,
     max_shapes,
     planned_shapes,
+    resident_inputs,
     signature,
 )
 from .device import IMPORT_ERROR, Device, OpenCLBuildError, all_devices, build, cl, device_for, tuning_choice
@@ -260,16 +261,7 @@ class OpenCLRuntime(BackendRuntime):
         """Inputs that are this device's ``CLTensor``s are copied buffer to buffer (another
         device's or backend's come through the host); kept outputs are copied into buffers of
         their own, which they hold."""
-        inputs = [
-            x
-            if isinstance(x, CLTensor) and x.device is handle.device
-            else np.asarray(x.to_host() if isinstance(x, DeviceTensor) else x)
-            for x in inputs
-        ]
-        index = {v: k for k, v in enumerate(handle.plan["inputs"])}
-        for v in handle.plan["host_inputs"]:  # read on the host: their values pick the specialization
-            if isinstance(inputs[index[v]], CLTensor):
-                inputs[index[v]] = inputs[index[v]].to_host()
+        inputs = resident_inputs(handle.plan, inputs, CLTensor, handle.device)
         return self._execute(handle, inputs, keep if self.keeps_on_device(handle) else None)
 
     def keeps_on_device(self, handle: Handle) -> bool:

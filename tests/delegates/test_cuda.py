@@ -649,3 +649,27 @@ def test_a_specialization_that_cannot_be_captured_runs_launch_by_launch_and_warn
 def test_graph_takes_0_or_1():
     with pytest.raises(CompileSpecError, match="graph='yes'"):
         offload.to_backend(_mlp(), "cuda", {"cuda": {"graph": "yes"}}, passes="none")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
+def test_an_output_read_only_by_the_next_cuda_delegate_stays_on_the_device():
+    # tanh(x) goes from the first cuda delegate to the second as a CUDATensor; relu(tanh(x)) goes
+    # through the CPU's Sigmoid (denied); results against onnxruntime
+    from offload.partitioner import Partitioner
+    from offload.profile import Profile
+
+    nodes = [
+        helper.make_node("Tanh", ["x"], ["u"]),
+        helper.make_node("Relu", ["u"], ["r"]),
+        helper.make_node("Sigmoid", ["r"], ["s"]),
+        helper.make_node("Add", ["u", "s"], ["y"]),
+    ]
+    p = model(nodes, [("x", [64, 64])], ["y"])
+    low = offload.to_backend(p, Partitioner("cuda", deny_ops=["Sigmoid"]), passes="none")
+    module = runtime.load(offload.save(low))
+    assert module.method("forward").kept_on_device == 1
+    feeds = {"x": RNG.standard_normal((64, 64)).astype(np.float32)}
+    profile = Profile()
+    got = module.run(feeds, profile=profile)["y"]
+    np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=1e-5, atol=1e-5)
