@@ -241,6 +241,8 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
     if group < 1 or c % group or m % group or w.shape[1] * group != c:
         raise ShapeError(f"input with {c} channels, weights of shape {w.shape} and group={group} do not fit")
     cg, mg = c // group, m // group
+    if cg == 1 and mg == 1 and x.ndim == 4 and all(s == 1 for s in g.strides):
+        return _depthwise_rows(x, w, g, dest)
     if cg == 1:
         return _grouped_product(_windows(x, g), w, group, dest)
     out = dest if dest is not None else np.empty((n, m) + g.out, np.result_type(x, w))
@@ -259,6 +261,41 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
             np.copyto(cols, _columns(xp[i], g))
             operand = cols.reshape(group, size, pixels)
         np.matmul(weights, operand, out=out[i].reshape(group, mg, pixels))
+    return out
+
+
+def _depthwise_rows(x, w, g: _Geom, dest=None):
+    """A 2-D depthwise conv (one input and one output channel per group) with stride 1, as one
+    multiply-add of whole channels per kernel offset.
+
+    Each channel, padded to width Wp and flattened, is read at offset kh*dh*Wp + kw*dw for every
+    offset; the sums come out as rows of width Wp of which the first OW are the outputs (the rest
+    read across the row end and are dropped). The reads are then OH*Wp contiguous floats per
+    channel, where a window view or im2col copy reads runs of OW (7 to 28 on ShuffleNet: 1.6-3x
+    slower there). The products add in kernel order, as separate multiply and add passes.
+    """
+    n, c, h, wd = x.shape
+    (kh, kw), (dh, dw), (oh, ow) = g.kernel, g.dilations, g.out
+    hp, wp = h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1]
+    slack = (kw - 1) * dw  # the last channel's last offset reads this far past its end
+    buf = np.zeros(n * c * hp * wp + slack, np.result_type(x, w))
+    image = buf[: n * c * hp * wp].reshape(n, c, hp, wp)
+    image[:, :, g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd] = x
+    step = buf.itemsize
+    rows = as_strided(buf, (n * c, hp * wp + slack), (hp * wp * step, step), writeable=False)
+    coef = np.tile(w.reshape(c, kh * kw), (n, 1)).astype(buf.dtype, copy=False)
+    wide = np.empty((n * c, oh * wp), buf.dtype)
+    term = np.empty_like(wide)
+    for k, (i, j) in enumerate(np.ndindex(kh, kw)):
+        at = i * dh * wp + j * dw
+        piece = rows[:, at : at + oh * wp]
+        if k == 0:
+            np.multiply(piece, coef[:, :1], out=wide)
+        else:
+            np.multiply(piece, coef[:, k : k + 1], out=term)
+            np.add(wide, term, out=wide)
+    out = dest if dest is not None else np.empty((n, c, oh, ow), buf.dtype)
+    np.copyto(out, wide.reshape(n, c, oh, wp)[..., :ow])
     return out
 
 
