@@ -146,9 +146,8 @@ def variant_option(variant: str) -> str:
     """The build option of a matmul.cl variant: the tiled kernel takes its tile edge, the blocked
     one its outputs per work-item and axis, the packed one its rows per work-item."""
     kernel, ts, _ = VARIANTS[variant]
-    return {"gemm": f"-DTS={ts}", "gemm_blocked": f"-DWPT={ts // 16}", "gemm_packed": f"-DRM={ts}"}.get(
-        kernel, ""
-    )
+    options = {"gemm": f"-DTS={ts}", "gemm_blocked": f"-DWPT={ts // 16}", "gemm_packed": f"-DRM={ts}"}
+    return options.get(kernel, "")
 
 
 def _packed_launches(b: Builder, g: GemmCall, rm: int, program) -> list[tuple]:
