@@ -5,7 +5,8 @@ Without models it uses ONNX's bundled light models. Per model it prints: how man
 `opencl` backend took, the kernel build time at init with an empty cache (cold) and with the
 on-disk cache filled by the cold run (warm: a new process would see this), the median run time of
 the OpenCL .pte, the CPU .pte and onnxruntime, and the ratios OpenCL / onnxruntime and
-CPU / onnxruntime (lower is better for offload). On PoCL the "device" is this machine's CPU.
+CPU / onnxruntime (lower is better for offload), and the geometric means of both. The three
+runs alternate (``common.alternating_ms``). On PoCL the "device" is this machine's CPU.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import statistics
 import tempfile
 import time
 
 import onnx
 import onnxruntime as ort
-from common import inputs, median_ms  # benchmarks/common.py (run as a script)
+from common import alternating_ms, inputs  # benchmarks/common.py (run as a script)
 
 import offload
 from offload.delegates.opencl import device as cl_device
@@ -49,6 +51,7 @@ def main() -> None:
         f"{'model':24s} {'on device':>10s} {'cold s':>7s} {'warm s':>7s} "
         f"{'opencl ms':>10s} {'cpu ms':>8s} {'ort ms':>8s} {'cl/ort':>7s} {'cpu/ort':>8s}"
     )
+    ratios = []
     for path in models:
         name = os.path.basename(path)[: -len(".onnx")]
         program = offload.load(path)
@@ -68,13 +71,19 @@ def main() -> None:
         on_cl = module.method("forward")
         on_cpu = offload.runtime.load(offload.save(program)).method("forward")
         session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        t_cl = median_ms(on_cl.run, (feeds,), args.repeat)
-        t_cpu = median_ms(on_cpu.run, (feeds,), args.repeat)
-        t_ort = median_ms(session.run, (None, feeds), args.repeat)
+        t_cl, t_cpu, t_ort = alternating_ms(
+            [(on_cl.run, (feeds,)), (on_cpu.run, (feeds,)), (session.run, (None, feeds))], args.repeat
+        )
         print(
             f"{name:24s} {f'{inside}/{total}':>10s} {cold:7.2f} {warm:7.2f} "
             f"{t_cl:10.1f} {t_cpu:8.1f} {t_ort:8.1f} {t_cl / t_ort:7.2f} {t_cpu / t_ort:8.2f}"
         )
+        ratios.append((t_cl / t_ort, t_cpu / t_ort))
+    cl_mean = statistics.geometric_mean(r[0] for r in ratios)
+    cpu_mean = statistics.geometric_mean(r[1] for r in ratios)
+    print(
+        f"{'geometric mean':24s} {'':>10s} {'':7s} {'':7s} {'':10s} {'':8s} {'':8s} {cl_mean:7.2f} {cpu_mean:8.2f}"
+    )
 
 
 if __name__ == "__main__":

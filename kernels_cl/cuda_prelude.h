@@ -3,11 +3,16 @@
 //
 // Covered: the address-space qualifiers, __kernel, inline helpers, the work-item functions
 // (dims 0, 1, 2 = x, y, z), barrier, the OpenCL scalar type names, INFINITY / NAN, half storage
-// (vload_half / vstore_half_rte), and the OpenCL builtins CUDA lacks. The float math builtins (exp, fmin, isnan, ...) need nothing: CUDA
-// declares float overloads of them, so exp(float) runs expf as OpenCL's would.
-// Not covered: vector types, images, select, convert_* / as_*, atomics, printf (kernels_cl does
-// not use them). `long` is 64-bit as in OpenCL on every LP64 host (Linux); NVRTC on Windows is
-// LLP64, where `long` is 32-bit: the kernels would need `long long` there.
+// (vload_half / vstore_half_rte), and the OpenCL builtins CUDA lacks. The float math builtins
+// (exp, fmin, isnan, ...) need nothing: CUDA declares float overloads of them, so exp(float) runs
+// expf as OpenCL's would. Of the vector types only float8, as a struct with the operations
+// matmul.cl's CPU kernel uses (broadcast from a float, float * float8, +=, 32-byte aligned
+// loads through a pointer cast); each lane is the scalar expression, so acc += x * b contracts to
+// one fma per lane as the scalar kernels' does.
+// Not covered: other vector types, vload / vstore, swizzles, images, select, convert_* / as_*,
+// atomics, printf (kernels_cl does not use them). `long` is 64-bit as in OpenCL on every LP64
+// host (Linux); NVRTC on Windows is LLP64, where `long` is 32-bit: the kernels would need
+// `long long` there.
 #ifndef OFFLOAD_CUDA_PRELUDE_H
 #define OFFLOAD_CUDA_PRELUDE_H
 
@@ -62,6 +67,23 @@ __device__ __forceinline__ float step(float edge, float x) { return x < edge ? 0
 __device__ __forceinline__ double step(double edge, double x) { return x < edge ? 0.0 : 1.0; }
 __device__ __forceinline__ float degrees(float r) { return r * 57.295779513082320876798f; }
 __device__ __forceinline__ float radians(float d) { return d * 0.017453292519943295769f; }
+
+struct __align__(32) float8 {
+    float s[8];
+    __device__ __forceinline__ float8() {}
+    __device__ __forceinline__ float8(float x) {
+        for (int i = 0; i < 8; ++i) s[i] = x;
+    }
+};
+__device__ __forceinline__ float8 operator*(float x, const float8& v) {
+    float8 r;
+    for (int i = 0; i < 8; ++i) r.s[i] = x * v.s[i];
+    return r;
+}
+__device__ __forceinline__ float8& operator+=(float8& a, const float8& v) {
+    for (int i = 0; i < 8; ++i) a.s[i] += v.s[i];
+    return a;
+}
 
 // Half storage (common.h under OFFLOAD_FP16): `half` is only ever a buffer element here, so it
 // is the 16 bits themselves (NVRTC has no cuda_fp16.h without headers), converted by the PTX

@@ -111,6 +111,8 @@ class PlanBuilder(PlanValues):
         self.device = device
         self.tuning = tuning
         self.max_local_size = int(device.device.max_work_group_size)
+        # kernels made for a CPU device (matmul.cl's packed GEMM) where the device is one (PoCL)
+        self.device_kind = "cpu" if device.device.type & cl.device_type.CPU else "gpu"
         self.launches: list[Launch] = []
 
     def program(self, source: str, options: str = ""):

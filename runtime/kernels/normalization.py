@@ -54,12 +54,17 @@ def batch_normalization(ctx, X, scale, B, input_mean, input_var, *, epsilon, mom
     else:
         mean, var = input_mean, input_var
     out = out_for(ctx, 0, X.shape, X.dtype) if work == X.dtype and X.flags.c_contiguous else None
+    if not training_mode:
+        # x * a + b with a = scale / sqrt(var + eps), b = B - mean * a per channel: two passes
+        # over x instead of four (DenseNet-121 spends a fifth of its CPU time in BatchNormalization)
+        a = np.asarray(scale, work) / np.sqrt(np.asarray(var, work) + work.type(epsilon))
+        b = np.asarray(B, work) - np.asarray(mean, work) * a
+        y = np.multiply(x, _channel(a, X.ndim, work), out=out)
+        return np.add(y, _channel(b, X.ndim, work), out=y).astype(X.dtype, copy=False)
     y = np.subtract(x, _channel(mean, X.ndim, work), out=out)
     y = np.divide(y, np.sqrt(_channel(var, X.ndim, work) + work.type(epsilon)), out=out)
     y = np.multiply(y, _channel(scale, X.ndim, work), out=out)
     y = np.add(y, _channel(B, X.ndim, work), out=out).astype(X.dtype, copy=False)
-    if not training_mode:
-        return y
     # The running statistics blend the given ones with this batch's (population) statistics.
     running_mean = input_mean * momentum + mean * (1 - momentum)
     running_var = input_var * momentum + var * (1 - momentum)

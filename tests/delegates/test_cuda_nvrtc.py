@@ -26,6 +26,7 @@ import offload
 from offload.delegates.cuda import blob, nvrtc
 from offload.delegates.cuda.record import Program, record
 from offload.delegates.gpu.api import common, source
+from offload.delegates.gpu.ops import linalg
 
 from .opencl_support import model
 
@@ -275,6 +276,24 @@ def test_prelude_half_conversions_are_the_ieee_instructions():
     for ins in ("cvt.f32.f16", "cvt.rn.f16.f32"):
         assert ins in ptx, ins
     assert ".f64" not in ptx
+
+
+def test_every_gemm_variant_compiles_and_sums_with_one_fma_per_product():
+    """A CUDA plan asks for the GPU variants of matmul.cl only (``linalg.variant_for`` picks by
+    device kind), but the file is one source: every variant's build options compile, float32 and
+    half, and the CPU kernel's float8 lanes (the prelude's struct) multiply-add in one fma as the
+    scalar kernels do, so the variants agree on CUDA as on OpenCL."""
+    text = source("matmul.cl")
+    opts = {linalg.variant_option(v) for v in linalg.VARIANTS}
+    programs = {
+        Program(text, f"{o} {h}".strip()): f"matmul.cl {o} {h}" for o in opts for h in ("", "-DOFFLOAD_FP16")
+    }
+    failures = compile_all(programs)
+    assert not failures, "\n".join(failures)
+    ptx = nvrtc.compile(text, "-DRM=6", "sm_80", "ptx").decode()
+    packed = ptx[ptx.index(".entry gemm_packed(") :]
+    packed = packed.split(".entry ", 2)[1]  # up to the next kernel
+    assert packed.count("fma.rn.f32") >= 12 and "add.f32" not in packed and "add.rn.f32" not in packed
 
 
 def test_a_refused_source_fails_with_the_nvrtc_log():

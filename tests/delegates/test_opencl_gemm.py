@@ -89,3 +89,39 @@ def test_default_choice_by_shape(mnk, variant):
     small = _Shape()
     small.max_local_size = 64  # a device whose work-groups hold 64 items
     assert linalg.VARIANTS[linalg.variant_for(small, g)][2] <= 64
+
+
+@pytest.mark.parametrize(
+    "mnk,variant",
+    [
+        ((1024, 1024, 1024), "packed6"),
+        ((64, 3136, 576), "packed6"),
+        ((4, 64, 64), "naive"),
+        ((64, 1, 512), "naive"),
+    ],
+)
+def test_a_cpu_device_gets_the_packed_kernel(mnk, variant):
+    M, N, K = mnk
+    g = linalg.GemmCall(M, N, K, 0, 0, K, 1, 1, 0, N, 1, 2, 0)
+    cpu = _Shape()
+    cpu.device_kind = "cpu"
+    assert linalg.variant_for(cpu, g) == variant
+    assert linalg.VARIANTS[linalg.variant_for(_Shape(), g)][0] != "gemm_packed"  # a GPU never does
+
+
+def test_the_opencl_builder_says_what_kind_its_device_is(tmp_path, monkeypatch):
+    from offload.delegates.opencl import runtime as cl_runtime
+
+    seen, original = [], linalg.variant_for
+
+    def spy(b, g):
+        seen.append(b.device_kind)
+        return original(b, g)
+
+    monkeypatch.setattr(linalg, "variant_for", spy)
+    p = model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", [16, 24])], ["y"], [("b", _f((24, 32)))]
+    )
+    run_on_opencl(p, {"a": _f((16, 24))}, tmp_path)
+    dev = cl_runtime.device_for(None).device
+    assert seen and set(seen) == {"cpu" if dev.type & cl_runtime.cl.device_type.CPU else "gpu"}

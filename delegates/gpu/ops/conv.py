@@ -18,7 +18,7 @@ im2col+GEMM 313 ms; 3x3 8→16 on 32x32 (K=72) direct 3.0 ms, im2col+GEMM 4.0 ms
 GEMM side (cuBLAS) only gains, hence the low threshold.
 
 The GEMMs are ``linalg.GemmCall``s run by the builder's ``gemm`` when it has one (cuBLAS on CUDA),
-else by the tiled OpenCL C kernel; the bias rides on the GEMM (strides scm=1, scn=0) when the conv
+else by the matmul.cl kernel ``linalg.variant_for`` picks for the device's kind; the bias rides on the GEMM (strides scm=1, scn=0) when the conv
 has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no offset).
 ConvTranspose is a gather kernel: each output element sums the inputs that scatter onto it.
 """
