@@ -200,12 +200,16 @@ def gru(
     h0 = _states(initial_h, W.shape[0], batch, hidden, layout, dtype)
     H = hidden
 
+    plain = clip is None and _default(names, GRU_DEFAULT)
+
     def make_step(d, x):
         # Gate order z, r, h. The recurrent bias of h stays apart: it sits inside the reset
         # product when linear_before_reset is set.
         xw = x @ W[d].T + Wb[d]
         xw[..., : 2 * H] += Rb[d, : 2 * H]
         R_zr, R_h, Rb_h = R[d, : 2 * H].T, R[d, 2 * H :].T, Rb[d, 2 * H :]
+        if plain:
+            return xw, _plain_gru_step(R_zr, R_h, Rb_h, H, linear_before_reset)
         f, g = acts[d]
 
         def step(xw_t, s):
@@ -221,6 +225,71 @@ def gru(
         return xw, step
 
     return _recurrent("GRU", X, W, sequence_lens, [h0], layout, direction, make_step)
+
+
+LSTM_DEFAULT = ("sigmoid", "tanh", "tanh")
+GRU_DEFAULT = ("sigmoid", "tanh")
+
+
+def _default(names, per_direction: tuple[str, ...]) -> bool:
+    return all(n.lower() == per_direction[k % len(per_direction)] for k, n in enumerate(names))
+
+
+def _plain_lstm_step(Rt: np.ndarray, H: int):
+    """The step of an LSTM with ONNX's default activations and no peepholes, clip or coupled
+    input-forget gate, in as few numpy calls as its arithmetic allows: the three sigmoid gates
+    (i, o, f: contiguous) in place in one slab, each value computed by the same operations in
+    the same order as the general step, so the results are the same bits."""
+
+    def step(xw_t, s):
+        h, c = s
+        gates = np.matmul(h, Rt)
+        gates += xw_t
+        ifo = gates[:, : 3 * H]  # _sigmoid in place: 0.5 * (1 + tanh(0.5 * x))
+        ifo *= 0.5
+        np.tanh(ifo, out=ifo)
+        ifo += 1.0
+        ifo *= 0.5
+        g = np.tanh(gates[:, 3 * H :])
+        c_new = ifo[:, 2 * H :] * c
+        g *= ifo[:, :H]
+        c_new += g
+        h_new = np.tanh(c_new)
+        h_new *= ifo[:, H : 2 * H]
+        return h_new, c_new
+
+    return step
+
+
+def _plain_gru_step(R_zr: np.ndarray, R_h: np.ndarray, Rb_h: np.ndarray, H: int, linear_before_reset):
+    """The step of a GRU with ONNX's default activations and no clip, in fewer numpy calls: the
+    same operations in the same order as the general step, so the same bits."""
+
+    def step(xw_t, s):
+        (h,) = s
+        zr = np.matmul(h, R_zr)
+        zr += xw_t[:, : 2 * H]
+        zr *= 0.5  # _sigmoid in place: 0.5 * (1 + tanh(0.5 * x))
+        np.tanh(zr, out=zr)
+        zr += 1.0
+        zr *= 0.5
+        z, r = zr[:, :H], zr[:, H:]
+        if linear_before_reset:
+            t = np.matmul(h, R_h)
+            t += Rb_h
+            t *= r
+        else:
+            t = np.matmul(r * h, R_h)
+        t += xw_t[:, 2 * H :]
+        if not linear_before_reset:
+            t += Rb_h
+        cand = np.tanh(t, out=t)
+        out = 1 - z
+        out *= cand
+        out += z * h
+        return (out,)
+
+    return step
 
 
 @kernel("LSTM")
@@ -253,13 +322,18 @@ def lstm(
     batch = X.shape[1 - layout]
     h0 = _states(initial_h, num_dirs, batch, hidden, layout, dtype)
     c0 = _states(initial_c, num_dirs, batch, hidden, layout, dtype)
+    peepholes = P
     P = np.zeros((num_dirs, 3 * hidden), dtype=dtype) if P is None else np.asarray(P, dtype=dtype)
     H = hidden
+
+    plain = peepholes is None and clip is None and not input_forget and _default(names, LSTM_DEFAULT)
 
     def make_step(d, x):
         # Gate order i, o, f, c; peepholes i, o, f.
         xw = x @ W[d].T + (Wb[d] + Rb[d])
         Rt = R[d].T
+        if plain:
+            return xw, _plain_lstm_step(Rt, H)
         p_i, p_o, p_f = P[d, :H], P[d, H : 2 * H], P[d, 2 * H :]
         f, g, h_act = acts[d]
 
