@@ -19,6 +19,14 @@ RNG = np.random.default_rng(11)
 H, I, T, N = 24, 16, 7, 3
 
 
+def _serialized(node, inputs: list, outputs: tuple, inits: dict) -> bytes:
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs]
+    graph = helper.make_graph(
+        [node], "g", inputs, outs, [numpy_helper.from_array(a, n) for n, a in inits.items()]
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+
+
 def _lstm_model(direction: str, with_lens: bool) -> tuple[bytes, dict]:
     d = 2 if direction == "bidirectional" else 1
     inits = {
@@ -35,11 +43,7 @@ def _lstm_model(direction: str, with_lens: bool) -> tuple[bytes, dict]:
     ]
     if with_lens:
         vi.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [N]))
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h", "Y_c")]
-    graph = helper.make_graph(
-        [node], "g", vi, outs, [numpy_helper.from_array(a, n) for n, a in inits.items()]
-    )
-    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    data = _serialized(node, vi, ("Y", "Y_h", "Y_c"), inits)
     feeds = {
         "X": RNG.standard_normal((T, N, I)).astype(np.float32),
         "h0": RNG.standard_normal((d, N, H)).astype(np.float32),
@@ -93,11 +97,7 @@ def _gru_model(direction: str, linear_before_reset: int) -> tuple[bytes, dict]:
         helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, N, I]),
         helper.make_tensor_value_info("h0", TensorProto.FLOAT, [d, N, H]),
     ]
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h")]
-    graph = helper.make_graph(
-        [node], "g", vi, outs, [numpy_helper.from_array(a, n) for n, a in inits.items()]
-    )
-    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    data = _serialized(node, vi, ("Y", "Y_h"), inits)
     feeds = {
         "X": RNG.standard_normal((T, N, I)).astype(np.float32),
         "h0": RNG.standard_normal((d, N, H)).astype(np.float32),
