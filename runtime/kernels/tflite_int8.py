@@ -26,6 +26,7 @@ from offload.ir.tflite_ops import DOMAIN
 
 from . import fixed_point as fp
 from . import kernel
+from ._util import check_result
 from .nn import _fold_windows, _geometry, _integer_conv, _window_counts
 
 
@@ -234,6 +235,8 @@ def resize_bilinear(ctx, x, sizes, *, coordinate_transformation_mode, y_scale, y
     """XNNPACK's int8 bilinear resize of NHWC ``x`` to ``sizes`` (height, width): the rows mixed
     with Q11 weights, then the columns, rounded by adding 2^21 and shifting right by 22."""
     height, width = (int(s) for s in np.asarray(sizes).reshape(-1)[:2])
+    # the work is in int64, 8 bytes an output element per intermediate: bounded like a result
+    check_result((x.shape[0], height, width, x.shape[3]), np.int64, "offload.tflite::ResizeBilinear")
     top, bottom, wy = _bilinear_taps(x.shape[1], height, coordinate_transformation_mode)
     left, right, wx = _bilinear_taps(x.shape[2], width, coordinate_transformation_mode)
     x = x.astype(np.int64)
