@@ -444,6 +444,18 @@ def test_subgraph_and_sparse_fixture_mutants_end_in_offload_errors(name):
     test_truncations_and_byte_flips_end_in_offload_errors(name)
 
 
+def _lstm_module(program, backend, tmp_path):
+    """The program (lowered to ``backend`` when given: its LSTM wholly delegated) saved, loaded:
+    (module, the name of its one output)."""
+    lowered = program if backend is None else offload.to_backend(program, backend)
+    if backend:
+        assert not {"Loop", "LSTM"} & {op.op_type for op in lowered.main.body.operations}
+    offload.save(lowered, tmp_path / "m.pte")
+    module = offload.runtime.load(str(tmp_path / "m.pte"))
+    (name,) = [p.name for p in module.method("forward").outputs]
+    return module, name
+
+
 def _lstm_calls(name: str) -> list[tuple[dict, np.ndarray]]:
     with np.load(HERE / "lstm" / f"{name}.npz") as z:
         return [({"serving_default_x:0": z[f"in:x@{k}"]}, z[f"out:y@{k}"]) for k in range(3)]
@@ -490,12 +502,7 @@ def test_keras_lstm_matches_litert_over_calls(name, backend, clip, tmp_path):
     assert ("Slice" in kinds) == (name == "keras_bilstm")
     lstms = 2 if name == "keras_bilstm" else 1  # keras_bilstm: forward and backward, around REVERSE_V2
     assert len(program.main.states) == 2 * lstms + 1  # output and cell states, variables_initialized
-    lowered = program if backend is None else offload.to_backend(program, backend)
-    if backend:
-        assert not {"Loop", "LSTM"} & {op.op_type for op in lowered.main.body.operations}
-    offload.save(lowered, tmp_path / "m.pte")
-    module = offload.runtime.load(str(tmp_path / "m.pte"))
-    (name,) = [p.name for p in module.method("forward").outputs]
+    module, name = _lstm_module(program, backend, tmp_path)
     for _ in range(2):
         for feeds, want in calls:
             assert_close({"y": module.run(feeds)[name]}, {"y": want})
@@ -889,12 +896,7 @@ def test_lstm_variants_match_litert(variant, backend, tmp_path):
 
     data = lstm_model(**LSTM_VARIANTS[variant])
     program = offload.load(data)
-    lowered = program if backend is None else offload.to_backend(program, backend)
-    if backend:
-        assert not {"Loop", "LSTM"} & {op.op_type for op in lowered.main.body.operations}
-    offload.save(lowered, tmp_path / "m.pte")
-    module = offload.runtime.load(str(tmp_path / "m.pte"))
-    (name,) = [p.name for p in module.method("forward").outputs]
+    module, name = _lstm_module(program, backend, tmp_path)
     interp = Interpreter(model_content=data)
     interp.allocate_tensors()
     (inp,), (out,) = interp.get_input_details(), interp.get_output_details()
