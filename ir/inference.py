@@ -1720,6 +1720,24 @@ def fold_op(op: Operation) -> np.ndarray | None:
     return None if out is None or out.dtype == object else out
 
 
+def fold_values(
+    op_type: str, args: list, attributes: dict, out_type: ValueType, domain: str = ""
+) -> np.ndarray | None:
+    """``fold_op`` of an ``op_type`` applied to the arrays ``args`` (None for an omitted input)
+    with ``attributes``, its output typed ``out_type``: the value of an op outside any program
+    (a plan step on the host, an expression tried at one value of its leaf)."""
+    inputs = []
+    for a in args:
+        if a is None:
+            inputs.append(None)
+            continue
+        a = np.asarray(a)
+        inputs.append(Value("x", TensorType(DataType.from_numpy(a.dtype), a.shape), a))
+    op = Operation(op_type, inputs, dict(attributes), domain=domain, num_outputs=1)
+    op.outputs[0].type = out_type
+    return fold_op(op)
+
+
 def _is_dims(a: np.ndarray) -> bool:
     return all(d is None or isinstance(d, (int, str)) for d in a.reshape(-1).tolist())
 

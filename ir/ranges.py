@@ -201,7 +201,7 @@ def _size(v: Value, axes) -> float:
     "GatherElements", "GatherND", "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "MaxPool",
     "GlobalMaxPool", "ReduceMax", "ReduceMin", "AveragePool", "GlobalAveragePool", "ReduceMean",
     "Dropout", "Split", "Cast", "CastLike", "TopK", "ReverseSequence", "Compress", "Upsample",
-    "Floor", "Ceil", "Round", "Sort", "Shrink",
+    "Floor", "Ceil", "Round", "Shrink",
 )  # fmt: skip
 def _moves(op, ins, attrs):
     x = ins[0]

@@ -93,6 +93,11 @@ class Gemm:
             self.c += self.bias * beta
 
 
+def _shapes(inputs: list) -> list:
+    """What ``_specialize`` plans for: arrays as they are, device tensors by their shapes."""
+    return [tuple(x.shape) if isinstance(x, CUDATensor) else x for x in inputs]
+
+
 class CUDATensor(DeviceTensor):
     """An output kept in a CuPy array for the next delegate on the same device, in its device
     dtype (half under precision=fp16)."""
@@ -287,8 +292,7 @@ class CUDARuntime(BackendRuntime):
         try:
             with handle.lock, handle.device.device, stream:
                 key = signature(handle.plan, inputs)
-                shapes = [tuple(x.shape) if isinstance(x, CUDATensor) else x for x in inputs]
-                spec = handle.specializations.get(key, lambda: self._specialize(handle, shapes))
+                spec = handle.specializations.get(key, lambda: self._specialize(handle, _shapes(inputs)))
                 for i, x, pinned in zip(spec.inputs, inputs, spec.host_in):
                     if x.dtype != handle.dtypes[i]:
                         raise DTypeError(f"cuda backend: input {i} is {x.dtype}, expected {handle.dtypes[i]}")

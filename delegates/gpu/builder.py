@@ -199,8 +199,8 @@ class PlanValues:
     def _fold(self, step: dict) -> np.ndarray | None:
         """The value of a step whose inputs are all known on the host and whose result is small
         (shape arithmetic: ``ir.inference.fold_op``), or None: it then runs as kernels."""
-        from offload.ir import DataType, Operation, TensorType, Value
-        from offload.ir.inference import fold_op
+        from offload.ir import DataType, TensorType
+        from offload.ir.inference import fold_values
 
         outs = [v for v in step["outputs"] if v is not None]
         if len(outs) != 1 or step["outputs"][0] is None or outs[0] in self.host:
@@ -210,13 +210,8 @@ class PlanValues:
             return None
 
         def fold(op_type: str, attrs: dict, args: list, out: int) -> np.ndarray | None:
-            values = [None if a is None else Value("x", None, np.asarray(a)) for a in args]
-            for x in values:
-                if x is not None:
-                    x.type = TensorType(DataType.from_numpy(x.const_value.dtype), x.const_value.shape)
-            op = Operation(op_type, values, {k: attribute(a) for k, a in attrs.items()}, num_outputs=1)
-            op.outputs[0].type = TensorType(DataType.from_numpy(self.dtypes[out]), self.shapes[out])
-            return fold_op(op)
+            out_type = TensorType(DataType.from_numpy(self.dtypes[out]), self.shapes[out])
+            return fold_values(op_type, args, {k: attribute(a) for k, a in attrs.items()}, out_type)
 
         (out,) = outs
         if step["type"] != "Fused":

@@ -54,6 +54,11 @@ class Launch:
     args: list  # as recorded: value ids are ``Buf``, tables ``Ints``, step buffers ``Scratch``
 
 
+def _shapes(inputs: list) -> list:
+    """What ``_specialize`` plans for: arrays as they are, device tensors by their shapes."""
+    return [tuple(x.shape) if isinstance(x, CLTensor) else x for x in inputs]
+
+
 class CLTensor(DeviceTensor):
     """An output kept in an OpenCL buffer for the next delegate on the same device: ``storage``
     is its dtype in device memory where that differs (half under precision=fp16)."""
@@ -272,8 +277,7 @@ class OpenCLRuntime(BackendRuntime):
     def _execute(self, handle: Handle, inputs: list, keep: list[bool] | None) -> list:
         with handle.lock:
             key = signature(handle.plan, inputs)
-            shapes = [tuple(x.shape) if isinstance(x, CLTensor) else x for x in inputs]
-            spec = handle.specializations.get(key, lambda: self._specialize(handle, shapes))
+            spec = handle.specializations.get(key, lambda: self._specialize(handle, _shapes(inputs)))
             alloc, queue = handle.device.allocator, handle.device.queue
             run = profile.active()
             started = profile.now() if run is not None else 0

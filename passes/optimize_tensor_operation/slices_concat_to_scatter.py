@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from offload.ir import DataType, Operation, Program, TensorType, Value
-from offload.ir.inference import fold_op
+from offload.ir.inference import fold_values
 
 from ..pattern import Rewriter, const, static_shape
 from ..registry import graph_pass
@@ -70,16 +70,7 @@ def _value(v: Value, leaf: Value, at: int) -> np.ndarray | None:
     args = [None if x is None else _value(x, leaf, at) for x in op.inputs]
     if any(a is None for x, a in zip(op.inputs, args) if x is not None):
         return None
-    inputs = []
-    for a in args:
-        if a is None:
-            inputs.append(None)
-            continue
-        a = np.asarray(a)
-        inputs.append(Value("x", TensorType(DataType.from_numpy(a.dtype), a.shape), a))
-    tmp = Operation(op.op_type, inputs, dict(op.attributes), domain=op.domain, num_outputs=1)
-    tmp.outputs[0].type = v.type
-    return fold_op(tmp)
+    return fold_values(op.op_type, args, op.attributes, v.type, op.domain)
 
 
 def _rows(start: np.ndarray, end: np.ndarray, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
