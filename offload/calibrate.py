@@ -116,9 +116,7 @@ def measure_fp16_error(lowered: Program, samples: list[Mapping[str, np.ndarray]]
             runtime,
             runtime.init(op.attributes["processed"], op.attributes["compile_specs"], weights),
         )
-    errors: dict[int, list[list[float]]] = {
-        i: [[0.0, 0.0] for _ in op.outputs] for op in wanted for i in [id(op)]
-    }
+    errors = {id(op): [[0.0, 0.0] for _ in op.outputs] for op in wanted}  # per output: max error, scale
     try:
         for sample in samples:
             seen: dict[int, np.ndarray] = {id(v): np.asarray(sample[v.name]) for v in lowered.main.inputs}
