@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import operator
 import os
 import re
 import threading
@@ -279,9 +280,9 @@ class Method:
         self._planned: list = [None] * len(self._values)
         self._arenas: dict[int, np.ndarray] = {}
         self._layout: dict[int, tuple[int, int]] = {}  # planned value → (memory id, byte offset)
-        # Arena sets (planned views, initial frame) that no run holds: the one made at load, and
-        # one more for each run that found them all taken.
-        self._pool: list[tuple[list, list]] = [(self._planned, self._initial)]
+        # Arena sets (planned views, initial frame, bound calls) that no run holds: the one made
+        # at load, and one more for each run that found them all taken.
+        self._pool: list[tuple[list, list, list]] = []
         self._pool_lock = threading.Lock()
         self._decode_values()
         self._input_slots = self._slots(plan.inputs, "inputs")
@@ -299,6 +300,10 @@ class Method:
         self._state_values: dict[str, np.ndarray] | None = None
         self._state_lock = threading.Lock()
         self._steps: list = []
+        # _steps with each run of prepared steps whose inputs are certain replaced by one
+        # _BoundRun (at the run's first index; the others stay, never reached): the hot loop's.
+        self._fast_steps: list = []
+        self._bound_runs: list[list[_PreparedStep]] = []
         self._callees: set[int] = set()
         self._fallbacks: set[int] = set()  # fallback plans of delegates that run on a backend
         self._delegates: dict[int, dl.Delegate] = {}
@@ -524,6 +529,8 @@ class Method:
                 raise ModelFormatError(f"{where}: unknown instruction type {kind}")
             self._steps.append(prepare(self, ins.instrArgs, pc, where, label, operators, len(instructions)))
         _keep_on_device(self)
+        _bind_runs(self)
+        self._pool.append((self._planned, self._initial, self._bind(self._planned, self._initial)))
 
     def _index(self, i, where: str, what: str) -> int:
         i = int(i)
@@ -602,27 +609,33 @@ class Method:
 
     def _call(self, args: list, options: RunOptions | None = None, profile: Profile | None = None) -> list:
         self.allocated_results = 0
-        planned, initial = self._acquire()
+        arena_set = self._acquire()
+        planned, initial, bound = arena_set
         start = now() if profile is not None else 0
         try:
             frame = _Frame(initial)
-            frame.planned, frame.options, frame.profile = planned, options, profile
+            frame.planned, frame.bound, frame.options, frame.profile = planned, bound, options, profile
             for slot, value in zip(self._input_slots, args):
-                if planned[slot] is not None:
-                    self._store(frame, slot, value)
-                else:
+                view = planned[slot]
+                if view is None:
                     frame[slot] = value
-            if options is None and profile is None:  # the hot loop: nothing to check or record
-                steps, pc, n = self._steps, 0, len(self._steps)
-                while pc < n:
-                    nxt = steps[pc].run(frame)
-                    pc = pc + 1 if nxt is None else nxt
-            else:
-                self._run_watched(frame, options, profile)
+                elif getattr(value, "dtype", None) == view.dtype and np.shape(value) == view.shape:
+                    np.copyto(view, value, casting="no")  # whatever its layout (_bind_runs counts on it)
+                else:
+                    self._store(frame, slot, value)
+            # Floating-point exceptions are IEEE results here (inf, nan, 0), as in other runtimes.
+            with np.errstate(all="ignore"):
+                if options is None and profile is None:  # the hot loop: nothing to check or record
+                    steps, pc, n = self._fast_steps, 0, len(self._fast_steps)
+                    while pc < n:
+                        nxt = steps[pc].run(frame)
+                        pc = pc + 1 if nxt is None else nxt
+                else:
+                    self._run_watched(frame, options, profile)
             return [self.module._detach(frame[i]) for i in self._output_slots]
         finally:
             with self._pool_lock:
-                self._pool.append((planned, initial))
+                self._pool.append(arena_set)
             if profile is not None:
                 profile.add(f"plan {self.name}", "plan", start, now())
 
@@ -641,8 +654,9 @@ class Method:
                 profile.add(name, cat, start, now(), pc=pc, **args)
             pc = pc + 1 if nxt is None else nxt
 
-    def _acquire(self) -> tuple[list, list]:
-        """An arena set no other run holds: (planned views by value, the initial frame)."""
+    def _acquire(self) -> tuple[list, list, list]:
+        """An arena set no other run holds: (planned views by value, the initial frame, the
+        bound calls of each _BoundRun)."""
         with self._pool_lock:
             if self._pool:
                 return self._pool.pop()
@@ -654,7 +668,14 @@ class Method:
             planned[i] = initial[i] = (
                 arenas[memory_id][offset : offset + view.nbytes].view(view.dtype).reshape(view.shape)
             )
-        return planned, initial
+        return planned, initial, self._bind(planned, initial)
+
+    def _bind(self, planned: list, initial: list) -> list[list]:
+        """Each _BoundRun's calls with the arrays of one arena set fixed in them."""
+        return [
+            [kernels.bind(s.call, planned[s.out_slot], [initial[i] for i in s.in_slots]) for s in run]
+            for run in self._bound_runs
+        ]
 
     def _store(self, frame: list, slot: int, value) -> None:
         """A result into its slot: copied into the planned view when it fits, else bound."""
@@ -684,7 +705,7 @@ class Method:
 class _Frame(list):
     """The values of one run of a Method by slot, with the arena views of the set it holds."""
 
-    __slots__ = ("options", "planned", "profile")
+    __slots__ = ("bound", "options", "planned", "profile")
 
 
 def _describe(step) -> tuple[str, str, dict]:
@@ -764,22 +785,33 @@ class _KernelStep:
 class _PreparedStep:
     """A kernel call prepared at load (``kernels.prepared``): its inputs go straight into the
     op's call writing into the output's arena view. An input that is not a C-contiguous array,
-    or not of the declared type (the call raises before writing), takes the kernel's way."""
+    or not of the declared type (the call raises before writing), takes the kernel's way. Its
+    result is always in the arena view (``_bind_runs`` counts on it): a kernel result of another
+    type than declared is an error here, not bound in the view's place."""
 
     __slots__ = ("call", "in_slots", "kernel", "out_slot")
 
     def run(self, frame: list) -> None:
         args = [frame[i] for i in self.in_slots]
+        out = frame.planned[self.out_slot]
         for a in args:
             if type(a) is not np.ndarray or not a.flags.c_contiguous:
-                return self.kernel.run(frame)
-        out = frame.planned[self.out_slot]
+                return self._by_kernel(frame, out)
         try:
             self.call(out, *args)
         except Exception:  # another type or shape than declared, or a failure the kernel names
-            return self.kernel.run(frame)
+            return self._by_kernel(frame, out)
         frame[self.out_slot] = out
         return None
+
+    def _by_kernel(self, frame: list, out: np.ndarray) -> None:
+        self.kernel.run(frame)
+        value = frame[self.out_slot]
+        if value is not out:
+            if not _layout_only(value, out):
+                self.kernel.method._mismatch(self.out_slot, value, out)
+            np.copyto(out, value, casting="no")
+            frame[self.out_slot] = out
 
     def info(self) -> StepInfo:
         return self.kernel.info()
@@ -809,6 +841,74 @@ def _prepared(m: Method, step: _KernelStep, domain: str, op_type: str) -> _Prepa
     fast = _PreparedStep()
     fast.call, fast.in_slots, fast.kernel, fast.out_slot = call, list(step.in_slots), step, step.out_slots[0]
     return fast
+
+
+class _BoundRun:
+    """Prepared steps ``steps`` (instructions start .. end - 1) whose inputs are all certain to
+    be C-contiguous arrays of their declared types: each one's call bound to its arrays once per
+    arena set (``Method._bind``), called back to back with no checks (``_bind_runs``)."""
+
+    __slots__ = ("end", "k", "steps")
+
+    def run(self, frame: list) -> int:
+        calls = iter(frame.bound[self.k])
+        try:
+            for call in calls:
+                call()
+        except Exception as e:  # the failed call is the one before those the iterator has left
+            kernel = self.steps[len(self.steps) - 1 - operator.length_hint(calls)].kernel
+            raise kernels.failure(kernel.what, [frame[j] for j in kernel.in_slots], e) from e
+        return self.end
+
+    def info(self) -> StepInfo:
+        return StepInfo("bound", "", (), (), None)
+
+
+def _bind_runs(m: Method) -> None:
+    """Group the prepared steps whose inputs are certain: constants, method inputs with arena
+    views (copied into them whatever their layout, ``_call``), and the outputs of prepared steps
+    before them (always in their arena views). Runs do not span a jump target."""
+    writers: dict[int, int] = {}
+    for step in m._steps:
+        for slot in step.info().writes:
+            writers[slot] = writers.get(slot, 0) + 1
+    inputs = set(m._input_slots)
+    certain = set()
+    for i, value in enumerate(m._initial):
+        if m._planned[i] is None and type(value) is np.ndarray and value.flags.c_contiguous:
+            certain.add(i)
+    for i in inputs:
+        view, declared = m._planned[i], value_type(m._values[i])
+        certain.discard(i)
+        if (
+            view is not None
+            and isinstance(declared, TensorType)
+            and declared.is_static
+            and declared.dtype.numpy == view.dtype
+            and tuple(declared.shape) == view.shape
+        ):
+            certain.add(i)
+    certain -= set(writers)
+    targets = {s.dest for s in m._steps if isinstance(s, _JumpStep)}
+    m._fast_steps = list(m._steps)
+    run: list[int] = []
+    for pc, step in enumerate([*m._steps, None]):
+        ok = (
+            isinstance(step, _PreparedStep)
+            and all(i in certain for i in step.in_slots)
+            and writers.get(step.out_slot) == 1
+            and step.out_slot not in inputs
+        )
+        if run and (not ok or pc in targets):
+            bound = _BoundRun()
+            bound.k, bound.end, bound.steps = len(m._bound_runs), run[-1] + 1, [m._steps[j] for j in run]
+            m._bound_runs.append(bound.steps)
+            m._fast_steps[run[0]] = bound
+            run = []
+        if isinstance(step, _PreparedStep) and writers.get(step.out_slot) == 1:
+            certain.add(step.out_slot)
+        if ok:
+            run.append(pc)
 
 
 def _missing_kernel(name: str, where: str):

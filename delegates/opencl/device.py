@@ -222,12 +222,49 @@ def all_devices() -> list[tuple[int, int, object]]:
     return found
 
 
+# A device whose compiler cannot build a one-line kernel is no device for offload: PoCL 3.0's
+# LLVM 14 does not know CPUs newer than it (AMD family 1Ah, Zen 5) and fails every build with
+# "unknown target CPU 'generic'". The probe runs once per device and process.
+_PROBE_SOURCE = "__kernel void offload_probe(__global float* a) { a[get_global_id(0)] += 1.0f; }"
+_PROBED: dict[int, str] = {}  # device pointer → "" (builds) or why not
+_PROBE_LOCK = threading.Lock()
+
+
+def build_failure(dev) -> str:
+    """Why ``dev`` cannot build OpenCL C ("" when it can): its first build-log line."""
+    with _PROBE_LOCK:
+        if dev.int_ptr not in _PROBED:
+            try:
+                ctx = cl.Context([dev])
+                cl.Program(ctx, _PROBE_SOURCE).build()
+                _PROBED[dev.int_ptr] = ""
+            except cl.Error as e:
+                log = [line.strip() for line in str(e).splitlines() if "error" in line.lower()]
+                _PROBED[dev.int_ptr] = (log[-1] if log else str(e).splitlines()[0])[:200]
+        return _PROBED[dev.int_ptr]
+
+
+def usable_devices() -> tuple[list[tuple[int, int, object]], list[str]]:
+    """(the devices that build kernels, a line for each that does not)."""
+    good, bad = [], []
+    for p, d, dev in all_devices():
+        why = build_failure(dev)
+        if why:
+            bad.append(f"{p}:{d} {dev.name} ({dev.platform.name}) cannot build kernels: {why}")
+        else:
+            good.append((p, d, dev))
+    return good, bad
+
+
 def _select(spec: str | None):
     devices = all_devices()
     if not devices:
         raise OffloadError("opencl backend: no OpenCL platform with a device")
     if spec is None or spec == "":
-        return devices[0][2]
+        good, bad = usable_devices()
+        if not good:
+            raise OffloadError(f"opencl backend: no usable device: {'; '.join(bad)}")
+        return good[0][2]
     if ":" in spec and all(s.strip().isdigit() for s in spec.split(":", 1)):
         p, d = (int(s) for s in spec.split(":", 1))
         match = [dev for pi, di, dev in devices if (pi, di) == (p, d)]

@@ -39,7 +39,17 @@ from ..gpu.specialize import (
     resident_inputs,
     signature,
 )
-from .device import IMPORT_ERROR, Device, OpenCLBuildError, all_devices, build, cl, device_for, tuning_choice
+from .device import (
+    IMPORT_ERROR,
+    Device,
+    OpenCLBuildError,
+    all_devices,
+    build,
+    cl,
+    device_for,
+    tuning_choice,
+    usable_devices,
+)
 
 __all__ = ["OpenCLBuildError", "OpenCLRuntime", "build", "device_for"]
 
@@ -183,6 +193,9 @@ class OpenCLRuntime(BackendRuntime):
             return Availability(False, f"no OpenCL platform: {e}")
         if not devices:
             return Availability(False, "no OpenCL platform with a device")
+        good, bad = usable_devices()
+        if not good:
+            return Availability(False, "no OpenCL device here builds kernels: " + "; ".join(bad))
         return Availability(True)
 
     def devices(self) -> list[str]:

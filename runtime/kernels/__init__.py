@@ -7,6 +7,7 @@ omitted optional one, trailing omitted ones left out), every schema attribute as
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 
@@ -18,6 +19,9 @@ KERNELS: dict[tuple[str, str], Callable] = {}
 # one not known) returns ``call(out, *inputs)`` writing the op's result into ``out``, the same
 # values its kernel computes, or None where it has none. The method calls it on C-contiguous
 # inputs instead of the kernel, skipping the kernel's checks and context (runtime/module.py).
+# Where every input of a run of such calls is certain to be a C-contiguous array of its declared
+# type (a constant, or another prepared call's arena view), the method binds each call to its
+# arrays once per arena set (``bind``) and runs them back to back.
 PREPARED: dict[tuple[str, str], Callable] = {}
 
 # Modules that register kernels; imported on first lookup.
@@ -66,6 +70,29 @@ def prepared(*names: str, domain: str = ""):
         return factory
 
     return wrap
+
+
+class UfuncCall:
+    """A prepared call that is one ufunc: ``fn(*inputs, *extra, out=out, casting="no")``.
+    ``casting="no"`` refuses (TypeError) a value of another type than the file declares."""
+
+    __slots__ = ("extra", "fn")
+
+    def __init__(self, fn: Callable, *extra):
+        self.fn, self.extra = fn, extra
+
+    def __call__(self, out, *args):
+        return self.fn(*args, *self.extra, out=out, casting="no")
+
+    def bind(self, out, *args) -> Callable[[], object]:
+        return functools.partial(self.fn, *args, *self.extra, out=out, casting="no")
+
+
+def bind(call: Callable, out, args: list) -> Callable[[], object]:
+    """A prepared call with its output and inputs fixed: what a method calls with no arguments
+    when its inputs are certain (``call.bind`` where the call has a cheaper bound form)."""
+    binder = getattr(call, "bind", None)
+    return binder(out, *args) if binder is not None else functools.partial(call, out, *args)
 
 
 def _load_all() -> None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from offload.ir import DataType
 
-from . import kernel, prepared
+from . import UfuncCall, kernel, prepared
 from ._util import out_for, unsupported
 
 # ---------------------------------------------------------------- helpers
@@ -105,9 +105,7 @@ def _ufunc_call(fn):
     def factory(attrs, inputs, output):
         if not _plain(output) or not all(_plain(s) and s[0] == output[0] for s in inputs):
             return None
-        if len(inputs) == 1:
-            return lambda out, x: fn(x, out=out, casting="no")
-        return lambda out, a, b: fn(a, b, out=out, casting="no")
+        return UfuncCall(fn)
 
     return factory
 
@@ -568,9 +566,10 @@ def dropout(ctx, data, ratio=None, training_mode=None, *, seed):
 
 
 def _sigmoid(x):
-    """1 / (1 + exp(-x)) without overflow for large |x|."""
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    """1 / (1 + exp(-x)): exp overflows to inf for x below about -88 (float32), and 1 / inf is
+    the 0 that sigmoid rounds to there."""
+    with np.errstate(over="ignore"):
+        return np.reciprocal(np.exp(-x) + 1)
 
 
 def _softplus(x):
@@ -599,29 +598,40 @@ for _name, _fn in {
 def _relu_call(attrs, inputs, output):
     if not _plain(output) or len(inputs) != 1 or inputs[0] != output:
         return None
-    return lambda out, x: np.maximum(x, 0, out=out, casting="no")
+    return UfuncCall(np.maximum, np.zeros((), output[0]))  # a 0-d array: cheaper than a scalar
 
 
 @prepared("Sigmoid")
 def _sigmoid_call(attrs, inputs, output):
-    """_sigmoid's arithmetic (as its kernel computes it in the input's float type) into ``out``."""
     if not _plain(output) or output[0].kind != "f" or len(inputs) != 1 or inputs[0] != output:
         return None
-    one = output[0].type(1.0)
+    return _SigmoidCall(output[0].type(1.0))
 
-    def call(out, x):
+
+class _SigmoidCall:
+    """_sigmoid's arithmetic into ``out``, four ufunc passes. exp's overflow is not reported:
+    a method runs under ``np.errstate(all="ignore")``."""
+
+    __slots__ = ("one",)
+
+    def __init__(self, one):
+        self.one = one
+
+    def __call__(self, out, x):
         if x.dtype != out.dtype or x.shape != out.shape:
             raise TypeError("not the declared type")
-        positive = x >= 0  # before ``out`` (which may share x's memory) is written
-        e = np.abs(x)
-        np.negative(e, out=e)
-        np.exp(e, out=e)
-        d = np.add(e, one)
-        np.divide(e, d, out=out)  # e / (1 + e)
-        np.divide(one, d, out=d)  # 1 / (1 + e)
-        np.copyto(out, d, where=positive)
+        self.bind(out, x)()
 
-    return call
+    def bind(self, out, x):
+        one, negative, exp, add, reciprocal = self.one, np.negative, np.exp, np.add, np.reciprocal
+
+        def run():
+            negative(x, out=out)
+            exp(out, out=out)
+            add(out, one, out=out)
+            reciprocal(out, out=out)
+
+        return run
 
 
 @kernel("Relu")

@@ -5,6 +5,8 @@ The .pte path (save → runtime.load → run) must also equal offload.evaluate b
 
 import pytest
 
+from tests.delegates.opencl_support import needs_opencl
+
 from .cases import light_cases, model_cases, node_cases
 from .runner import PATHS, case_id, load_expected_failures, run_case
 
@@ -21,11 +23,13 @@ def _count(path: str, kind: str, passed: bool) -> None:
     t[1] += 1
 
 
+_MARKS = {"cuda": pytest.mark.cuda, "opencl": needs_opencl}
+
+
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 # The cuda path is marked too: `pytest -m cuda` on a GPU machine runs the suite on the device.
-@pytest.mark.parametrize(
-    "path", [pytest.param(p, marks=pytest.mark.cuda) if p == "cuda" else p for p in PATHS]
-)
+# The opencl path needs a device that builds kernels (needs_opencl says why not, when not).
+@pytest.mark.parametrize("path", [pytest.param(p, marks=_MARKS[p]) if p in _MARKS else p for p in PATHS])
 def test_onnx_case(path, case):
     key = case_id(case)
     if f"{path}:{key}" in EXPECTED:  # a failure of one path only

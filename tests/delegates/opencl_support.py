@@ -13,7 +13,8 @@ from offload import runtime
 from offload.delegates import registry
 
 RT = registry.get("opencl").runtime()
-needs_opencl = pytest.mark.skipif(not RT.is_available(), reason="no OpenCL platform")
+_AVAILABLE = RT.is_available()
+needs_opencl = pytest.mark.skipif(not _AVAILABLE, reason=_AVAILABLE.reason or "no OpenCL device")
 
 
 def model(nodes, inputs, outputs, initializers=()):

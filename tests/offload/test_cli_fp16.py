@@ -5,11 +5,7 @@ import onnxruntime as ort
 import pytest
 
 from offload.cli import main
-from offload.delegates import registry
-
-needs_opencl = pytest.mark.skipif(
-    not registry.get("opencl").runtime().is_available(), reason="no OpenCL platform"
-)
+from tests.delegates.opencl_support import needs_opencl
 
 
 def _calibration_dir(tmp_path, n=3):

@@ -1,6 +1,7 @@
 """Prepared calls (kernels.prepared): a .pte method runs elementwise ops straight into their arena
 views, with the same bits as the kernels (offload.evaluate), and takes the kernel's way for an
-input that is not a C-contiguous array of the declared type."""
+input that is not a C-contiguous array of the declared type; runs of them whose inputs are certain
+are bound to their arrays once and called back to back (runtime/module.py, _bind_runs)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,111 @@ def test_other_types(dtype, onnx_type):
     assert _kinds(method)["onnx::Add"] == ("kernel" if dtype == np.float16 else "prepared")
     x = np.arange(5).astype(dtype)
     np.testing.assert_array_equal(method.run({"x": x})["y"], offload.evaluate(program, {"x": x})["y"])
+
+
+def _chain(n: int):
+    """x → n ops of (Add c, Relu, Mul c, Sigmoid, Tanh) over 16 floats, and its float64 reference."""
+    c = np.linspace(-0.75, 0.5, 16).astype(np.float32)
+    ops = ["Add", "Relu", "Mul", "Sigmoid", "Tanh"]
+    nodes, prev = [], "x"
+    for i in range(n):
+        op = ops[i % len(ops)]
+        nodes.append(helper.make_node(op, [prev, "c"] if op in ("Add", "Mul") else [prev], [f"v{i}"]))
+        prev = f"v{i}"
+    program = _model(nodes, [("x", F32, [16])], [(prev, F32, [16])], [("c", c)])
+
+    apply = {
+        "Add": lambda v, c: v + c,
+        "Relu": lambda v, c: np.maximum(v, 0),
+        "Mul": lambda v, c: v * c,
+        "Sigmoid": lambda v, c: 1 / (1 + np.exp(-v)),
+        "Tanh": lambda v, c: np.tanh(v),
+    }
+
+    def reference(x):
+        v, c64 = x.astype(np.float64), c.astype(np.float64)
+        for i in range(n):
+            v = apply[ops[i % len(ops)]](v, c64)
+        return v
+
+    return program, prev, reference
+
+
+def test_a_chain_after_its_input_runs_as_one_bound_run():
+    """Every op but the first (which reads the caller's array) has certain inputs: one bound run
+    of n - 1 calls, equal to a float64 reference and to offload.evaluate."""
+    program, out, reference = _chain(200)
+    method = _method(program)
+    assert [len(run) for run in method._bound_runs] == [199]
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        x = (rng.standard_normal(16) * 3).astype(np.float32)
+        got = method.run({"x": x})[out]
+        np.testing.assert_allclose(got, reference(x), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got, offload.evaluate(program, {"x": x})[out])
+
+
+def test_bound_runs_of_concurrent_runs_use_their_own_arenas():
+    """A run that finds the arena set taken gets a new set with its own bound calls."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    program, out, _ = _chain(60)
+    method = _method(program)
+    xs = [np.full(16, k / 4 - 1, np.float32) for k in range(8)]
+    expected = [method.run({"x": x})[out] for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            got = list(pool.map(lambda x: method.run({"x": x})[out], xs))
+            for g, e in zip(got, expected):
+                np.testing.assert_array_equal(g, e)
+    assert len(method._pool) >= 1
+
+
+def test_a_failure_in_a_bound_run_names_its_op(monkeypatch):
+    """The call that raised is found from where the run stopped: the error names that op."""
+    from offload.errors import KernelError
+    from offload.runtime import kernels
+
+    real = kernels.bind
+
+    def bind(call, out, args):
+        if getattr(call, "fn", None) is np.tanh:
+
+            def fail():
+                raise FloatingPointError("injected")
+
+            return fail
+        return real(call, out, args)
+
+    monkeypatch.setattr(kernels, "bind", bind)
+    program, _, _ = _chain(7)  # Add, Relu, Mul, Sigmoid, Tanh (v4), Add, Relu
+    method = _method(program)
+    with pytest.raises(
+        KernelError, match=r"\(onnx::Tanh\) failed on inputs \(float32\[16\]\): FloatingPointError"
+    ):
+        method.run({"x": np.ones(16, np.float32)})
+
+
+def test_sigmoid_far_out_and_at_the_limits():
+    """Sigmoid (prepared and bound) against float64 over its whole float32 range: no overflow
+    warning where exp(-x) is inf, 0 and 1 at the infinities, nan for nan."""
+    import warnings
+
+    program = _model(  # x + 0 keeps x (inf, nan too) and makes Sigmoid's input certain: bound
+        [helper.make_node("Add", ["x", "zero"], ["a"]), helper.make_node("Sigmoid", ["a"], ["s"])],
+        [("x", F32, [12])],
+        [("s", F32, [12])],
+        [("zero", np.zeros(12, np.float32))],
+    )
+    method = _method(program)
+    assert [[s.kernel.op_name for s in run] for run in method._bound_runs] == [["onnx::Sigmoid"]]
+    x = np.array([-np.inf, -3e38, -104, -88.5, -20, -1e-3, 0, 1e-3, 20, 104, np.inf, np.nan], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = method.run({"x": x})["s"]
+        kernel = offload.evaluate(program, {"x": x})["s"]
+    with np.errstate(over="ignore"):
+        expected = 1 / (1 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(got[:-1], expected[:-1].astype(np.float32), rtol=2e-7, atol=1e-45)
+    assert got[0] == 0 and got[-2] == 1 and np.isnan(got[-1])
+    np.testing.assert_array_equal(got, kernel)

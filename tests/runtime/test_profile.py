@@ -7,12 +7,11 @@ import json
 import os
 
 import numpy as np
-import pytest
 
 import offload
 from offload import runtime
 from offload.profile import Profile
-from tests.delegates.opencl_support import RT
+from tests.delegates.opencl_support import needs_opencl
 from tests.models import fixtures
 
 HERE = os.path.dirname(__file__)
@@ -73,7 +72,7 @@ def test_a_loop_shows_each_iteration_it_ran():
         assert names.count("/inp/Gemm") + names.count("/inp_1/Gemm") == 1  # one If branch ran
 
 
-@pytest.mark.skipif(not RT.is_available(), reason="no OpenCL platform")
+@needs_opencl
 def test_an_opencl_run_has_delegate_kernel_and_copy_events(tmp_path):
     lowered = offload.to_backend(_example(tmp_path), "opencl")
     module = runtime.load(offload.save(lowered))
@@ -92,7 +91,7 @@ def test_an_opencl_run_has_delegate_kernel_and_copy_events(tmp_path):
     assert len(tracks) == 1 and tracks.isdisjoint({e["tid"] for e in events if e["cat"] == "delegate"})
 
 
-@pytest.mark.skipif(not RT.is_available(), reason="no OpenCL platform")
+@needs_opencl
 def test_a_new_shape_shows_its_specialization():
     program = offload.load(fixtures.path("gru_model"))
     module = runtime.load(offload.save(offload.to_backend(program, "opencl")))
@@ -103,7 +102,7 @@ def test_a_new_shape_shows_its_specialization():
     assert names.count("specialize") == 2  # the third run met its shape again
 
 
-@pytest.mark.skipif(not RT.is_available(), reason="no OpenCL platform")
+@needs_opencl
 def test_a_profiled_load_shows_each_kernel_build(tmp_path, monkeypatch):
     """Kernel builds (here from source: an empty disk cache, the process cache cleared) are
     events of the profile that is active while the module loads."""

@@ -15,7 +15,7 @@ import pytest
 
 import offload
 from offload import runtime
-from tests.delegates.opencl_support import RT
+from tests.delegates.opencl_support import needs_opencl
 from tests.models import fixtures
 
 THREADS, RUNS = 8, 200
@@ -62,7 +62,7 @@ def test_threads_share_a_module_on_the_cpu(name):
     assert 1 <= len(method._pool) <= THREADS  # one arena set per concurrent run at most
 
 
-@pytest.mark.skipif(not RT.is_available(), reason="no OpenCL platform")
+@needs_opencl
 @pytest.mark.parametrize("name", ["control_flow", "gru_model"])
 def test_threads_share_a_module_on_opencl(name):
     lowered = offload.to_backend(offload.load(fixtures.path(name)), "opencl")
