@@ -786,8 +786,8 @@ class _PreparedStep:
     """A kernel call prepared at load (``kernels.prepared``): its inputs go straight into the
     op's call writing into the output's arena view. An input that is not a C-contiguous array,
     or not of the declared type (the call raises before writing), takes the kernel's way. Its
-    result is always in the arena view (``_bind_runs`` counts on it): a kernel result of another
-    type than declared is an error here, not bound in the view's place."""
+    result is always in the arena view, which bound calls read (``_bind_runs``); a kernel result
+    of another type than declared unbinds the rest of the run."""
 
     __slots__ = ("call", "in_slots", "kernel", "out_slot")
 
@@ -807,11 +807,13 @@ class _PreparedStep:
     def _by_kernel(self, frame: list, out: np.ndarray) -> None:
         self.kernel.run(frame)
         value = frame[self.out_slot]
-        if value is not out:
-            if not _layout_only(value, out):
-                self.kernel.method._mismatch(self.out_slot, value, out)
+        if value is out:
+            return
+        if _layout_only(value, out):
+            # Kernels read the result in its layout, as evaluate's do; bound calls read the view.
             np.copyto(out, value, casting="no")
-            frame[self.out_slot] = out
+        else:  # another type than declared (lenient, not strict): no call is bound from here on
+            frame.bound = None
 
     def info(self) -> StepInfo:
         return self.kernel.info()
@@ -851,6 +853,10 @@ class _BoundRun:
     __slots__ = ("end", "k", "steps")
 
     def run(self, frame: list) -> int:
+        if frame.bound is None:  # a prepared step's result was not of its declared type
+            for step in self.steps:
+                step.run(frame)
+            return self.end
         calls = iter(frame.bound[self.k])
         try:
             for call in calls:
