@@ -7,6 +7,7 @@ float32 and rounded once at the end.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import ml_dtypes
@@ -15,7 +16,7 @@ import numpy as np
 from offload.ir import DataType
 
 from . import UfuncCall, kernel, prepared
-from ._util import out_for, unsupported
+from ._util import filled, out_for, unsupported
 
 # ---------------------------------------------------------------- helpers
 
@@ -372,13 +373,22 @@ def _clip_call(attrs, inputs, output):
     """Clip with both bounds given, of the input's type: maximum, then minimum (max wins)."""
     if len(inputs) != 3 or not _plain(output) or not all(s[0] == output[0] for s in inputs):
         return None
+    return _ClipCall()
 
-    def call(out, x, lo, hi):
+
+class _ClipCall:
+    __slots__ = ()
+
+    def __call__(self, out, x, lo, hi):
         hi = hi.copy() if np.may_share_memory(hi, out) else hi  # out may reuse an input's memory
         np.maximum(x, lo, out=out, casting="no")
         np.minimum(out, hi, out=out, casting="no")
 
-    return call
+    def bind(self, out, x, lo, hi):
+        # Scalar bounds (ReLU6's 0 and 6) as full operands: numpy's fast loop, the same values.
+        lo = filled(lo, lo.dtype, out.shape) if lo.ndim == 0 else lo
+        hi = filled(hi, hi.dtype, out.shape) if hi.ndim == 0 else hi
+        return functools.partial(self, out, x, lo, hi)
 
 
 @kernel("Where")
@@ -598,7 +608,7 @@ for _name, _fn in {
 def _relu_call(attrs, inputs, output):
     if not _plain(output) or len(inputs) != 1 or inputs[0] != output:
         return None
-    return UfuncCall(np.maximum, np.zeros((), output[0]))  # a 0-d array: cheaper than a scalar
+    return UfuncCall(np.maximum, filled(0, *output))  # a full operand: numpy's fast loop
 
 
 @prepared("Sigmoid")
@@ -639,7 +649,7 @@ def relu(ctx, X):
     X = np.asarray(X)
     out = out_for(ctx, 0, X.shape, X.dtype) if _writes_c_order(X) else None
     if out is not None:
-        return np.maximum(X, 0, out=out)
+        return np.maximum(X, filled(0, X.dtype, X.shape), out=out)
     return _same(X, np.maximum(_up(X), 0))
 
 

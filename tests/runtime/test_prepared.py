@@ -211,3 +211,37 @@ def test_sigmoid_far_out_and_at_the_limits():
     np.testing.assert_allclose(got[:-1], expected[:-1].astype(np.float32), rtol=2e-7, atol=1e-45)
     assert got[0] == 0 and got[-2] == 1 and np.isnan(got[-1])
     np.testing.assert_array_equal(got, kernel)
+
+
+def test_relu_and_clip_with_full_operands_equal_numpy():
+    """Relu and Clip's scalar bounds run against full read-only operands (``filled``, numpy's
+    fast loop): the same values as numpy's maximum / minimum with scalars, nan and inf included."""
+    from offload.runtime.kernels._util import FILLED_LIMIT, filled
+
+    program = _model(
+        [
+            helper.make_node("Add", ["x", "zero"], ["a"]),
+            helper.make_node("Relu", ["a"], ["r"]),
+            helper.make_node("Clip", ["a", "lo", "hi"], ["c"]),
+            helper.make_node("Add", ["r", "c"], ["y"]),
+        ],
+        [("x", F32, [2, 8, 33, 31])],
+        [("y", F32, [2, 8, 33, 31])],
+        [
+            ("zero", np.zeros((2, 8, 33, 31), np.float32)),
+            ("lo", np.array(-0.5, np.float32)),
+            ("hi", np.array(6, np.float32)),
+        ],
+    )
+    method = _method(program)
+    assert [[s.kernel.op_name for s in run] for run in method._bound_runs] == [
+        ["onnx::Relu", "onnx::Clip", "onnx::Add"]
+    ]
+    x = (np.random.default_rng(2).standard_normal((2, 8, 33, 31)) * 8).astype(np.float32)
+    x.flat[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    expected = np.maximum(x, np.float32(0)) + np.minimum(np.maximum(x, np.float32(-0.5)), np.float32(6))
+    np.testing.assert_array_equal(method.run({"x": x})["y"], expected)
+    np.testing.assert_array_equal(offload.evaluate(program, {"x": x})["y"], expected)
+    six = filled(6, np.float32, (3, 5))
+    assert six.shape == (3, 5) and not six.flags.writeable and (six == 6).all()
+    assert filled(0, np.int64, (FILLED_LIMIT + 1,)).ndim == 0  # past the limit: the scalar
