@@ -11,6 +11,8 @@ import functools
 import importlib
 from collections.abc import Callable
 
+import numpy as np
+
 from offload.errors import KernelError, OffloadError
 
 KERNELS: dict[tuple[str, str], Callable] = {}
@@ -85,7 +87,15 @@ class UfuncCall:
         return self.fn(*args, *self.extra, out=out, casting="no")
 
     def bind(self, out, *args) -> Callable[[], object]:
-        return functools.partial(self.fn, *args, *self.extra, out=out, casting="no")
+        # Bound inputs are of the declared types, so no casting check; the output positional: a
+        # ufunc parses keywords at every call (0.28 µs against 0.14 on 16 floats), except that
+        # numpy 2.4's maximum and minimum take 1.1 µs with a positional output (0.31 keyword).
+        if self.fn in _KEYWORD_OUT:
+            return functools.partial(self.fn, *args, *self.extra, out=out)
+        return functools.partial(self.fn, *args, *self.extra, out)
+
+
+_KEYWORD_OUT = {np.maximum, np.minimum}
 
 
 def bind(call: Callable, out, args: list) -> Callable[[], object]:

@@ -630,16 +630,20 @@ class _SigmoidCall:
     def __call__(self, out, x):
         if x.dtype != out.dtype or x.shape != out.shape:
             raise TypeError("not the declared type")
-        self.bind(out, x)()
+        self._passes(out, x, self.one)()
 
     def bind(self, out, x):
-        one, negative, exp, add, reciprocal = self.one, np.negative, np.exp, np.add, np.reciprocal
+        return self._passes(out, x, filled(1, out.dtype, out.shape))
 
-        def run():
-            negative(x, out=out)
-            exp(out, out=out)
-            add(out, one, out=out)
-            reciprocal(out, out=out)
+    @staticmethod
+    def _passes(out, x, one):
+        negative, exp, add, reciprocal = np.negative, np.exp, np.add, np.reciprocal
+
+        def run():  # outputs positional: cheaper than out= (kernels.UfuncCall.bind)
+            negative(x, out)
+            exp(out, out)
+            add(out, one, out)
+            reciprocal(out, out)
 
         return run
 
