@@ -14,7 +14,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from offload.errors import UnsupportedOpError
-from offload.ir import Block, DataType, Operation, OpSchema, Param, SequenceType, TensorType, Value, lookup
+from offload.ir import (
+    Block,
+    DataType,
+    Operation,
+    OpSchema,
+    Param,
+    SequenceType,
+    TensorType,
+    Value,
+    computed_once,
+    lookup,
+)
 from offload.ir.type_text import type_text
 from offload.schemas.generated.executorch_flatbuffer.Chain import ChainT
 from offload.schemas.generated.executorch_flatbuffer.ContainerMetadata import ContainerMetadataT
@@ -533,12 +544,37 @@ class PlanBuilder:
             (ins.dest, pc) for pc, ins in enumerate(self.instrs) if isinstance(ins, _Jump) and ins.dest <= pc
         ]
         inputs = {ix(v) for v in self.inputs}
+        once = self._load_time_values(ix)
         sizes = {}
         for i, e in enumerate(values):
-            n = evalues.plannable_bytes(e) if i not in inputs else None
+            n = evalues.plannable_bytes(e) if i not in inputs and i not in once else None
             if n is not None:
                 sizes[i] = n
         return mp.plan(sizes, accesses, loops, outputs)
+
+    def _load_time_values(self, ix) -> set[int]:
+        """Values the runtime computes once, at a method's first run, and keeps with the
+        constants (runtime/module.py, _find_load_time): the tensor results of deterministic ONNX
+        kernels (``ir.computed_once``) before the first jump whose inputs are constants or such
+        values, other than the plan's results. They take no place in the arena."""
+        jumps = [pc for pc, ins in enumerate(self.instrs) if isinstance(ins, _Jump)]
+        limit = min([*jumps, *(self.instrs[pc].dest for pc in jumps), len(self.instrs)])
+        results = {id(v) for v in self.block.outputs}
+        known: set[int] = set()  # ids of the values computed once so far
+        out = set()
+        for ins in self.instrs[:limit]:
+            if not isinstance(ins, _Kernel) or not ins.reads or not ins.writes:
+                continue
+            domain, _, op_type = ins.operator[0].partition("::")
+            if not computed_once("" if domain == "onnx" else domain, op_type):
+                continue
+            if not all(v.is_constant or id(v) in known for v in ins.reads):
+                continue
+            if any(id(v) in results or not isinstance(v.type, TensorType) for v in ins.writes):
+                continue
+            known.update(id(v) for v in ins.writes)
+            out.update(ix(v) for v in ins.writes)
+        return out
 
     def _instruction(self, ins, ix) -> InstructionT:
         t = InstructionT()

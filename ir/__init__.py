@@ -4,7 +4,7 @@ from . import tflite_ops  # noqa: F401  (registers the offload.tflite integer op
 from .core import Block, Function, Operation, Program, Value
 from .inference import infer_op, infer_types
 from .printer import dump
-from .registry import AttrSpec, OpSchema, Param, all_schemas, lookup, register
+from .registry import RANDOM_OPS, AttrSpec, OpSchema, Param, all_schemas, computed_once, lookup, register
 from .rewrite import (
     Namer,
     build,
@@ -19,6 +19,7 @@ from .types import DataType, OptionalType, QuantParams, SequenceType, TensorType
 from .verifier import verify
 
 __all__ = [
+    "RANDOM_OPS",
     "AttrSpec",
     "Block",
     "DataType",
@@ -35,6 +36,7 @@ __all__ = [
     "Value",
     "all_schemas",
     "build",
+    "computed_once",
     "dump",
     "infer_op",
     "infer_types",

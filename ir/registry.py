@@ -101,6 +101,22 @@ def lookup(domain: str, name: str) -> OpSchema | None:
     return _REGISTRY.get(("" if domain == "ai.onnx" else domain, name))
 
 
+# ONNX ops whose every run draws anew: never folded into constants, never computed once.
+RANDOM_OPS = frozenset(
+    {"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Bernoulli", "Multinomial"}
+)
+
+
+def computed_once(domain: str, name: str) -> bool:
+    """Whether an op whose inputs are all constants may run once and keep its results for every
+    later run: an ONNX op (other domains hold stateful ops), neither random (Dropout too: in
+    training mode it draws a mask) nor holding a nested graph."""
+    if domain not in ("", "ai.onnx") or name in RANDOM_OPS or name == "Dropout":
+        return False
+    schema = lookup(domain, name)
+    return schema is not None and not any(a.type == "graph" for a in schema.attributes.values())
+
+
 def all_schemas() -> list[OpSchema]:
     return list(_REGISTRY.values())
 

@@ -31,7 +31,7 @@ from offload.errors import (
     ShapeError,
     UnsupportedOpError,
 )
-from offload.ir import TensorType, lookup
+from offload.ir import TensorType, computed_once, lookup
 from offload.profile import Profile, now, profiling
 from offload.schemas import pte as pte_format
 from offload.schemas.generated.executorch_flatbuffer.InstructionArguments import InstructionArguments
@@ -304,6 +304,10 @@ class Method:
         # _BoundRun (at the run's first index; the others stay, never reached): the hot loop's.
         self._fast_steps: list = []
         self._bound_runs: list[list[_PreparedStep]] = []
+        # Kernel steps computed once, at the first run, their results kept with the constants
+        # (_find_load_time); None once done or when there are none.
+        self._load_time: list[_KernelStep] | None = None
+        self._load_time_lock = threading.Lock()
         self._callees: set[int] = set()
         self._fallbacks: set[int] = set()  # fallback plans of delegates that run on a backend
         self._delegates: dict[int, dl.Delegate] = {}
@@ -528,6 +532,7 @@ class Method:
                 kind = ins.instrArgsType if ins is not None else None
                 raise ModelFormatError(f"{where}: unknown instruction type {kind}")
             self._steps.append(prepare(self, ins.instrArgs, pc, where, label, operators, len(instructions)))
+        _find_load_time(self)
         _keep_on_device(self)
         _bind_runs(self)
         self._pool.append((self._planned, self._initial, self._bind(self._planned, self._initial)))
@@ -608,6 +613,8 @@ class Method:
         return sorted(out)
 
     def _call(self, args: list, options: RunOptions | None = None, profile: Profile | None = None) -> list:
+        if self._load_time is not None:
+            self._compute_load_time()
         self.allocated_results = 0
         arena_set = self._acquire()
         planned, initial, bound = arena_set
@@ -653,6 +660,29 @@ class Method:
                 name, cat, args = _describe(step)
                 profile.add(name, cat, start, now(), pc=pc, **args)
             pc = pc + 1 if nxt is None else nxt
+
+    def _compute_load_time(self) -> None:
+        """Run the load-time steps once and keep their results as constants (read-only): in the
+        initial frame every arena set copies, and in the sets made before (the first one)."""
+        with self._load_time_lock:
+            if self._load_time is None:
+                return
+            frame = _Frame(self._initial)
+            frame.planned, frame.bound, frame.options, frame.profile = [None] * len(frame), None, None, None
+            with np.errstate(all="ignore"):
+                for step in self._load_time:
+                    step.run(frame)
+            with self._pool_lock:
+                sets = [initial for _, initial, _ in self._pool]
+            for step in self._load_time:
+                for slot in step.out_slots:
+                    if slot:
+                        value = np.array(frame[slot], copy=True)  # its own memory, read-only
+                        value.flags.writeable = False
+                        self._initial[slot] = value
+                        for initial in sets:
+                            initial[slot] = value
+            self._load_time = None
 
     def _acquire(self) -> tuple[list, list, list]:
         """An arena set no other run holds: (planned views by value, the initial frame, the
@@ -868,6 +898,66 @@ class _BoundRun:
 
     def info(self) -> StepInfo:
         return StepInfo("bound", "", (), (), None)
+
+
+class _LoadTimeStep:
+    """A kernel step computed once, at the method's first run (``_find_load_time``)."""
+
+    __slots__ = ("kernel",)
+
+    def run(self, frame: list) -> None:
+        return None
+
+    def info(self) -> StepInfo:
+        return StepInfo("load", self.kernel.op_name, (), (), None)
+
+
+def _find_load_time(m: Method) -> None:
+    """The kernel steps whose inputs are all constants (or their results): deterministic ONNX
+    ops (``ir.computed_once``) before the first jump, whose outputs have no arena place (the
+    writer leaves them out, emit/plan.py), are tensors and are not results of the method. Such
+    a step runs once, at the first run, and its results become constants: the light models'
+    fully connected weights (ConstantOfShape, 151 MB) are made once, not at every run."""
+    jumps = [pc for pc, s in enumerate(m._steps) if isinstance(s, _JumpStep)]
+    limit = min([*jumps, *(m._steps[pc].dest for pc in jumps), len(m._steps)])
+    writers: dict[int, int] = {}
+    for step in m._steps:
+        for slot in step.info().writes:
+            writers[slot] = writers.get(slot, 0) + 1
+    inputs, results = set(m._input_slots), set(m._output_slots)
+    known = {
+        i
+        for i, v in enumerate(m._initial)
+        if m._planned[i] is None and isinstance(v, np.ndarray) and i not in inputs and i not in writers
+    }
+    found = []
+    for pc in range(limit):
+        step = m._steps[pc]
+        kernel = step.kernel if isinstance(step, _PreparedStep) else step
+        if not isinstance(kernel, _KernelStep):
+            continue
+        domain, _, op_type = kernel.op_name.partition("::")
+        outs = [o for o in kernel.out_slots if o]
+        if (
+            not any(kernel.in_slots)
+            or not all(i == 0 or i in known for i in kernel.in_slots)
+            or not computed_once("" if domain == "onnx" else domain, op_type)
+            or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
+            or not outs
+            or any(
+                m._planned[o] is not None
+                or o in results
+                or writers.get(o) != 1
+                or not isinstance(value_type(m._values[o]), TensorType)
+                for o in outs
+            )
+        ):
+            continue
+        found.append(kernel)
+        known.update(outs)
+        m._steps[pc] = placeholder = _LoadTimeStep()
+        placeholder.kernel = kernel
+    m._load_time = found or None
 
 
 def _bind_runs(m: Method) -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from offload.ir import DataType, Operation, Program, TensorType
+from offload.ir import RANDOM_OPS, DataType, Operation, Program, TensorType
 from offload.ir.inference import fold_op
 from offload.ir.rewrite import is_function_output, remove_dead_ops
 
@@ -42,16 +42,7 @@ from ..registry import graph_pass
 
 MAX_ELEMENTS = 1 << 22  # 16 MiB of float32: a conv weight, not an activation of a big model
 
-RANDOM = frozenset(
-    {
-        "RandomUniform",
-        "RandomUniformLike",
-        "RandomNormal",
-        "RandomNormalLike",
-        "Bernoulli",
-        "Multinomial",
-    }
-)
+RANDOM = RANDOM_OPS
 
 
 def _compute(op: Operation) -> list | None:
