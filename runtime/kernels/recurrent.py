@@ -1,13 +1,48 @@
-"""Recurrent-net kernels: RNN, GRU and LSTM, one Python step per time step, batched matmuls.
+"""Recurrent-net kernels: RNN, GRU and LSTM, every direction advanced by one set of numpy calls per step.
 
-Every op works in layout 0 internally (X: [seq, batch, input], states: [directions, batch,
-hidden]); layout 1 is transposed on the way in and out. Input projections of all time steps
-are one matmul; each step then adds the recurrent projection of the previous hidden state.
+At batch 1 a step is a product of a row by the recurrent weights and a few dozen to a few hundred
+values of gate arithmetic, so what a step costs is the number of numpy calls it makes (each about
+0.5-1 µs on the 2-core test machine, against a product of 2-10 µs below hidden size 128). The
+frame therefore does once per call all it can:
+
+- Layout 0 inside (X [seq, batch, input], states [directions, batch, hidden]); layout 1 is
+  transposed on the way in and out. Shapes and sequence lengths are checked once per call.
+- The input projection of every step is one product per direction up front, biases added, into
+  ``xw`` [seq, directions, batch, gates * hidden]; a reverse direction's rows are stored in the
+  order it reads them (per batch entry where sequence_lens cut a sequence short), so that step
+  k of every direction reads ``xw[k]`` and writes its hidden state to ``hs[k + 1]``: the
+  directions of a bidirectional net run together, one product (stacked) and one set of
+  elementwise calls per step for both.
+- Gates are views of one preallocated buffer; activations run in place with positional ufunc
+  outputs (a keyword ``out=`` costs a parse per call); constants are 0-d arrays (a Python float
+  operand costs a conversion per call, about twice the call); nothing is allocated per step.
+- With ONNX's default activations, the rows of the sigmoid gates in W, R and the biases are
+  halved once per call (exact in binary floating point), so that one tanh over all gates gives
+  every activation: σ(x) = (1 + tanh(x / 2)) / 2 is an in-place multiply-add on the sigmoid
+  gates' slice (the tanh form never overflows, unlike 1 / (1 + exp(-x))). An LSTM step is 10
+  calls, a GRU step 11 (12 with linear_before_reset 0, whose candidate needs the reset gate
+  before its product: two dependent products per step are the minimum there); the previous
+  kernels made 21 and 23 per step and direction.
+- The GRU's recurrent bias of the candidate sits inside the reset product when
+  linear_before_reset is set: it rides in the product as a last row of R against a constant
+  1 kept after each hidden state in the history (one call fewer per step).
+- Steps go on past a short sequence's end (their values unused; floating-point warnings from
+  them are ignored): final states are gathered from the history afterwards and Y is zeroed past
+  each end, instead of masking every step.
+- Derived weights (halved, transposed, contiguous) of read-only inputs (a .pte's constants) are
+  kept between calls, keyed by the arrays' identity (checked by weak reference).
+
+Other activations, clip, peepholes and the LSTM's coupled input-forget gate take a general step
+in the same frame: per direction, the activation functions of the ONNX spec, allocating.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
+
+from offload.errors import ShapeError
 
 from . import kernel
 from ._util import unsupported
@@ -35,9 +70,16 @@ _ACTIVATIONS = {
 
 _DIRECTIONS = {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}
 
+# Per op: gates, default activations per direction (lower case), the gates (in ONNX's order)
+# that the first activation (a sigmoid by default) applies to.
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_DEFAULTS = {"RNN": ("tanh",), "GRU": ("sigmoid", "tanh"), "LSTM": ("sigmoid", "tanh", "tanh")}
+_SIGMOID_GATES = {"RNN": (), "GRU": (0, 1), "LSTM": (0, 1, 2)}  # GRU z, r; LSTM i, o, f
 
-def _activations(op, names, alphas, betas, per_dir: int, num_dirs: int) -> list[list]:
-    """Per direction, the ``per_dir`` activation functions with their alpha/beta bound."""
+
+def _activations(op, names, alphas, betas, num_dirs: int) -> list[list]:
+    """Per direction, the op's activation functions with their alpha/beta bound."""
+    per_dir = len(_DEFAULTS[op])
     if len(names) != per_dir * num_dirs:
         raise unsupported(op, f"{len(names)} activations for {num_dirs} direction(s)")
     alphas, betas = list(alphas or []), list(betas or [])
@@ -56,6 +98,11 @@ def _activations(op, names, alphas, betas, per_dir: int, num_dirs: int) -> list[
     return [bound[d * per_dir : (d + 1) * per_dir] for d in range(num_dirs)]
 
 
+def _is_default(op, names) -> bool:
+    default = _DEFAULTS[op]
+    return all(n.lower() == default[k % len(default)] for k, n in enumerate(names))
+
+
 def _clipper(clip):
     if clip is None:
         return lambda x: x
@@ -66,75 +113,169 @@ def _compute_dtype(X):
     return np.float64 if X.dtype == np.float64 else np.float32
 
 
-def _states(init, num_dirs, batch, hidden, layout, dtype):
-    """An initial state in layout 0 ([directions, batch, hidden]), zeros when omitted."""
-    if init is None:
-        return np.zeros((num_dirs, batch, hidden), dtype=dtype)
-    init = np.asarray(init, dtype=dtype)
-    return init.transpose(1, 0, 2) if layout else init
+class _Frame:
+    """One call's shapes, checked once: X in layout 0, directions, sequence lengths.
+
+    ``lens`` is None when every sequence runs the whole length (no gathering afterwards)."""
+
+    def __init__(self, op, X, W, R, B, sequence_lens, hidden_size, layout, direction):
+        if direction not in _DIRECTIONS:
+            raise unsupported(op, f"direction '{direction}'")
+        if layout not in (0, 1):
+            raise unsupported(op, f"layout {layout}")
+        self.op, self.layout = op, layout
+        self.reverses = _DIRECTIONS[direction]
+        D, G = len(self.reverses), _GATES[op]
+        self.dtype = _compute_dtype(X)
+        if X.ndim != 3:
+            raise ShapeError(
+                f"{op}: X has rank {X.ndim}, expected 3 ([seq, batch, input] or, with layout 1, [batch, seq, input])"
+            )
+        x = np.asarray(X, dtype=self.dtype)
+        self.x = x.transpose(1, 0, 2) if layout else x
+        S, N, I = self.x.shape
+        H = hidden_size if hidden_size is not None else R.shape[-1]
+        want = {"W": (W, (D, G * H, I)), "R": (R, (D, G * H, H)), "B": (B, (D, 2 * G * H))}
+        for name, (a, shape) in want.items():
+            if a is not None and tuple(a.shape) != shape:
+                raise ShapeError(
+                    f"{op}: {name} has shape {list(a.shape)}, expected {list(shape)} for direction "
+                    f"'{direction}', hidden size {H}, input size {I}"
+                )
+        self.seq, self.batch, self.hidden, self.dirs = S, N, H, D
+        self.lens = None
+        if sequence_lens is not None:
+            lens = np.asarray(sequence_lens).astype(np.int64).reshape(-1)
+            if lens.shape != (N,) or lens.min(initial=0) < 0 or lens.max(initial=0) > S:
+                raise ShapeError(f"{op}: sequence_lens {lens.tolist()} for batch {N} and sequence length {S}")
+            if (lens != S).any():
+                self.lens = lens
+
+    def state(self, init, name: str) -> np.ndarray:
+        """An initial state in layout 0 ([directions, batch, hidden]), zeros when omitted."""
+        shape = (self.dirs, self.batch, self.hidden)
+        if init is None:
+            return np.zeros(shape, dtype=self.dtype)
+        init = np.asarray(init, dtype=self.dtype)
+        init = init.transpose(1, 0, 2) if self.layout else init
+        if init.shape != shape:
+            raise ShapeError(
+                f"{self.op}: {name} has shape {list(init.shape)} in layout 0, expected {list(shape)}"
+            )
+        return init
+
+    def projection(self, Wt: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        """x·W + bias of every step, [seq, directions, batch, gates * hidden], each direction's
+        rows in the order its steps read them. ``Wt`` is [directions, input, gates * hidden]."""
+        S, N, D = self.seq, self.batch, self.dirs
+        xw = np.empty((S, D, N, Wt.shape[-1]), dtype=self.dtype)
+        for d, reverse in enumerate(self.reverses):
+            src = self.x
+            if reverse and self.lens is None:
+                src = src[::-1]
+            elif reverse:  # step k of batch entry b reads time lens[b] - 1 - k (any row past it)
+                k = np.arange(S)[:, None]
+                t = np.where(k < self.lens, self.lens - 1 - k, k)
+                src = src[t, np.arange(N)]
+            np.matmul(src, Wt[d], out=xw[:, d])
+        xw += bias[:, None, :]
+        return xw
+
+    def history(self, init: np.ndarray, extra: int = 0) -> np.ndarray:
+        """[seq + 1, directions, batch, hidden + extra]: the initial state, then each step's."""
+        hs = np.empty((self.seq + 1, self.dirs, self.batch, self.hidden + extra), dtype=self.dtype)
+        hs[0, ..., : self.hidden] = init
+        if extra:
+            hs[..., self.hidden :] = 1
+        return hs
+
+    def sequence(self, hs: np.ndarray) -> np.ndarray:
+        """Y [seq, directions, batch, hidden] from a history, in time order, zeros past each end."""
+        S, H = self.seq, self.hidden
+        Y = np.empty((S, self.dirs, self.batch, H), dtype=self.dtype)
+        if self.lens is None:
+            for d, reverse in enumerate(self.reverses):
+                Y[:, d] = hs[S:0:-1, d, :, :H] if reverse else hs[1:, d, :, :H]
+            return Y
+        t = np.arange(S)[:, None]
+        live = t < self.lens
+        rows = np.arange(self.batch)
+        for d, reverse in enumerate(self.reverses):
+            k = np.where(live, self.lens - t, 0) if reverse else np.where(live, t + 1, 0)
+            Y[:, d] = np.where(live[..., None], hs[k, d, rows, :H], 0)
+        return Y
+
+    def final(self, hs: np.ndarray) -> np.ndarray:
+        """The state after each sequence's last step; zeros for a sequence of length zero."""
+        H = self.hidden
+        if self.lens is None:
+            if self.seq == 0:
+                return np.zeros((self.dirs, self.batch, H), dtype=self.dtype)
+            return hs[self.seq, ..., :H].copy()
+        last = hs[self.lens, :, np.arange(self.batch), :H].transpose(1, 0, 2)  # [dirs, batch, H]
+        return np.where((self.lens > 0)[:, None], last, 0).astype(self.dtype, copy=False)
+
+    def results(self, X, Y, *states) -> tuple:
+        if self.layout:
+            Y = Y.transpose(2, 0, 1, 3)
+            states = [s.transpose(1, 0, 2) for s in states]
+        return tuple(a.astype(X.dtype, copy=False) for a in (Y, *states))
+
+    def warnings(self) -> dict:
+        """np.errstate's arguments for the steps: steps past a sequence's end compute values that
+        no result reads, whose overflows are no one's concern."""
+        return {"all": "ignore"} if self.lens is not None else {}
 
 
-def _run(step, xw, state: tuple, lens, reverse: bool):
-    """Run one direction over time; steps at or past a sequence's length keep its state and
-    output zeros. Returns (Y [seq, batch, hidden], final state tuple)."""
-    seq = xw.shape[0]
-    ys = np.zeros((seq, *state[0].shape), dtype=state[0].dtype)
-    for t in range(seq - 1, -1, -1) if reverse else range(seq):
-        new = step(xw[t], state)
-        if lens is not None:
-            live = (t < lens)[:, None]
-            new = tuple(np.where(live, n, s) for n, s in zip(new, state))
-            ys[t] = np.where(live, new[0], 0)
-        else:
-            ys[t] = new[0]
-        state = new
-    if lens is not None:
-        # A sequence of length zero has no last step: its final states are zeros (as in ORT).
-        state = tuple(np.where((lens > 0)[:, None], s, 0) for s in state)
-    return ys, state
+# Derived weights of read-only arrays: key → (weak references to the arrays, derived).
+_DERIVED: dict[tuple, tuple] = {}
+_DERIVED_LIMIT = 64
 
 
-def _recurrent(op, X, W, sequence_lens, inits, layout, direction, make_step):
-    """The shared frame: layouts, directions and sequence lengths around per-direction steps.
-
-    ``make_step(d, x)`` returns (xw, step) for direction ``d``: the input projection of all time
-    steps ``x`` and the function (xw_t, state) → new state. Returns (Y, *final states).
-    """
-    if direction not in _DIRECTIONS:
-        raise unsupported(op, f"direction '{direction}'")
-    if layout not in (0, 1):
-        raise unsupported(op, f"layout {layout}")
-    reverses = _DIRECTIONS[direction]
-    if W.shape[0] != len(reverses):
-        raise unsupported(op, f"W with {W.shape[0]} direction(s) for direction '{direction}'")
-    dtype = _compute_dtype(X)
-    x = np.asarray(X, dtype=dtype)
-    if layout:
-        x = x.transpose(1, 0, 2)
-    lens = None if sequence_lens is None else np.asarray(sequence_lens).astype(np.int64)
-    ys, finals = [], []
-    for d, reverse in enumerate(reverses):
-        xw, step = make_step(d, x)
-        y, state = _run(step, xw, tuple(s[d] for s in inits), lens, reverse)
-        ys.append(y)
-        finals.append(state)
-    Y = np.stack(ys, axis=1)  # [seq, directions, batch, hidden]
-    states = [np.stack([f[k] for f in finals]) for k in range(len(inits))]
-    if layout:
-        Y = Y.transpose(2, 0, 1, 3)
-        states = [s.transpose(1, 0, 2) for s in states]
-    return tuple(a.astype(X.dtype, copy=False) for a in (Y, *states))
+def _derived(arrays: tuple, key: tuple, make):
+    """``make()``, kept while ``arrays`` (None or read-only arrays: a .pte's constants) live."""
+    if any(a is not None and (not isinstance(a, np.ndarray) or a.flags.writeable) for a in arrays):
+        return make()
+    full = (tuple(id(a) for a in arrays), key)
+    hit = _DERIVED.get(full)
+    if hit is not None and all((r() if r is not None else None) is a for r, a in zip(hit[0], arrays)):
+        return hit[1]
+    if len(_DERIVED) >= _DERIVED_LIMIT:
+        _DERIVED.clear()
+    value = make()
+    for a in value if isinstance(value, tuple) else (value,):
+        a.flags.writeable = False  # shared by later calls
+    _DERIVED[full] = (tuple(weakref.ref(a) if a is not None else None for a in arrays), value)
+    return value
 
 
-def _setup(W, R, B, hidden_size, gates, dtype):
-    """Weights as the compute dtype; biases as (Wb, Rb), each [directions, gates * hidden]."""
-    hidden = hidden_size if hidden_size is not None else R.shape[-1]
+def _weights(op, W, R, B, H: int, dtype, halve: bool):
+    """Wt [dirs, input, G*H], Rt [dirs, H, G*H] (C-contiguous), Wb and Rb [dirs, G*H], with the
+    sigmoid gates' columns halved when ``halve``."""
+    G = _GATES[op]
+    scale = np.ones(G * H, dtype=dtype)
+    if halve:
+        for g in _SIGMOID_GATES[op]:
+            scale[g * H : (g + 1) * H] = 0.5
     W = np.asarray(W, dtype=dtype)
     R = np.asarray(R, dtype=dtype)
+    Wt = np.multiply(W.transpose(0, 2, 1), scale, out=np.empty((W.shape[0], W.shape[2], G * H), dtype))
+    Rt = np.multiply(R.transpose(0, 2, 1), scale, out=np.empty((R.shape[0], H, G * H), dtype))
     if B is None:
-        B = np.zeros((W.shape[0], 2 * gates * hidden), dtype=dtype)
-    B = np.asarray(B, dtype=dtype)
-    return hidden, W, R, B[:, : gates * hidden], B[:, gates * hidden :]
+        Wb = Rb = np.zeros((W.shape[0], G * H), dtype=dtype)
+    else:
+        B = np.asarray(B, dtype=dtype)
+        Wb, Rb = B[:, : G * H] * scale, B[:, G * H :] * scale
+    return Wt, Rt, Wb, Rb
+
+
+def _operands(D: int, *arrays):
+    """For one direction, [1, ...] arrays as their single entry: a 2-D product is cheaper than a
+    stacked one of one matrix."""
+    return [a[:, 0] if a.ndim == 4 and D == 1 else (a[0] if D == 1 else a) for a in arrays]
+
+
+_HALF = {np.float32: np.array(0.5, np.float32), np.float64: np.array(0.5, np.float64)}
 
 
 @kernel("RNN")
@@ -155,21 +296,32 @@ def rnn(
     hidden_size,
     layout,
 ):
-    dtype = _compute_dtype(X)
-    hidden, W, R, Wb, Rb = _setup(W, R, B, hidden_size, 1, dtype)
-    if W.shape[0] == 1 and activations == ["Tanh", "Tanh"]:
+    fr = _Frame("RNN", X, W, R, B, sequence_lens, hidden_size, layout, direction)
+    D, H = fr.dirs, fr.hidden
+    if D == 1 and activations == ["Tanh", "Tanh"]:
         activations = ["Tanh"]  # the schema's default names both directions of a bidirectional net
-    acts = _activations("RNN", activations, activation_alpha, activation_beta, 1, W.shape[0])
-    clipped = _clipper(clip)
-    batch = X.shape[1 - layout]
-    h0 = _states(initial_h, W.shape[0], batch, hidden, layout, dtype)
-
-    def make_step(d, x):
-        xw = x @ W[d].T + (Wb[d] + Rb[d])
-        (f,) = acts[d]
-        return xw, lambda xw_t, s: (f(clipped(xw_t + s[0] @ R[d].T)),)
-
-    return _recurrent("RNN", X, W, sequence_lens, [h0], layout, direction, make_step)
+    names = activations or ["Tanh"] * D
+    acts = _activations("RNN", names, activation_alpha, activation_beta, D)
+    Wt, Rt, Wb, Rb = _derived(
+        (W, R, B), ("RNN", H, fr.dtype), lambda: _weights("RNN", W, R, B, H, fr.dtype, False)
+    )
+    xw = fr.projection(Wt, Wb + Rb)
+    hs = fr.history(fr.state(initial_h, "initial_h"))
+    with np.errstate(**fr.warnings()):
+        if clip is None and _is_default("RNN", names):
+            hin, R_mm = _operands(D, hs, Rt)
+            matmul, add, tanh = np.matmul, np.add, np.tanh
+            for x_k, h_prev, h_mm, h in zip(xw, hin, hin[1:], hs[1:]):
+                matmul(h_prev, R_mm, h_mm)
+                add(h, x_k, h)
+                tanh(h, h)
+        else:
+            clipped = _clipper(clip)
+            for k in range(fr.seq):
+                pre = xw[k] + np.matmul(hs[k], Rt)
+                for d in range(D):
+                    hs[k + 1, d] = acts[d][0](clipped(pre[d]))
+    return fr.results(X, fr.sequence(hs), fr.final(hs))
 
 
 @kernel("GRU")
@@ -191,105 +343,113 @@ def gru(
     layout,
     linear_before_reset,
 ):
-    dtype = _compute_dtype(X)
-    hidden, W, R, Wb, Rb = _setup(W, R, B, hidden_size, 3, dtype)
-    names = activations or ["Sigmoid", "Tanh"] * W.shape[0]
-    acts = _activations("GRU", names, activation_alpha, activation_beta, 2, W.shape[0])
-    clipped = _clipper(clip)
-    batch = X.shape[1 - layout]
-    h0 = _states(initial_h, W.shape[0], batch, hidden, layout, dtype)
-    H = hidden
+    fr = _Frame("GRU", X, W, R, B, sequence_lens, hidden_size, layout, direction)
+    D, H = fr.dirs, fr.hidden
+    names = activations or ["Sigmoid", "Tanh"] * D
+    acts = _activations("GRU", names, activation_alpha, activation_beta, D)
+    plain = clip is None and _is_default("GRU", names)
+    Wt, Rt, Wb, Rb = _derived(
+        (W, R, B), ("GRU", H, fr.dtype, plain), lambda: _weights("GRU", W, R, B, H, fr.dtype, plain)
+    )
+    # Gate order z, r, h. Every bias but the candidate's recurrent one (inside the reset
+    # product when linear_before_reset is set) goes into the projection.
+    bias = Wb + Rb
+    if linear_before_reset:
+        bias[:, 2 * H :] = Wb[:, 2 * H :]
+    xw = fr.projection(Wt, bias)
+    h0 = fr.state(initial_h, "initial_h")
+    with np.errstate(**fr.warnings()):
+        if plain and linear_before_reset:
+            hs = fr.history(h0, extra=1)
+            _gru_linear_before_reset(
+                xw, hs, _derived((R, B), ("GRU+b", H, fr.dtype), lambda: _with_bias_row(Rt, Rb, H)), H
+            )
+        elif plain:
+            hs = fr.history(h0)
+            _gru(xw, hs, Rt, H)
+        else:
+            hs = fr.history(h0)
+            _gru_general(xw, hs, Rt, Rb[:, 2 * H :], H, acts, _clipper(clip), linear_before_reset)
+    return fr.results(X, fr.sequence(hs), fr.final(hs))
 
-    plain = clip is None and _default(names, GRU_DEFAULT)
 
-    def make_step(d, x):
-        # Gate order z, r, h. The recurrent bias of h stays apart: it sits inside the reset
-        # product when linear_before_reset is set.
-        xw = x @ W[d].T + Wb[d]
-        xw[..., : 2 * H] += Rb[d, : 2 * H]
-        R_zr, R_h, Rb_h = R[d, : 2 * H].T, R[d, 2 * H :].T, Rb[d, 2 * H :]
-        if plain:
-            return xw, _plain_gru_step(R_zr, R_h, Rb_h, H, linear_before_reset)
-        f, g = acts[d]
+def _with_bias_row(Rt: np.ndarray, Rb: np.ndarray, H: int) -> np.ndarray:
+    """[dirs, H + 1, 3H]: Rt with a last row of the candidate's recurrent bias (zeros under z, r),
+    for hidden states followed by a constant 1."""
+    D = Rt.shape[0]
+    out = np.zeros((D, H + 1, 3 * H), dtype=Rt.dtype)
+    out[:, :H] = Rt
+    out[:, H, 2 * H :] = Rb[:, 2 * H :]
+    return out
 
-        def step(xw_t, s):
-            (h,) = s
-            zr = f(clipped(xw_t[:, : 2 * H] + h @ R_zr))
+
+def _gru_linear_before_reset(xw, hs, Rt1, H: int):
+    """Default activations, linear_before_reset 1: zr and the candidate's h·Rh + Rbh in one
+    product of [h, 1] by ``Rt1``, 11 calls per step. z, r columns halved (σ by tanh)."""
+    D, N = hs.shape[1:3]
+    gates = np.empty((D, N, 3 * H), dtype=hs.dtype)
+    zr, z, r, n = gates[..., : 2 * H], gates[..., :H], gates[..., H : 2 * H], gates[..., 2 * H :]
+    half = _HALF[hs.dtype.type]
+    hin, R_mm, g_mm = _operands(D, hs, Rt1, gates)
+    matmul, add, subtract, multiply, tanh = np.matmul, np.add, np.subtract, np.multiply, np.tanh
+    xw_zr, xw_n = xw[..., : 2 * H], xw[..., 2 * H :]
+    h_prevs, hs_w = hs[:-1, ..., :H], hs[1:, ..., :H]
+    for x_zr, x_n, h_in, h_prev, h in zip(xw_zr, xw_n, hin, h_prevs, hs_w):
+        matmul(h_in, R_mm, g_mm)
+        add(zr, x_zr, zr)
+        tanh(zr, zr)
+        multiply(zr, half, zr)
+        add(zr, half, zr)
+        multiply(n, r, n)
+        add(n, x_n, n)
+        tanh(n, n)
+        subtract(h_prev, n, h)  # h' = n + z (h - n)
+        multiply(h, z, h)
+        add(h, n, h)
+
+
+def _gru(xw, hs, Rt, H: int):
+    """Default activations, linear_before_reset 0: the candidate's product takes r ⊙ h, so it
+    waits for the z, r product: two products and 12 calls per step."""
+    D, N = hs.shape[1:3]
+    zr = np.empty((D, N, 2 * H), dtype=hs.dtype)
+    n = np.empty((D, N, H), dtype=hs.dtype)
+    rh = np.empty((D, N, H), dtype=hs.dtype)
+    z, r = zr[..., :H], zr[..., H:]
+    Rt_zr = np.ascontiguousarray(Rt[..., : 2 * H])
+    Rt_n = np.ascontiguousarray(Rt[..., 2 * H :])
+    half = _HALF[hs.dtype.type]
+    hin, R_zr, zr_mm, rh_mm, R_n, n_mm = _operands(D, hs, Rt_zr, zr, rh, Rt_n, n)
+    matmul, add, subtract, multiply, tanh = np.matmul, np.add, np.subtract, np.multiply, np.tanh
+    xw_zr, xw_n = xw[..., : 2 * H], xw[..., 2 * H :]
+    for x_zr, x_n, h_in, h_prev, h in zip(xw_zr, xw_n, hin, hs, hs[1:]):
+        matmul(h_in, R_zr, zr_mm)
+        add(zr, x_zr, zr)
+        tanh(zr, zr)
+        multiply(zr, half, zr)
+        add(zr, half, zr)
+        multiply(r, h_prev, rh)
+        matmul(rh_mm, R_n, n_mm)
+        add(n, x_n, n)
+        tanh(n, n)
+        subtract(h_prev, n, h)  # h' = n + z (h - n)
+        multiply(h, z, h)
+        add(h, n, h)
+
+
+def _gru_general(xw, hs, Rt, Rb_n, H: int, acts, clipped, linear_before_reset):
+    """Any activations and clip: the ONNX formulas per direction, unhalved weights."""
+    for k in range(hs.shape[0] - 1):
+        h = hs[k]
+        for d, (f, g) in enumerate(acts):
+            x_k, h_d = xw[k, d], h[d]
+            zr = f(clipped(x_k[:, : 2 * H] + h_d @ Rt[d, :, : 2 * H]))
             z, r = zr[:, :H], zr[:, H:]
             if linear_before_reset:
-                cand = g(clipped(xw_t[:, 2 * H :] + r * (h @ R_h + Rb_h)))
+                cand = g(clipped(x_k[:, 2 * H :] + r * (h_d @ Rt[d, :, 2 * H :] + Rb_n[d])))
             else:
-                cand = g(clipped(xw_t[:, 2 * H :] + (r * h) @ R_h + Rb_h))
-            return ((1 - z) * cand + z * h,)
-
-        return xw, step
-
-    return _recurrent("GRU", X, W, sequence_lens, [h0], layout, direction, make_step)
-
-
-LSTM_DEFAULT = ("sigmoid", "tanh", "tanh")
-GRU_DEFAULT = ("sigmoid", "tanh")
-
-
-def _default(names, per_direction: tuple[str, ...]) -> bool:
-    return all(n.lower() == per_direction[k % len(per_direction)] for k, n in enumerate(names))
-
-
-def _plain_lstm_step(Rt: np.ndarray, H: int):
-    """The step of an LSTM with ONNX's default activations and no peepholes, clip or coupled
-    input-forget gate, in as few numpy calls as its arithmetic allows: the three sigmoid gates
-    (i, o, f: contiguous) in place in one slab, each value computed by the same operations in
-    the same order as the general step, so the results are the same bits."""
-
-    def step(xw_t, s):
-        h, c = s
-        gates = np.matmul(h, Rt)
-        gates += xw_t
-        ifo = gates[:, : 3 * H]  # _sigmoid in place: 0.5 * (1 + tanh(0.5 * x))
-        ifo *= 0.5
-        np.tanh(ifo, out=ifo)
-        ifo += 1.0
-        ifo *= 0.5
-        g = np.tanh(gates[:, 3 * H :])
-        c_new = ifo[:, 2 * H :] * c
-        g *= ifo[:, :H]
-        c_new += g
-        h_new = np.tanh(c_new)
-        h_new *= ifo[:, H : 2 * H]
-        return h_new, c_new
-
-    return step
-
-
-def _plain_gru_step(R_zr: np.ndarray, R_h: np.ndarray, Rb_h: np.ndarray, H: int, linear_before_reset):
-    """The step of a GRU with ONNX's default activations and no clip, in fewer numpy calls: the
-    same operations in the same order as the general step, so the same bits."""
-
-    def step(xw_t, s):
-        (h,) = s
-        zr = np.matmul(h, R_zr)
-        zr += xw_t[:, : 2 * H]
-        zr *= 0.5  # _sigmoid in place: 0.5 * (1 + tanh(0.5 * x))
-        np.tanh(zr, out=zr)
-        zr += 1.0
-        zr *= 0.5
-        z, r = zr[:, :H], zr[:, H:]
-        if linear_before_reset:
-            t = np.matmul(h, R_h)
-            t += Rb_h
-            t *= r
-        else:
-            t = np.matmul(r * h, R_h)
-        t += xw_t[:, 2 * H :]
-        if not linear_before_reset:
-            t += Rb_h
-        cand = np.tanh(t, out=t)
-        out = 1 - z
-        out *= cand
-        out += z * h
-        return (out,)
-
-    return step
+                cand = g(clipped(x_k[:, 2 * H :] + (r * h_d) @ Rt[d, :, 2 * H :]))
+            hs[k + 1, d] = (1 - z) * cand + z * h_d
 
 
 @kernel("LSTM")
@@ -313,42 +473,67 @@ def lstm(
     input_forget,
     layout,
 ):
-    dtype = _compute_dtype(X)
-    hidden, W, R, Wb, Rb = _setup(W, R, B, hidden_size, 4, dtype)
-    num_dirs = W.shape[0]
-    names = activations or ["Sigmoid", "Tanh", "Tanh"] * num_dirs
-    acts = _activations("LSTM", names, activation_alpha, activation_beta, 3, num_dirs)
-    clipped = _clipper(clip)
-    batch = X.shape[1 - layout]
-    h0 = _states(initial_h, num_dirs, batch, hidden, layout, dtype)
-    c0 = _states(initial_c, num_dirs, batch, hidden, layout, dtype)
-    peepholes = P
-    P = np.zeros((num_dirs, 3 * hidden), dtype=dtype) if P is None else np.asarray(P, dtype=dtype)
-    H = hidden
-
-    plain = peepholes is None and clip is None and not input_forget and _default(names, LSTM_DEFAULT)
-
-    def make_step(d, x):
-        # Gate order i, o, f, c; peepholes i, o, f.
-        xw = x @ W[d].T + (Wb[d] + Rb[d])
-        Rt = R[d].T
+    fr = _Frame("LSTM", X, W, R, B, sequence_lens, hidden_size, layout, direction)
+    D, H = fr.dirs, fr.hidden
+    names = activations or ["Sigmoid", "Tanh", "Tanh"] * D
+    acts = _activations("LSTM", names, activation_alpha, activation_beta, D)
+    if P is not None and tuple(P.shape) != (D, 3 * H):
+        raise ShapeError(f"LSTM: P has shape {list(P.shape)}, expected {[D, 3 * H]}")
+    plain = P is None and clip is None and not input_forget and _is_default("LSTM", names)
+    Wt, Rt, Wb, Rb = _derived(
+        (W, R, B), ("LSTM", H, fr.dtype, plain), lambda: _weights("LSTM", W, R, B, H, fr.dtype, plain)
+    )
+    xw = fr.projection(Wt, Wb + Rb)
+    hs = fr.history(fr.state(initial_h, "initial_h"))
+    cs = fr.history(fr.state(initial_c, "initial_c"))
+    with np.errstate(**fr.warnings()):
         if plain:
-            return xw, _plain_lstm_step(Rt, H)
-        p_i, p_o, p_f = P[d, :H], P[d, H : 2 * H], P[d, 2 * H :]
-        f, g, h_act = acts[d]
+            _lstm(xw, hs, cs, Rt, H)
+        else:
+            P = np.zeros((D, 3 * H), dtype=fr.dtype) if P is None else np.asarray(P, dtype=fr.dtype)
+            _lstm_general(xw, hs, cs, Rt, P, H, acts, _clipper(clip), input_forget)
+    return fr.results(X, fr.sequence(hs), fr.final(hs), fr.final(cs))
 
-        def step(xw_t, s):
-            h, c = s
-            gates = xw_t + h @ Rt
-            i = f(clipped(gates[:, :H] + p_i * c))
-            if input_forget:
-                forget = 1 - i
-            else:
-                forget = f(clipped(gates[:, 2 * H : 3 * H] + p_f * c))
-            c_new = forget * c + i * g(clipped(gates[:, 3 * H :]))
-            o = f(clipped(gates[:, H : 2 * H] + p_o * c_new))
-            return o * h_act(c_new), c_new
 
-        return xw, step
+def _lstm(xw, hs, cs, Rt, H: int):
+    """Default activations, no peepholes, clip or coupled gate: 10 calls per step. Gate order
+    i, o, f, c; i, o, f columns halved (σ by tanh)."""
+    D, N = hs.shape[1:3]
+    gates = np.empty((D, N, 4 * H), dtype=hs.dtype)
+    ifo, i, o, f, g = (
+        gates[..., : 3 * H],
+        gates[..., :H],
+        gates[..., H : 2 * H],
+        gates[..., 2 * H : 3 * H],
+        gates[..., 3 * H :],
+    )
+    ig = np.empty((D, N, H), dtype=hs.dtype)
+    half = _HALF[hs.dtype.type]
+    hin, R_mm, g_mm = _operands(D, hs, Rt, gates)
+    matmul, add, multiply, tanh = np.matmul, np.add, np.multiply, np.tanh
+    for x_k, h_in, h, c_prev, c in zip(xw, hin, hs[1:], cs, cs[1:]):
+        matmul(h_in, R_mm, g_mm)
+        add(gates, x_k, gates)
+        tanh(gates, gates)
+        multiply(ifo, half, ifo)
+        add(ifo, half, ifo)
+        multiply(f, c_prev, c)
+        multiply(i, g, ig)
+        add(c, ig, c)
+        tanh(c, h)
+        multiply(h, o, h)
 
-    return _recurrent("LSTM", X, W, sequence_lens, [h0, c0], layout, direction, make_step)
+
+def _lstm_general(xw, hs, cs, Rt, P, H: int, acts, clipped, input_forget):
+    """Any activations, clip, peepholes (i, o, f) and coupled gate: the ONNX formulas per direction."""
+    for k in range(hs.shape[0] - 1):
+        gates = xw[k] + np.matmul(hs[k], Rt)
+        for d, (f, g, h_act) in enumerate(acts):
+            gd, c = gates[d], cs[k, d]
+            p_i, p_o, p_f = P[d, :H], P[d, H : 2 * H], P[d, 2 * H :]
+            i = f(clipped(gd[:, :H] + p_i * c))
+            forget = 1 - i if input_forget else f(clipped(gd[:, 2 * H : 3 * H] + p_f * c))
+            c_new = forget * c + i * g(clipped(gd[:, 3 * H :]))
+            o = f(clipped(gd[:, H : 2 * H] + p_o * c_new))
+            cs[k + 1, d] = c_new
+            hs[k + 1, d] = o * h_act(c_new)
