@@ -159,6 +159,9 @@ class _Frame:
                 )
         self.seq, self.batch, self.hidden, self.dirs = S, N, H, D
         self.block = D == 1 or D * H <= _BLOCK_MAX
+        # np.dot takes a 2-D product with less dispatch than np.matmul (at hidden 16 1.1 against
+        # 2.8 µs); a stacked product needs matmul.
+        self.product = np.dot if self.block else np.matmul
         self.lens = None
         if sequence_lens is not None:
             lens = np.asarray(sequence_lens).astype(np.int64).reshape(-1)
@@ -430,7 +433,7 @@ def _rnn(fr: _Frame, xw, hs, R_mm):
     else:
         out, result = fr.product_output(1)
         outs, results = itertools.repeat(out), itertools.repeat(result[:, 0])
-    matmul, add, tanh = np.matmul, np.add, np.tanh
+    matmul, add, tanh = fr.product, np.add, np.tanh
     for x_k, h_in, out, result, h in zip(xw[:, :, 0], fr.product_inputs(hs), outs, results, h4[1:]):
         matmul(h_in, R_mm, out)
         add(result, x_k, h)
@@ -498,7 +501,7 @@ def _gru_linear_before_reset(fr: _Frame, xw, hs, R_mm, Rb_n):
     zr, z, r, n = gates[:, : 2 * DH], gates[:, :DH], gates[:, DH : 2 * DH], gates[:, 2 * DH :]
     zr4, n4, p_zr, p_n = gates4[:, :2], gates4[:, 2], product[:, :2], product[:, 2]
     half = _HALF[fr.dtype]
-    matmul, add, subtract, multiply, tanh = np.matmul, np.add, np.subtract, np.multiply, np.tanh
+    matmul, add, subtract, multiply, tanh = fr.product, np.add, np.subtract, np.multiply, np.tanh
     states = hs[:, :, :DH]
     for x_zr, x_n, h_in, h_prev, h in zip(
         xw[:, :, :2], xw[:, :, 2], fr.product_inputs(hs), states, states[1:]
@@ -532,7 +535,7 @@ def _gru(fr: _Frame, xw, hs, R_zr, R_n):
     rh = np.empty((N, DH), dtype=fr.dtype)
     rh_in = fr.product_inputs(rh)
     half = _HALF[fr.dtype]
-    matmul, add, subtract, multiply, tanh = np.matmul, np.add, np.subtract, np.multiply, np.tanh
+    matmul, add, subtract, multiply, tanh = fr.product, np.add, np.subtract, np.multiply, np.tanh
     for x_zr, x_n, h_in, h_prev, h in zip(xw[:, :, :2], xw[:, :, 2:], fr.product_inputs(hs), hs, hs[1:]):
         matmul(h_in, R_zr, zr_out)
         add(p_zr, x_zr, zr4)
@@ -621,7 +624,7 @@ def _lstm(fr: _Frame, xw, hs, cs, R_mm):
     )
     ig = np.empty((N, DH), dtype=fr.dtype)
     half = _HALF[fr.dtype]
-    matmul, add, multiply, tanh = np.matmul, np.add, np.multiply, np.tanh
+    matmul, add, multiply, tanh = fr.product, np.add, np.multiply, np.tanh
     for x_k, h_in, h, c_prev, c in zip(xw, fr.product_inputs(hs), hs[1:], cs, cs[1:]):
         matmul(h_in, R_mm, out)
         add(product, x_k, gates4)
