@@ -274,20 +274,22 @@ class _Frame:
             Y[:, d] = np.where(live[..., None], h4[k, rows, d], 0)
         return self._cast(result)
 
-    def final(self, i: int, hs: np.ndarray):
-        """Output ``i``: the state after each sequence's last step; zeros for a sequence of
-        length zero."""
+    def final(self, i: int, hs: np.ndarray | None, last: np.ndarray | None = None):
+        """Output ``i``: the state after each sequence's last step, from the history ``hs`` or,
+        where every sequence runs the whole length, the last state's rows ``last``; zeros for a
+        sequence of length zero."""
         if self.ctx is not None and not self.ctx.output_wanted(i):
             return None
-        out, result = self._result(i, (self.dirs, self.batch, self.hidden))
-        h4 = self.steps(hs)
+        N, D, H = self.batch, self.dirs, self.hidden
+        out, result = self._result(i, (D, N, H))
         if self.lens is not None:
-            last = h4[self.lens, np.arange(self.batch)].transpose(1, 0, 2)
+            last = self.steps(hs)[self.lens, np.arange(N)].transpose(1, 0, 2)
             out[...] = np.where((self.lens > 0)[:, None], last, 0)
         elif self.seq == 0:
             out[...] = 0
         else:
-            out[...] = h4[self.seq].transpose(1, 0, 2)
+            rows = hs[self.seq] if last is None else last
+            out[...] = rows[:, : D * H].reshape(N, D, H).transpose(1, 0, 2)
         return self._cast(result)
 
     def _cast(self, a: np.ndarray) -> np.ndarray:
@@ -374,11 +376,21 @@ def _derive(op, fr: _Frame, W, R, B, plain: bool, linear_before_reset: int = 0) 
         elif op == "GRU":
             products = (_recurrent_weights(Rt, block, Rb_n if block else None),)
         else:
+            order = _PLAIN_ORDER.get(op)
+            if order is not None:  # gate blocks permuted (columns of Wt, Rt and the bias)
+                G = len(order)
+                Wt = Wt.reshape(*Wt.shape[:-1], G, H)[..., order, :].reshape(Wt.shape)
+                Rt = Rt.reshape(*Rt.shape[:-1], G, H)[..., order, :].reshape(Rt.shape)
+                bias = bias.reshape(-1, G, H)[:, order].reshape(bias.shape)
             products = (_recurrent_weights(Rt, block),)
         return (Wt, bias, Rt, Rb_n, *products)
 
     return _derived((W, R, B), (op, H, fr.dtype, plain, linear_before_reset, block), make)
 
+
+# The plain LSTM step's gate order, from ONNX's (i, o, f, c): o, i, f, c, so that [i, f] and
+# [c, the cell state kept after it] are slices one multiply takes (_lstm).
+_PLAIN_ORDER = {"LSTM": (1, 0, 2, 3)}
 
 _HALF = {np.float32: np.array(0.5, np.float32), np.float64: np.array(0.5, np.float64)}
 
@@ -597,45 +609,62 @@ def lstm(
     Wt, bias, Rt, _, *products = _derive("LSTM", fr, W, R, B, plain)
     xw = fr.projection(Wt, bias)
     hs = fr.history(fr.state(initial_h, "initial_h"))
-    cs = fr.history(fr.state(initial_c, "initial_c"))
+    c0 = fr.state(initial_c, "initial_c")
+    # The cell states' history only where sequence_lens asks for states before the last step.
+    cs = fr.history(c0) if fr.lens is not None or not plain else None
     with fr.quiet():
         if plain:
-            _lstm(fr, xw, hs, cs, *products)
+            c_last = _lstm(fr, xw, hs, c0, cs, *products)
         else:
             acts = _activations("LSTM", names, activation_alpha, activation_beta, D)
             P = np.zeros((D, 3 * H), dtype=fr.dtype) if P is None else np.asarray(P, dtype=fr.dtype)
             _lstm_general(fr, xw, hs, cs, Rt, P, acts, _clipper(clip), input_forget)
-    return fr.sequence(hs), fr.final(1, hs), fr.final(2, cs)
+            c_last = None
+    return fr.sequence(hs), fr.final(1, hs), fr.final(2, cs, c_last)
 
 
-def _lstm(fr: _Frame, xw, hs, cs, R_mm):
-    """Default activations, no peepholes, clip or coupled gate: 10 calls per step. Gate order
-    i, o, f, c; i, o, f columns halved (σ by tanh)."""
-    N, DH = fr.batch, fr.dirs * fr.hidden
-    out, product = fr.product_output(4)
-    gates4 = fr.gate_buffer(product)
-    gates = gates4.reshape(N, 4 * DH)
-    ifo, i, o, f, g = (
-        gates[:, : 3 * DH],
-        gates[:, :DH],
-        gates[:, DH : 2 * DH],
-        gates[:, 2 * DH : 3 * DH],
-        gates[:, 3 * DH :],
+def _lstm(fr: _Frame, xw, hs, c0, cs, R_mm):
+    """Default activations, no peepholes, clip or coupled gate: 9 calls per step. Gate order
+    o, i, f, c (_PLAIN_ORDER), o, i, f columns halved (σ by tanh); the cell state kept in the
+    gate buffer after c, so that one multiply gives [i·c̃, f·c] (one call fewer than two
+    multiplies). Returns the last cell state's rows; ``cs``, where given, gets every step's."""
+    N, D, H = fr.batch, fr.dirs, fr.hidden
+    DH = D * H
+    buf = np.empty((N, 5 * DH), dtype=fr.dtype)
+    gates = buf[:, : 4 * DH]
+    gates4 = gates.reshape(N, 4, D, H)
+    if fr.block:
+        out, product = gates, gates4
+    else:
+        out, product = fr.product_output(4)
+    oif, o, i_f, g_c, c = (
+        buf[:, : 3 * DH],
+        buf[:, :DH],
+        buf[:, DH : 3 * DH],
+        buf[:, 3 * DH :],
+        buf[:, 4 * DH :],
     )
-    ig = np.empty((N, DH), dtype=fr.dtype)
+    c[...] = c0.transpose(1, 0, 2).reshape(N, DH)
+    pair = np.empty((N, 2 * DH), dtype=fr.dtype)
+    ig, fc = pair[:, :DH], pair[:, DH:]
     half = _HALF[fr.dtype]
-    matmul, add, multiply, tanh = fr.product, np.add, np.multiply, np.tanh
-    for x_k, h_in, h, c_prev, c in zip(xw, fr.product_inputs(hs), hs[1:], cs, cs[1:]):
+    # np.dot wants a C-contiguous output: the gates' slice of the buffer is one at batch 1.
+    matmul = fr.product if N == 1 else np.matmul
+    add, multiply, tanh, copyto = np.add, np.multiply, np.tanh, np.copyto
+    keeps = cs[1:] if cs is not None else itertools.repeat(None)
+    for x_k, h_in, h, keep in zip(xw, fr.product_inputs(hs), hs[1:], keeps):
         matmul(h_in, R_mm, out)
         add(product, x_k, gates4)
         tanh(gates, gates)
-        multiply(ifo, half, ifo)
-        add(ifo, half, ifo)
-        multiply(f, c_prev, c)
-        multiply(i, g, ig)
-        add(c, ig, c)
+        multiply(oif, half, oif)
+        add(oif, half, oif)
+        multiply(i_f, g_c, pair)
+        add(ig, fc, c)
         tanh(c, h)
         multiply(h, o, h)
+        if keep is not None:
+            copyto(keep, c)
+    return c
 
 
 def _lstm_general(fr: _Frame, xw, hs, cs, Rt, P, acts, clipped, input_forget):
