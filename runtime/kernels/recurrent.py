@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 import weakref
 
 import numpy as np
@@ -199,32 +200,15 @@ class _Frame:
         return init
 
     def projection(self, Wx: np.ndarray) -> np.ndarray:
-        """x·W + bias of every step as [seq, batch, gates, directions, hidden], each direction's
-        rows in the order its steps read them, from ``Wx`` (_input_weights). For the block
-        product, one product of the rows [x_forward, x_reverse, 1] by a matrix that puts each
-        direction's W under its own gate-major columns and the biases in the last row: adding
-        per direction into strided views of the result took 25 µs each at 16 steps, hidden 24,
-        the product of twice the width 4. For the stacked product (larger nets, where the zero
-        half of that product costs more than it saves), a product per direction of [x, 1], the
-        result a view of them."""
-        S, N, D, H = self.seq, self.batch, self.dirs, self.hidden
-        I = self.x.shape[2]
-        G = Wx.shape[-1] // (D * H if self.block else H)
-        width = D * I + 1 if self.block else I + 1
-        xs = np.empty((S, N, width), dtype=self.dtype)
-        xs[:, :, -1] = 1
-        # np.matmul: np.dot took twice as long on this many rows (13.8 against 6.4 µs, 16 x 33 x 192)
-        if self.block:
-            for d in range(D):
-                xs[:, :, d * I : (d + 1) * I] = self._reading_order(d)
-            xw = np.empty((S, N, G, D, H), dtype=self.dtype)
-            np.matmul(xs.reshape(S * N, width), Wx, out=xw.reshape(S * N, G * D * H))
-            return xw
-        xw = np.empty((D, S, N, G, H), dtype=self.dtype)
-        for d in range(D):
-            xs[:, :, :I] = self._reading_order(d)
-            np.matmul(xs.reshape(S * N, width), Wx[d], out=xw[d].reshape(S * N, G * H))
-        return xw.transpose(1, 2, 3, 0, 4)
+        """x·W + bias of every step (_Projection), in buffers of this call."""
+        return _Projection(self, Wx)(self)
+
+    def rows(self, init, name: str, out: np.ndarray) -> None:
+        """An initial state (zeros when omitted) into ``out`` as rows [batch, directions * hidden]."""
+        if init is None:
+            out[...] = 0
+            return
+        out[...] = self.state(init, name).transpose(1, 0, 2).reshape(self.batch, self.dirs * self.hidden)
 
     def _reading_order(self, d: int) -> np.ndarray:
         """X [seq, batch, input] in the order direction ``d``'s steps read it."""
@@ -333,31 +317,90 @@ class _Frame:
         return a.astype(self.X.dtype, copy=False)
 
 
-# Derived weights of read-only arrays: key → (weak references to the arrays, derived).
-_DERIVED: dict[tuple, tuple] = {}
-_DERIVED_LIMIT = 64
+class _Projection:
+    """x·W + bias of every step as ``xw`` [seq, batch, gates, directions, hidden], each
+    direction's rows in the order its steps read them, from ``Wx`` (_input_weights). For the
+    block product, one product of the rows [x_forward, x_reverse, 1] by a matrix that puts each
+    direction's W under its own gate-major columns and the biases in the last row: adding per
+    direction into strided views of the result took 25 µs each at 16 steps, hidden 24, the
+    product of twice the width 4. For the stacked product (larger nets, where the zero half of
+    that product costs more than it saves), a product per direction of [x, 1], ``xw`` a view of
+    them. The buffers are built once per shape (``__init__``), filled per call (``__call__``)."""
+
+    def __init__(self, fr: _Frame, Wx: np.ndarray):
+        S, N, D, H = fr.seq, fr.batch, fr.dirs, fr.hidden
+        I = fr.x.shape[2]
+        G = Wx.shape[-1] // (D * H if fr.block else H)
+        width = D * I + 1 if fr.block else I + 1
+        self.xs = np.empty((S, N, width), dtype=fr.dtype)
+        self.xs[:, :, -1] = 1
+        rows = self.xs.reshape(S * N, width)
+        if fr.block:
+            self.xw = np.empty((S, N, G, D, H), dtype=fr.dtype)
+            self.products = [(rows, Wx, self.xw.reshape(S * N, G * D * H))]
+            self.slots = [self.xs[:, :, d * I : (d + 1) * I] for d in range(D)]
+        else:
+            xw = np.empty((D, S, N, G, H), dtype=fr.dtype)
+            self.xw = xw.transpose(1, 2, 3, 0, 4)
+            self.products = [(rows, Wx[d], xw[d].reshape(S * N, G * H)) for d in range(D)]
+            self.slots = [self.xs[:, :, :I]] * D
+
+    def __call__(self, fr: _Frame) -> np.ndarray:
+        # np.matmul: np.dot took twice as long on this many rows (13.8 against 6.4 µs, 16 x 33 x 192)
+        if len(self.products) == 1:
+            for d, slot in enumerate(self.slots):
+                slot[...] = fr._reading_order(d)
+            np.matmul(*self.products[0])
+        else:
+            for d, (slot, product) in enumerate(zip(self.slots, self.products)):
+                slot[...] = fr._reading_order(d)
+                np.matmul(*product)
+        return self.xw
 
 
-def _derived(W, R, B, key: tuple, make):
-    """``make()``, kept while W, R and B (read-only arrays, B also None: a .pte's constants)
-    live; a miss costs about 2 µs of checks."""
+def _kept(table: dict, limit: int, W, R, B, key: tuple, make, keep=lambda value: True):
+    """``make()``, kept in ``table`` under ``key`` while W, R and B live, where they are
+    read-only arrays (B also None: a .pte's constants) and ``keep(value)``; a hit costs about
+    2 µs of checks."""
     if W.flags.writeable or R.flags.writeable or (B is not None and B.flags.writeable):
         return make()
-    full = (id(W), id(R), id(B), key)
-    hit = _DERIVED.get(full)
+    full = (id(W), id(R), id(B), *key)
+    hit = table.get(full)
     if hit is not None:
         (w, r, b), value = hit
         if w() is W and r() is R and (b() if b is not None else None) is B:
             return value
-    if len(_DERIVED) >= _DERIVED_LIMIT:
-        _DERIVED.clear()
     value = make()
-    for a in value:
-        if isinstance(a, np.ndarray):
-            a.flags.writeable = False  # shared by later calls
-    refs = (weakref.ref(W), weakref.ref(R), weakref.ref(B) if B is not None else None)
-    _DERIVED[full] = (refs, value)
+    if keep(value):
+        if len(table) >= limit:
+            table.clear()
+
+        def drop(_, full=full):  # the weights are gone: so is what was kept for them
+            table.pop(full, None)
+
+        refs = (weakref.ref(W, drop), weakref.ref(R, drop), weakref.ref(B, drop) if B is not None else None)
+        table[full] = (refs, value)
     return value
+
+
+# Derived weights of read-only arrays: key → (weak references to the arrays, derived).
+_DERIVED: dict[tuple, tuple] = {}
+_DERIVED_LIMIT = 64
+
+# Buffers and views of plain calls (_Plain), per thread and shape: building them took 13 µs at
+# batch 1, and about 100 µs with the caches cold, as after a pause between runs (a run's first
+# numpy call alone then takes 40 µs). Only workspaces up to _WORKSPACE_BYTES are kept.
+_WORKSPACES: dict[tuple, tuple] = {}
+_WORKSPACE_LIMIT = 32
+_WORKSPACE_BYTES = 4 << 20
+
+
+def _workspace(fr: _Frame, W, R, B, key: tuple, make):
+    """The plain call's _Plain for this thread and these shapes (``make()`` on a miss)."""
+    shapes = (threading.get_ident(), fr.seq, fr.batch, fr.x.shape[2], fr.dtype, *key)
+    return _kept(
+        _WORKSPACES, _WORKSPACE_LIMIT, W, R, B, shapes, make, lambda ws: ws.nbytes <= _WORKSPACE_BYTES
+    )
 
 
 def _weights(op, W, R, B, H: int, dtype, halve: bool):
@@ -441,7 +484,9 @@ def _derive(op, fr: _Frame, W, R, B, plain: bool, linear_before_reset: int = 0) 
             products = (_recurrent_weights(Rt, block),)
         return (_input_weights(Wt, bias, H, block), Rt, Rb_n, *products)
 
-    return _derived(W, R, B, (op, H, fr.dtype, plain, linear_before_reset, block), make)
+    return _kept(
+        _DERIVED, _DERIVED_LIMIT, W, R, B, (op, H, fr.dtype, plain, linear_before_reset, block), make
+    )
 
 
 # The plain LSTM step's gate order, from ONNX's (i, o, f, c): o, i, f, c, so that [i, f] and
@@ -454,6 +499,199 @@ _HALF = {np.float32: np.array(0.5, np.float32), np.float64: np.array(0.5, np.flo
 def _check_count(op, names, D: int) -> None:
     if len(names) != len(_DEFAULTS[op]) * D:
         raise unsupported(op, f"{len(names)} activations for {D} direction(s)")
+
+
+class _Plain:
+    """A plain call's buffers and views for one shape (kept per thread by _workspace): the
+    projection, the history of hidden states ``hs`` (with ``extra`` columns of ones), and what
+    a subclass's step loop (``run``) needs."""
+
+    def __init__(self, fr: _Frame, Wx: np.ndarray, extra: int = 0):
+        self.projection = _Projection(fr, Wx)
+        DH = fr.dirs * fr.hidden
+        self.hs = np.empty((fr.seq + 1, fr.batch, DH + extra), dtype=fr.dtype)
+        if extra:
+            self.hs[:, :, DH:] = 1
+        self.h0 = self.hs[0, :, :DH]
+        self.inputs = fr.product_inputs(self.hs)
+        self.half = _HALF[fr.dtype]
+        self.buffers = [self.projection.xs, self.projection.xw, self.hs]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.buffers)
+
+
+class _RNNSteps(_Plain):
+    """Tanh, no clip: 3 calls per step (product, add, tanh); the block product straight into
+    the next state."""
+
+    def __init__(self, fr: _Frame, Wx, R_mm):
+        super().__init__(fr, Wx)
+        self.R, self.product, self.block = R_mm, fr.product, fr.block
+        xw = self.projection.xw
+        if fr.block:
+            self.xs_k, self.outs, self.results = (
+                xw.reshape(fr.seq, fr.batch, fr.dirs * fr.hidden),
+                self.hs[1:],
+                self.hs[1:],
+            )
+        else:
+            out, result = fr.product_output(1)
+            self.xs_k, self.outs, self.results = (
+                xw[:, :, 0],
+                itertools.repeat(out),
+                itertools.repeat(result[:, 0]),
+            )
+            self.buffers.append(out)
+        self.hs_k = self.hs[1:] if fr.block else fr.steps(self.hs)[1:]
+
+    def run(self, fr: _Frame) -> np.ndarray:
+        self.projection(fr)
+        matmul, add, tanh, R = self.product, np.add, np.tanh, self.R
+        for x_k, h_in, out, result, h in zip(self.xs_k, self.inputs, self.outs, self.results, self.hs_k):
+            matmul(h_in, R, out)
+            add(result, x_k, h)
+            tanh(h, h)
+        return self.hs
+
+
+class _GRUSteps(_Plain):
+    """Default activations, linear_before_reset 1: z, r and the candidate's h·Rh + Rbh in one
+    product (the bias a row of the block product's matrix against the ones after each state;
+    ``Rb_n`` added after a stacked one): 11 calls per step (12 stacked). z, r columns halved
+    (σ by tanh)."""
+
+    def __init__(self, fr: _Frame, Wx, R_mm, Rb_n):
+        super().__init__(fr, Wx, extra=1 if fr.block else 0)
+        N, DH = fr.batch, fr.dirs * fr.hidden
+        self.R, self.product, self.Rb_n = R_mm, fr.product, None if fr.block else Rb_n
+        self.out, product = fr.product_output(3)
+        gates4 = fr.gate_buffer(product)
+        gates = gates4.reshape(N, 3 * DH)
+        self.views = (
+            gates[:, : 2 * DH], gates[:, :DH], gates[:, DH : 2 * DH], gates[:, 2 * DH :],
+            gates4[:, :2], gates4[:, 2], product[:, :2], product[:, 2],
+        )  # fmt: skip
+        xw = self.projection.xw
+        self.x_zr, self.x_n = xw[:, :, :2], xw[:, :, 2]
+        self.h_prev, self.h_next = self.hs[:-1, :, :DH], self.hs[1:, :, :DH]
+        self.buffers += [self.out, gates4]
+
+    def run(self, fr: _Frame) -> np.ndarray:
+        self.projection(fr)
+        zr, z, r, n, zr4, n4, p_zr, p_n = self.views
+        matmul, out, R, Rb_n, half = self.product, self.out, self.R, self.Rb_n, self.half
+        add, subtract, multiply, tanh = np.add, np.subtract, np.multiply, np.tanh
+        for x_zr, x_n, h_in, h_prev, h in zip(self.x_zr, self.x_n, self.inputs, self.h_prev, self.h_next):
+            matmul(h_in, R, out)
+            add(p_zr, x_zr, zr4)
+            if Rb_n is not None:
+                add(p_n, Rb_n, n4)
+            tanh(zr, zr)
+            multiply(zr, half, zr)
+            add(zr, half, zr)
+            multiply(n, r, n)
+            add(n4, x_n, n4)
+            tanh(n, n)
+            subtract(h_prev, n, h)  # h' = n + z (h - n)
+            multiply(h, z, h)
+            add(h, n, h)
+        return self.hs
+
+
+class _GRU0Steps(_Plain):
+    """Default activations, linear_before_reset 0: the candidate's product takes r ⊙ h, so it
+    waits for the z, r product: two products and 12 calls per step."""
+
+    def __init__(self, fr: _Frame, Wx, R_zr, R_n):
+        super().__init__(fr, Wx)
+        N, DH = fr.batch, fr.dirs * fr.hidden
+        self.R_zr, self.R_n, self.product = R_zr, R_n, fr.product
+        zr_out, p_zr = fr.product_output(2)
+        zr4 = fr.gate_buffer(p_zr)
+        zr = zr4.reshape(N, 2 * DH)
+        n_out, p_n = fr.product_output(1)
+        n4 = fr.gate_buffer(p_n)
+        rh = np.empty((N, DH), dtype=fr.dtype)
+        self.views = (zr_out, p_zr, zr4, zr, zr[:, :DH], zr[:, DH:], n_out, p_n, n4, n4.reshape(N, DH), rh)
+        self.rh_in = fr.product_inputs(rh)
+        xw = self.projection.xw
+        self.x_zr, self.x_n = xw[:, :, :2], xw[:, :, 2:]
+        self.buffers += [zr_out, zr4, n_out, n4, rh]
+
+    def run(self, fr: _Frame) -> np.ndarray:
+        self.projection(fr)
+        zr_out, p_zr, zr4, zr, z, r, n_out, p_n, n4, n, rh = self.views
+        matmul, R_zr, R_n, rh_in, half = self.product, self.R_zr, self.R_n, self.rh_in, self.half
+        add, subtract, multiply, tanh = np.add, np.subtract, np.multiply, np.tanh
+        hs = self.hs
+        for x_zr, x_n, h_in, h_prev, h in zip(self.x_zr, self.x_n, self.inputs, hs, hs[1:]):
+            matmul(h_in, R_zr, zr_out)
+            add(p_zr, x_zr, zr4)
+            tanh(zr, zr)
+            multiply(zr, half, zr)
+            add(zr, half, zr)
+            multiply(r, h_prev, rh)
+            matmul(rh_in, R_n, n_out)
+            add(p_n, x_n, n4)
+            tanh(n, n)
+            subtract(h_prev, n, h)  # h' = n + z (h - n)
+            multiply(h, z, h)
+            add(h, n, h)
+        return hs
+
+
+class _LSTMSteps(_Plain):
+    """Default activations, no peepholes, clip or coupled gate: 9 calls per step. Gate order
+    o, i, f, c (_PLAIN_ORDER), o, i, f columns halved (σ by tanh); the cell state kept in the
+    gate buffer after c (``c``), so that one multiply gives [i·c̃, f·c] (one call fewer than
+    two multiplies)."""
+
+    def __init__(self, fr: _Frame, Wx, R_mm):
+        super().__init__(fr, Wx)
+        N, D, H = fr.batch, fr.dirs, fr.hidden
+        DH = D * H
+        buf = np.empty((N, 5 * DH), dtype=fr.dtype)
+        gates = buf[:, : 4 * DH]
+        gates4 = gates.reshape(N, 4, D, H)
+        if fr.block:
+            out, product = gates, gates4
+        else:
+            out, product = fr.product_output(4)
+            self.buffers.append(out)
+        pair = np.empty((N, 2 * DH), dtype=fr.dtype)
+        self.c = buf[:, 4 * DH :]
+        self.views = (
+            out, product, gates4, gates, buf[:, : 3 * DH], buf[:, :DH], buf[:, DH : 3 * DH],
+            buf[:, 3 * DH :], self.c, pair, pair[:, :DH], pair[:, DH:],
+        )  # fmt: skip
+        self.R = R_mm
+        # np.dot wants a C-contiguous output: the gates' slice of the buffer is one at batch 1.
+        self.product = fr.product if N == 1 else np.matmul
+        self.buffers += [buf, pair]
+
+    def run(self, fr: _Frame, cs) -> np.ndarray:
+        """Runs the steps from ``hs[0]`` and ``c``; ``cs``, where given, gets every step's cell
+        state after its initial one."""
+        xw = self.projection(fr)
+        out, product, gates4, gates, oif, o, i_f, g_c, c, pair, ig, fc = self.views
+        matmul, R, half = self.product, self.R, self.half
+        add, multiply, tanh, copyto = np.add, np.multiply, np.tanh, np.copyto
+        keeps = cs[1:] if cs is not None else itertools.repeat(None)
+        for x_k, h_in, h, keep in zip(xw, self.inputs, self.hs[1:], keeps):
+            matmul(h_in, R, out)
+            add(product, x_k, gates4)
+            tanh(gates, gates)
+            multiply(oif, half, oif)
+            add(oif, half, oif)
+            multiply(i_f, g_c, pair)
+            add(ig, fc, c)
+            tanh(c, h)
+            multiply(h, o, h)
+            if keep is not None:
+                copyto(keep, c)
+        return self.hs
 
 
 @kernel("RNN")
@@ -482,30 +720,16 @@ def rnn(
     _check_count("RNN", names, D)
     plain = clip is None and _is_default("RNN", activations)
     Wx, Rt, _, *products = _derive("RNN", fr, W, R, B, plain)
-    xw = fr.projection(Wx)
-    hs = fr.history(fr.state(initial_h, "initial_h"))
     with fr.quiet():
         if plain:
-            _rnn(fr, xw, hs, *products)
+            steps = _workspace(fr, W, R, B, ("RNN",), lambda: _RNNSteps(fr, Wx, *products))
+            fr.rows(initial_h, "initial_h", steps.h0)
+            hs = steps.run(fr)
         else:
+            hs = fr.history(fr.state(initial_h, "initial_h"))
             acts = _activations("RNN", names, activation_alpha, activation_beta, D)
-            _rnn_general(fr, xw, hs, Rt, acts, _clipper(clip))
+            _rnn_general(fr, fr.projection(Wx), hs, Rt, acts, _clipper(clip))
     return fr.sequence(hs), fr.final(1, hs)
-
-
-def _rnn(fr: _Frame, xw, hs, R_mm):
-    """Tanh, no clip: 3 calls per step (product, add, tanh)."""
-    h4 = fr.steps(hs)
-    if fr.block:  # the product straight into the next state
-        outs, results = hs[1:], h4[1:]
-    else:
-        out, result = fr.product_output(1)
-        outs, results = itertools.repeat(out), itertools.repeat(result[:, 0])
-    matmul, add, tanh = fr.product, np.add, np.tanh
-    for x_k, h_in, out, result, h in zip(xw[:, :, 0], fr.product_inputs(hs), outs, results, h4[1:]):
-        matmul(h_in, R_mm, out)
-        add(result, x_k, h)
-        tanh(h, h)
 
 
 def _rnn_general(fr: _Frame, xw, hs, Rt, acts, clipped):
@@ -542,81 +766,21 @@ def gru(
     plain = clip is None and _is_default("GRU", activations)
     lbr = 1 if linear_before_reset else 0
     Wx, Rt, Rb_n, *products = _derive("GRU", fr, W, R, B, plain, lbr)
-    xw = fr.projection(Wx)
-    h0 = fr.state(initial_h, "initial_h")
     with fr.quiet():
-        if plain and lbr:
-            hs = fr.history(h0, extra=1 if fr.block else 0)
-            _gru_linear_before_reset(fr, xw, hs, products[0], None if fr.block else Rb_n)
-        elif plain:
-            hs = fr.history(h0)
-            _gru(fr, xw, hs, *products)
+        if plain:
+            make = (
+                (lambda: _GRUSteps(fr, Wx, *products, Rb_n))
+                if lbr
+                else (lambda: _GRU0Steps(fr, Wx, *products))
+            )
+            steps = _workspace(fr, W, R, B, ("GRU", lbr), make)
+            fr.rows(initial_h, "initial_h", steps.h0)
+            hs = steps.run(fr)
         else:
-            hs = fr.history(h0)
+            hs = fr.history(fr.state(initial_h, "initial_h"))
             acts = _activations("GRU", names, activation_alpha, activation_beta, D)
-            _gru_general(fr, xw, hs, Rt, Rb_n, acts, _clipper(clip), lbr)
+            _gru_general(fr, fr.projection(Wx), hs, Rt, Rb_n, acts, _clipper(clip), lbr)
     return fr.sequence(hs), fr.final(1, hs)
-
-
-def _gru_linear_before_reset(fr: _Frame, xw, hs, R_mm, Rb_n):
-    """Default activations, linear_before_reset 1: z, r and the candidate's h·Rh + Rbh in one
-    product (the bias a row of the block product's matrix, ``Rb_n`` added after a stacked
-    one): 11 calls per step (12 stacked). z, r columns halved (σ by tanh)."""
-    N, DH = fr.batch, fr.dirs * fr.hidden
-    out, product = fr.product_output(3)
-    gates4 = fr.gate_buffer(product)
-    gates = gates4.reshape(N, 3 * DH)
-    zr, z, r, n = gates[:, : 2 * DH], gates[:, :DH], gates[:, DH : 2 * DH], gates[:, 2 * DH :]
-    zr4, n4, p_zr, p_n = gates4[:, :2], gates4[:, 2], product[:, :2], product[:, 2]
-    half = _HALF[fr.dtype]
-    matmul, add, subtract, multiply, tanh = fr.product, np.add, np.subtract, np.multiply, np.tanh
-    states = hs[:, :, :DH]
-    for x_zr, x_n, h_in, h_prev, h in zip(
-        xw[:, :, :2], xw[:, :, 2], fr.product_inputs(hs), states, states[1:]
-    ):
-        matmul(h_in, R_mm, out)
-        add(p_zr, x_zr, zr4)
-        if Rb_n is not None:
-            add(p_n, Rb_n, n4)
-        tanh(zr, zr)
-        multiply(zr, half, zr)
-        add(zr, half, zr)
-        multiply(n, r, n)
-        add(n4, x_n, n4)
-        tanh(n, n)
-        subtract(h_prev, n, h)  # h' = n + z (h - n)
-        multiply(h, z, h)
-        add(h, n, h)
-
-
-def _gru(fr: _Frame, xw, hs, R_zr, R_n):
-    """Default activations, linear_before_reset 0: the candidate's product takes r ⊙ h, so it
-    waits for the z, r product: two products and 12 calls per step."""
-    N, DH = fr.batch, fr.dirs * fr.hidden
-    zr_out, p_zr = fr.product_output(2)
-    zr4 = fr.gate_buffer(p_zr)
-    zr = zr4.reshape(N, 2 * DH)
-    z, r = zr[:, :DH], zr[:, DH:]
-    n_out, p_n = fr.product_output(1)
-    n4 = fr.gate_buffer(p_n)
-    n = n4.reshape(N, DH)
-    rh = np.empty((N, DH), dtype=fr.dtype)
-    rh_in = fr.product_inputs(rh)
-    half = _HALF[fr.dtype]
-    matmul, add, subtract, multiply, tanh = fr.product, np.add, np.subtract, np.multiply, np.tanh
-    for x_zr, x_n, h_in, h_prev, h in zip(xw[:, :, :2], xw[:, :, 2:], fr.product_inputs(hs), hs, hs[1:]):
-        matmul(h_in, R_zr, zr_out)
-        add(p_zr, x_zr, zr4)
-        tanh(zr, zr)
-        multiply(zr, half, zr)
-        add(zr, half, zr)
-        multiply(r, h_prev, rh)
-        matmul(rh_in, R_n, n_out)
-        add(p_n, x_n, n4)
-        tanh(n, n)
-        subtract(h_prev, n, h)  # h' = n + z (h - n)
-        multiply(h, z, h)
-        add(h, n, h)
 
 
 def _gru_general(fr: _Frame, xw, hs, Rt, Rb_n, acts, clipped, linear_before_reset):
@@ -663,64 +827,23 @@ def lstm(
         raise ShapeError(f"LSTM: P has shape {list(P.shape)}, expected {[D, 3 * H]}")
     plain = P is None and clip is None and not input_forget and _is_default("LSTM", activations)
     Wx, Rt, _, *products = _derive("LSTM", fr, W, R, B, plain)
-    xw = fr.projection(Wx)
-    hs = fr.history(fr.state(initial_h, "initial_h"))
-    c0 = fr.state(initial_c, "initial_c")
-    # The cell states' history only where sequence_lens asks for states before the last step.
-    cs = fr.history(c0) if fr.lens is not None or not plain else None
     with fr.quiet():
         if plain:
-            c_last = _lstm(fr, xw, hs, c0, cs, *products)
+            steps = _workspace(fr, W, R, B, ("LSTM",), lambda: _LSTMSteps(fr, Wx, *products))
+            fr.rows(initial_h, "initial_h", steps.h0)
+            fr.rows(initial_c, "initial_c", steps.c)
+            # The cell states' history only where sequence_lens asks for states before the end.
+            cs = fr.history(fr.state(initial_c, "initial_c")) if fr.lens is not None else None
+            hs = steps.run(fr, cs)
+            c_last = steps.c
         else:
+            hs = fr.history(fr.state(initial_h, "initial_h"))
+            cs = fr.history(fr.state(initial_c, "initial_c"))
             acts = _activations("LSTM", names, activation_alpha, activation_beta, D)
             P = np.zeros((D, 3 * H), dtype=fr.dtype) if P is None else np.asarray(P, dtype=fr.dtype)
-            _lstm_general(fr, xw, hs, cs, Rt, P, acts, _clipper(clip), input_forget)
+            _lstm_general(fr, fr.projection(Wx), hs, cs, Rt, P, acts, _clipper(clip), input_forget)
             c_last = None
     return fr.sequence(hs), fr.final(1, hs), fr.final(2, cs, c_last)
-
-
-def _lstm(fr: _Frame, xw, hs, c0, cs, R_mm):
-    """Default activations, no peepholes, clip or coupled gate: 9 calls per step. Gate order
-    o, i, f, c (_PLAIN_ORDER), o, i, f columns halved (σ by tanh); the cell state kept in the
-    gate buffer after c, so that one multiply gives [i·c̃, f·c] (one call fewer than two
-    multiplies). Returns the last cell state's rows; ``cs``, where given, gets every step's."""
-    N, D, H = fr.batch, fr.dirs, fr.hidden
-    DH = D * H
-    buf = np.empty((N, 5 * DH), dtype=fr.dtype)
-    gates = buf[:, : 4 * DH]
-    gates4 = gates.reshape(N, 4, D, H)
-    if fr.block:
-        out, product = gates, gates4
-    else:
-        out, product = fr.product_output(4)
-    oif, o, i_f, g_c, c = (
-        buf[:, : 3 * DH],
-        buf[:, :DH],
-        buf[:, DH : 3 * DH],
-        buf[:, 3 * DH :],
-        buf[:, 4 * DH :],
-    )
-    c[...] = c0.transpose(1, 0, 2).reshape(N, DH)
-    pair = np.empty((N, 2 * DH), dtype=fr.dtype)
-    ig, fc = pair[:, :DH], pair[:, DH:]
-    half = _HALF[fr.dtype]
-    # np.dot wants a C-contiguous output: the gates' slice of the buffer is one at batch 1.
-    matmul = fr.product if N == 1 else np.matmul
-    add, multiply, tanh, copyto = np.add, np.multiply, np.tanh, np.copyto
-    keeps = cs[1:] if cs is not None else itertools.repeat(None)
-    for x_k, h_in, h, keep in zip(xw, fr.product_inputs(hs), hs[1:], keeps):
-        matmul(h_in, R_mm, out)
-        add(product, x_k, gates4)
-        tanh(gates, gates)
-        multiply(oif, half, oif)
-        add(oif, half, oif)
-        multiply(i_f, g_c, pair)
-        add(ig, fc, c)
-        tanh(c, h)
-        multiply(h, o, h)
-        if keep is not None:
-            copyto(keep, c)
-    return c
 
 
 def _lstm_general(fr: _Frame, xw, hs, cs, Rt, P, acts, clipped, input_forget):
