@@ -9,6 +9,8 @@ sequence_lens, so those cases give none).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -201,3 +203,25 @@ def test_float64_against_the_reference_evaluator(op):
     for name, w in zip(OUTPUTS[op], want):
         assert got[name].dtype == np.float64, name
         np.testing.assert_allclose(got[name], w, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("op", ["GRU", "LSTM"])
+def test_threads_running_one_pte_at_once(op):
+    # Plain calls keep their buffers per thread: four threads running the same .pte on different
+    # inputs at once each get onnxruntime's result for their own input.
+    m, _ = model(op, "bidirectional", T=6, N=1)
+    data = m.SerializeToString()
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    rng = np.random.default_rng(5)
+    feeds = [{"X": rng.standard_normal((6, 1, 6)).astype(np.float32)} for _ in range(4)]
+    want = [session.run(None, f) for f in feeds]
+
+    def work(k):
+        for _ in range(20):
+            got = method.run(feeds[k])
+            for name, w in zip(OUTPUTS[op], want[k]):
+                np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5, err_msg=f"thread {k} {name}")
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(work, range(4)))
