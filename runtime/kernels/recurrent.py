@@ -91,8 +91,7 @@ _SIGMOID_GATES = {"RNN": (), "GRU": (0, 1), "LSTM": (0, 1, 2)}  # GRU z, r; LSTM
 def _activations(op, names, alphas, betas, num_dirs: int) -> list[list]:
     """Per direction, the op's activation functions with their alpha/beta bound."""
     per_dir = len(_DEFAULTS[op])
-    if len(names) != per_dir * num_dirs:
-        raise unsupported(op, f"{len(names)} activations for {num_dirs} direction(s)")
+    _check_count(op, names, num_dirs)
     alphas, betas = list(alphas or []), list(betas or [])
     bound = []
     for name in names:
@@ -221,14 +220,12 @@ class _Frame:
         t = np.where(k < self.lens, self.lens - 1 - k, k)
         return self.x[t, np.arange(self.batch)]
 
-    def history(self, init: np.ndarray, extra: int = 0) -> np.ndarray:
-        """[seq + 1, batch, directions * hidden + extra]: the initial state, then each step's,
-        and ``extra`` columns of ones after each (a bias row of the product rides on them)."""
+    def history(self, init: np.ndarray) -> np.ndarray:
+        """[seq + 1, batch, directions * hidden]: the initial state, then each step's (the
+        general steps' buffer of this call; plain calls keep theirs, _Plain)."""
         DH = self.dirs * self.hidden
-        hs = np.empty((self.seq + 1, self.batch, DH + extra), dtype=self.dtype)
-        hs[0, :, :DH] = init.transpose(1, 0, 2).reshape(self.batch, DH)
-        if extra:
-            hs[:, :, DH:] = 1
+        hs = np.empty((self.seq + 1, self.batch, DH), dtype=self.dtype)
+        hs[0] = init.transpose(1, 0, 2).reshape(self.batch, DH)
         return hs
 
     def steps(self, hs: np.ndarray) -> np.ndarray:
