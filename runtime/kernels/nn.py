@@ -1119,11 +1119,61 @@ def _spatial_axes(X) -> tuple:
     return tuple(range(2, X.ndim))
 
 
+def _global_average_passes(out, x):
+    """GlobalAveragePool of C-contiguous x into out: a sum over each channel's pixels (numpy's
+    pairwise sum), then one division; 2 numpy calls however small the map (squeeze-excite
+    blocks pool 7 x 7 to 28 x 28 maps of 16-576 channels)."""
+    n, c = x.shape[:2]
+    sums = out.reshape(n, c)
+    rows = x.reshape(n, c, -1)
+    count = out.dtype.type(rows.shape[2])
+
+    def run():
+        np.add.reduce(rows, 2, None, sums)
+        np.divide(sums, count, sums)
+
+    return run
+
+
 @kernel("GlobalAveragePool")
 def global_average_pool(ctx, X):
-    x = widened(X)
-    out = out_for(ctx, 0, x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)
-    return x.mean(axis=_spatial_axes(X), keepdims=True, out=out).astype(X.dtype, copy=False)
+    x = np.ascontiguousarray(widened(X))
+    shape = x.shape[:2] + (1,) * (x.ndim - 2)
+    out = out_for(ctx, 0, shape, x.dtype)
+    if out is None or np.may_share_memory(out, x):
+        out = np.empty(shape, x.dtype)
+    _global_average_passes(out, x)()
+    return out.astype(X.dtype, copy=False)
+
+
+class _GlobalAverageCall:
+    __slots__ = ()
+
+    def __call__(self, out, x):
+        if x.dtype != out.dtype or x.shape[:2] != out.shape[:2] or np.may_share_memory(out, x):
+            raise TypeError("not the declared type")  # (or out in x's memory: the kernel copes)
+        _global_average_passes(out, x)()
+
+    def bind(self, out, x):
+        if np.may_share_memory(out, x):
+            return functools.partial(_by_copy, out, x)
+        return _global_average_passes(out, x)
+
+
+def _by_copy(out, x):
+    _global_average_passes(out, x.copy())()
+
+
+@prepared("GlobalAveragePool")
+def _global_average_prepared(attrs, inputs, output):
+    if len(inputs) != 1 or inputs[0] is None or output is None:
+        return None
+    (dtype, shape), (out_dtype, out_shape) = inputs[0], output
+    if dtype not in (np.float32, np.float64) or out_dtype != dtype or len(shape) < 3:
+        return None
+    if tuple(out_shape) != tuple(shape[:2]) + (1,) * (len(shape) - 2):
+        return None
+    return _GlobalAverageCall()
 
 
 @kernel("GlobalMaxPool")

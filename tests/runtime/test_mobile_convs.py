@@ -159,3 +159,46 @@ def test_depthwise_float64_and_float16(dtype):
         assert got.dtype == dtype
         tol = 1e-12 if dtype == np.float64 else 2e-3
         np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
+
+
+def test_mobile_activations_match_onnxruntime():
+    """HardSwish, HardSigmoid, Clip (ReLU6) and GlobalAveragePool, as mobile nets chain them (a
+    squeeze-excite block), run as prepared calls; the arena may give an op its input's memory."""
+    rng = np.random.default_rng(4)
+    c = 24
+    inits = [
+        numpy_helper.from_array(np.array(0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(6, np.float32), "hi"),
+        numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.3).astype(np.float32), "w"),
+    ]
+    nodes = [
+        helper.make_node("Neg", ["x"], ["n"]),
+        helper.make_node("HardSwish", ["n"], ["hs"]),
+        helper.make_node("Clip", ["hs", "lo", "hi"], ["r6"]),
+        helper.make_node("GlobalAveragePool", ["r6"], ["gap"]),
+        helper.make_node("Conv", ["gap", "w"], ["sq"]),
+        helper.make_node("HardSigmoid", ["sq"], ["gate"], alpha=1 / 6, beta=0.5),
+        helper.make_node("Mul", ["r6", "gate"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "se",
+        [helper.make_tensor_value_info("x", F32, [1, c, 13, 11])],
+        [helper.make_tensor_value_info("y", F32, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    prepared = {s.kernel.op_name for s in method._steps if isinstance(s, _PreparedStep)}
+    for op in ("HardSwish", "Clip", "GlobalAveragePool", "Conv", "HardSigmoid", "Mul"):
+        assert f"onnx::{op}" in prepared, op
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for scale in (1.0, 5.0):  # across HardSwish's and ReLU6's bends
+        x = (rng.standard_normal((1, c, 13, 11)) * scale).astype(np.float32)
+        expected = session.run(None, {"x": x})[0]
+        got = method.run({"x": x})["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(offload.evaluate(program, {"x": x})["y"], got)
