@@ -273,13 +273,16 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
 # call runs back to back. Both the kernel and the prepared call run these same calls, so their
 # results agree bit for bit.
 
-# A depthwise conv whose output has at most this many pixels runs channels-last, or at most the
-# wider count with at least _LAST_CHANNELS channels: rows of C floats are then longer than rows
-# of the image. Measured on MobileNet's and ShuffleNet's layers (1 thread, ratio channels-last /
-# rows of the padded image): 960 x 7 x 7 0.52, 576 x 7 x 7 (5 x 5) 0.45, 384 x 14 x 14 0.89,
-# 192 x 28 x 28 0.90, 88 x 28 x 28 0.98, 24 x 28 x 28 1.37, 144 x 56 x 56 1.15, 32 x 112 x 112 4.9.
+# A depthwise conv with at least _LAST_CHANNELS channels, or whose output has at most
+# _LAST_PIXELS pixels, runs channels-last as one einsum over all taps; the others by rows of the
+# padded image, two passes a tap. Measured on MobileNet's and ShuffleNet's layers (3 x 3, 1
+# thread, time channels-last einsum / rows): 192 x 28 x 28 0.52, 144 x 56 x 56 stride 2 0.15,
+# 72 x 56 x 56 stride 2 0.82, 144 x 56 x 56 0.97, 96 x 112 x 112 stride 2 1.05; with few channels
+# the rows of C floats are short: 24 x 28 x 28 1.55, 32 x 112 x 112 1.66. On small maps the
+# einsum against channels-last passes (two a tap): 272 x 14 x 14 0.53, 960 x 7 x 7 0.76,
+# 48 x 14 x 14 0.94.
 _LAST_PIXELS = 14 * 14
-_LAST_PIXELS_WIDE, _LAST_CHANNELS = 28 * 28, 128
+_LAST_CHANNELS = 64
 # The rows path works through the channels in chunks whose accumulator takes about this many
 # bytes, so that a chunk's padded input, accumulator and term stay in the core's L2 cache across
 # the kernel's taps: 96 x 112 x 112 stride 2 0.50x the time of one chunk, 144 x 56 x 56 0.84x.
@@ -297,8 +300,9 @@ class _ConvPlan:
       stride 1), so that every tap reads one phase at stride 1: per tap one multiply and one add of
       whole rows of OH x Wph contiguous floats per channel; the Wph - OW columns past each output
       row are computed and dropped. The bias is added on the copy out of the accumulator.
-    - ``last``: depthwise on small maps, channels-last: the padded image as (Hp, Wp, C), per tap
-      a multiply and an add of (OH, OW, C) views whose rows are OW x C floats at stride 1.
+    - ``last``: depthwise with many channels or on small maps, channels-last: the padded image
+      as (Hp, Wp, C), and one einsum of its (kh, kw, OH, OW, C) window view with the (kh, kw, C)
+      weights, which sums the taps in order in one C loop (no product arrays).
     - ``columns``: everything else, im2col: the windows copied into a column matrix (C/G x
       kernel, pixels), then one BLAS product per image and group.
 
@@ -325,8 +329,7 @@ class _ConvPlan:
         padded = any(g.begin) or any(g.end)
         pixels = prod(g.out)
         if cg == 1 and mg == 1:
-            small = pixels <= _LAST_PIXELS or (pixels <= _LAST_PIXELS_WIDE and c >= _LAST_CHANNELS)
-            self.path = "last" if small else "rows"
+            self.path = "last" if pixels <= _LAST_PIXELS or c >= _LAST_CHANNELS else "rows"
         elif g.kernel == (1, 1) and g.strides == (1, 1) and not padded:
             self.path = "pointwise"
         else:
@@ -425,25 +428,20 @@ class _ConvPlan:
     def last(self, out, x, w, b, buffers, shared) -> list:
         g = self.g
         n, c, h, wd = self.x_shape
-        (oh, ow), (sh, sw), (dh, dw) = g.out, g.strides, g.dilations
+        (kh, kw), (oh, ow), (sh, sw), (dh, dw) = g.kernel, g.out, g.strides, g.dilations
         hp, wp = h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1]
-        coef = np.ascontiguousarray(w.reshape(c, prod(g.kernel)).T)  # per tap a row of C
+        coef = np.ascontiguousarray(w.reshape(c, kh, kw).transpose(1, 2, 0))  # (kh, kw, C)
         pad = buffers.get(("last", g.begin, g.end), (hp, wp, c), self.dtype)
         interior = pad[g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd].transpose(2, 0, 1)
+        row, col, chan = pad.strides
+        taps = as_strided(
+            pad, (kh, kw, oh, ow, c), (row * dh, col * dw, row * sh, col * sw, chan), writeable=False
+        )
         acc = buffers.get(("acc",), (oh, ow, c), self.dtype)
-        term = buffers.get(("term",), (oh, ow, c), self.dtype)
         calls = []
         for i in range(n):
             calls.append(functools.partial(np.copyto, interior, x[i]))
-            for k, (ki, kj) in enumerate(np.ndindex(*g.kernel)):
-                piece = pad[
-                    ki * dh : ki * dh + sh * (oh - 1) + 1 : sh, kj * dw : kj * dw + sw * (ow - 1) + 1 : sw
-                ]
-                if k == 0:
-                    calls.append(functools.partial(np.multiply, piece, coef[k], acc))
-                else:
-                    calls.append(functools.partial(np.multiply, piece, coef[k], term))
-                    calls.append(functools.partial(np.add, acc, term, acc))
+            calls.append(functools.partial(np.einsum, "ijhwc,ijc->hwc", taps, coef, out=acc))
             result = acc.transpose(2, 0, 1)
             if b is None:
                 calls.append(functools.partial(np.copyto, out[i], result))
@@ -1073,17 +1071,18 @@ def _max_indices(first, g: _Geom, shape, storage_order: int):
     return image * prod(size) + flat
 
 
-def _max_pool_calls(out, x, g: _Geom, buffers) -> list:
-    """A 2-D MaxPool of C-contiguous x into out as numpy calls with fixed operands, folding one
-    spatial axis after the other (as ``_fold_axes``: for 3 x 3, 2 + 2 maxima of whole views). The
-    padding is a buffer whose border holds the lowest value, filled when made (``_Buffers``)."""
+def _pool_calls(out, x, g: _Geom, ufunc, fill, buffers) -> list:
+    """A 2-D pool of C-contiguous x into out as numpy calls with fixed operands: ``ufunc``
+    (maximum, or add for the sums of AveragePool) folded over each window one spatial axis after
+    the other (as ``_fold_axes``: for 3 x 3, 2 + 2 whole views, not 8). The padding is a buffer
+    whose border holds ``fill``, filled when made (``_Buffers``)."""
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = g.kernel, g.strides, g.dilations, g.out
     calls = []
     xp = x
     if any(g.begin) or any(g.end) or np.may_share_memory(out, x):
         shape = (n, c, h + g.begin[0] + g.end[0], w + g.begin[1] + g.end[1])
-        xp = buffers.get(("pool", g.begin, g.end), shape, x.dtype, _lowest(x.dtype))
+        xp = buffers.get(("pool", g.begin, g.end), shape, x.dtype, fill)
         interior = xp[:, :, g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + w]
         calls.append(functools.partial(np.copyto, interior, x))
     rows = buffers.get(("pool rows",), (n, c, oh, xp.shape[3]), x.dtype)
@@ -1095,8 +1094,8 @@ def _max_pool_calls(out, x, g: _Geom, buffers) -> list:
             calls.append(functools.partial(np.copyto, acc, taps[0]))
             continue
         # out= as a keyword: numpy 2.4 deprecates maximum's positional output
-        calls.append(functools.partial(np.maximum, taps[0], taps[1], out=acc))
-        calls.extend(functools.partial(np.maximum, acc, tap, out=acc) for tap in taps[2:])
+        calls.append(functools.partial(ufunc, taps[0], taps[1], out=acc))
+        calls.extend(functools.partial(ufunc, acc, tap, out=acc) for tap in taps[2:])
     return calls
 
 
@@ -1110,7 +1109,9 @@ def max_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     if x.ndim == 4 and x.dtype in (np.float32, np.float64):  # as the prepared call computes it
         if out is None:
             out = np.empty(x.shape[:2] + g.out, x.dtype)
-        _run_calls(_max_pool_calls(out, np.ascontiguousarray(x), g, _thread_buffers()))
+        _run_calls(
+            _pool_calls(out, np.ascontiguousarray(x), g, np.maximum, _lowest(x.dtype), _thread_buffers())
+        )
         y = out
     else:
         y = _fold_windows(x, g, np.maximum, _lowest(x.dtype), out).astype(X.dtype, copy=False)
@@ -1139,7 +1140,11 @@ def average_pool(ctx, X, *, auto_pad, ceil_mode, count_include_pad, dilations, k
     x = widened(X)
     g = _geometry("AveragePool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
     out = out_for(ctx, 0, x.shape[:2] + g.out, x.dtype)
-    sums = _fold_windows(x, g, np.add, 0, out)
+    if x.ndim == 4 and x.dtype in (np.float32, np.float64):
+        sums = out if out is not None else np.empty(x.shape[:2] + g.out, x.dtype)
+        _run_calls(_pool_calls(sums, np.ascontiguousarray(x), g, np.add, 0, _thread_buffers()))
+    else:
+        sums = _fold_windows(x, g, np.add, 0, out)
     pad_end = None
     if count_include_pad:
         # Padding that ceil_mode adds beyond the explicit pads never counts.

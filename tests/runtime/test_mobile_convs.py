@@ -252,3 +252,42 @@ def test_max_pool_matches_onnxruntime(kernel, strides, pads, dilations, ceil, re
         got = method.run({"x": x})["y"]
         np.testing.assert_array_equal(got, session.run(None, {"x": x})[0])
         np.testing.assert_array_equal(offload.evaluate(program, {"x": x})["y"], got)
+
+
+@pytest.mark.parametrize(
+    "kernel, strides, pads, ceil, include",
+    [
+        ((3, 3), (2, 2), (1, 1, 1, 1), 0, 0),
+        ((3, 3), (2, 2), (1, 1, 1, 1), 0, 1),
+        ((3, 2), (2, 1), (0, 1, 2, 0), 1, 0),
+        ((2, 2), (2, 2), (0, 0, 0, 0), 1, 1),
+    ],
+)
+def test_average_pool_matches_onnxruntime(kernel, strides, pads, ceil, include):
+    """AveragePool's sums folded one axis after the other, divided by the window counts."""
+    shape = [1, 5, 15, 13]
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "AveragePool",
+                ["x"],
+                ["y"],
+                kernel_shape=kernel,
+                strides=strides,
+                pads=pads,
+                ceil_mode=ceil,
+                count_include_pad=include,
+            )
+        ],
+        "pool",
+        [helper.make_tensor_value_info("x", F32, shape)],
+        [helper.make_tensor_value_info("y", F32, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    data = model.SerializeToString()
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    expected = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for _ in range(2):
+        np.testing.assert_allclose(method.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-6)
