@@ -273,16 +273,17 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
 # call runs back to back. Both the kernel and the prepared call run these same calls, so their
 # results agree bit for bit.
 
-# A depthwise conv with at least _LAST_CHANNELS channels, or whose output has at most
-# _LAST_PIXELS pixels, runs channels-last as one einsum over all taps; the others by rows of the
-# padded image, two passes a tap. Measured on MobileNet's and ShuffleNet's layers (3 x 3, 1
-# thread, time channels-last einsum / rows): 192 x 28 x 28 0.52, 144 x 56 x 56 stride 2 0.15,
-# 72 x 56 x 56 stride 2 0.82, 144 x 56 x 56 0.97, 96 x 112 x 112 stride 2 1.05; with few channels
-# the rows of C floats are short: 24 x 28 x 28 1.55, 32 x 112 x 112 1.66. On small maps the
-# einsum against channels-last passes (two a tap): 272 x 14 x 14 0.53, 960 x 7 x 7 0.76,
-# 48 x 14 x 14 0.94.
+# A depthwise conv whose output has at most _LAST_PIXELS pixels, or at most _LAST_PIXELS_WIDE with
+# at least _LAST_CHANNELS channels, runs channels-last as one einsum over all taps; the others by
+# rows of the padded image, two passes a tap. Measured on MobileNet's and ShuffleNet's layers
+# (3 x 3, 1 thread, time channels-last einsum / rows): 192 x 28 x 28 0.52, 144 x 56 x 56 stride 2
+# 0.15, 72 x 56 x 56 stride 2 0.82; with few channels the rows of C floats are short: 24 x 28 x 28
+# 1.55; on large maps the transposing copy into channels-last costs more than the einsum saves:
+# 144 x 56 x 56 1.23, 96 x 112 x 112 stride 2 2.3 (its copy alone 1.2x the whole rows path),
+# 32 x 112 x 112 3.5. On small maps the einsum against channels-last passes (two a tap):
+# 272 x 14 x 14 0.53, 960 x 7 x 7 0.76, 48 x 14 x 14 0.94.
 _LAST_PIXELS = 14 * 14
-_LAST_CHANNELS = 64
+_LAST_PIXELS_WIDE, _LAST_CHANNELS = 28 * 28, 64
 # The rows path works through the channels in chunks whose accumulator takes about this many
 # bytes, so that a chunk's padded input, accumulator and term stay in the core's L2 cache across
 # the kernel's taps: 96 x 112 x 112 stride 2 0.50x the time of one chunk, 144 x 56 x 56 0.84x.
@@ -329,7 +330,8 @@ class _ConvPlan:
         padded = any(g.begin) or any(g.end)
         pixels = prod(g.out)
         if cg == 1 and mg == 1:
-            self.path = "last" if pixels <= _LAST_PIXELS or c >= _LAST_CHANNELS else "rows"
+            wide = pixels <= _LAST_PIXELS_WIDE and c >= _LAST_CHANNELS
+            self.path = "last" if pixels <= _LAST_PIXELS or wide else "rows"
         elif g.kernel == (1, 1) and g.strides == (1, 1) and not padded:
             self.path = "pointwise"
         else:
