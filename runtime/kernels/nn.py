@@ -398,9 +398,9 @@ class _ConvPlan:
         g = self.g
         n, c = self.x_shape[:2]
         (oh, ow), taps = g.out, prod(g.kernel)
-        coef = np.ascontiguousarray(w.reshape(c, taps).T).reshape(taps, c, 1)  # per tap a column
-        bias = None if b is None else b.reshape(c, 1, 1)
         calls = []
+        coef = _weights_as(w.reshape(c, taps).T, calls).reshape(taps, c, 1)  # per tap a column
+        bias = None if b is None else b.reshape(c, 1, 1)
         for i in range(n):
             phases = self._phases(x[i], buffers, None)
             wph = phases[0].shape[-1]
@@ -432,7 +432,8 @@ class _ConvPlan:
         n, c, h, wd = self.x_shape
         (kh, kw), (oh, ow), (sh, sw), (dh, dw) = g.kernel, g.out, g.strides, g.dilations
         hp, wp = h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1]
-        coef = np.ascontiguousarray(w.reshape(c, kh, kw).transpose(1, 2, 0))  # (kh, kw, C)
+        calls = []
+        coef = _weights_as(w.reshape(c, kh, kw).transpose(1, 2, 0), calls)  # (kh, kw, C)
         pad = buffers.get(("last", g.begin, g.end), (hp, wp, c), self.dtype)
         interior = pad[g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd].transpose(2, 0, 1)
         row, col, chan = pad.strides
@@ -440,7 +441,6 @@ class _ConvPlan:
             pad, (kh, kw, oh, ow, c), (row * dh, col * dw, row * sh, col * sw, chan), writeable=False
         )
         acc = buffers.get(("acc",), (oh, ow, c), self.dtype)
-        calls = []
         for i in range(n):
             calls.append(functools.partial(np.copyto, interior, x[i]))
             calls.append(functools.partial(np.einsum, "ijhwc,ijc->hwc", taps, coef, out=acc))
@@ -527,6 +527,16 @@ class _ConvPlan:
             r, t = divmod(at, wph)
             taps.append(phases[phase, :, r : r + oh, t : t + ow])
         return taps
+
+
+def _weights_as(view, calls: list) -> np.ndarray:
+    """A C-contiguous copy of a view of the weights. Constants are read-only and are copied once;
+    weights that may change between runs (computed by the graph) are copied again by the first
+    of ``calls``, which this appends to."""
+    copy = np.ascontiguousarray(view)
+    if view.flags.writeable:
+        calls.append(functools.partial(np.copyto, copy, view))
+    return copy
 
 
 def _phase_span(a: int, s: int, begin: int, size: int, count: int) -> tuple[int, int]:

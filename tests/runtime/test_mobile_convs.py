@@ -291,3 +291,37 @@ def test_average_pool_matches_onnxruntime(kernel, strides, pads, ceil, include):
     expected = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     for _ in range(2):
         np.testing.assert_allclose(method.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[5]], ids=["rows", "last"])
+def test_depthwise_weights_computed_per_run(case):
+    """Weights that the graph computes (here Neg of an input) change between runs: the plan's
+    transposed copy of them is refreshed at every run, bound or not."""
+    c, h, w, m, group, kernel, strides, pads, dilations, _ = case
+    graph = helper.make_graph(
+        [
+            helper.make_node("Neg", ["x"], ["r"]),
+            helper.make_node("Neg", ["k"], ["wk"]),
+            helper.make_node(
+                "Conv", ["r", "wk"], ["y"], group=group, strides=strides, pads=pads, dilations=dilations
+            ),
+        ],
+        "conv",
+        [
+            helper.make_tensor_value_info("x", F32, [1, c, h, w]),
+            helper.make_tensor_value_info("k", F32, [m, 1, *kernel]),
+        ],
+        [helper.make_tensor_value_info("y", F32, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, c, h, w)).astype(np.float32)
+    for _ in range(3):
+        k = rng.standard_normal((m, 1, *kernel)).astype(np.float32)
+        expected = session.run(None, {"x": x, "k": k})[0]
+        got = method.run({"x": x, "k": k})["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
