@@ -69,7 +69,15 @@ WRITES_OVER: dict[str, tuple[int, ...]] = {
     "onnx::Div": (0, 1),
     "onnx::BatchNormalization": (0,),
     "onnx::LRN": (0,),
+    # The same elements in another shape: the kernel returns a view of its input, whose copy into
+    # the output's place is then no copy at all (numpy's copyto between the same bytes).
+    "onnx::Reshape": (0,),
+    "onnx::Flatten": (0,),
+    "onnx::Squeeze": (0,),
+    "onnx::Unsqueeze": (0,),
+    "onnx::Identity": (0,),
 }
+RESHAPES = {"onnx::Reshape", "onnx::Flatten", "onnx::Squeeze", "onnx::Unsqueeze"}
 
 
 class _Fixed:
@@ -152,8 +160,11 @@ class _Jump:
     writes: list = field(default_factory=list)
 
 
-def _same_static_type(a: Value, b: Value) -> bool:
-    return isinstance(a.type, TensorType) and a.type.is_static and a.type == b.type
+def _same_static_type(a: Value, b: Value, any_shape: bool = False) -> bool:
+    ta, tb = a.type, b.type
+    if not (isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.is_static and tb.is_static):
+        return False
+    return ta.dtype == tb.dtype and ta.quant == tb.quant if any_shape else ta == tb
 
 
 def operator_name(domain: str, op_type: str) -> str:
@@ -582,7 +593,8 @@ class PlanBuilder:
 
     def _overwrites(self, ix) -> list[tuple[int, int, int]]:
         """``(pc, output, input)`` for each kernel call that may write its one output over an
-        input of the same static tensor type (``WRITES_OVER``); the memory plan decides."""
+        input of the same static tensor type (``WRITES_OVER``; of any shape for ``RESHAPES``,
+        the sizes being equal); the memory plan decides."""
         out = []
         for pc, ins in enumerate(self.instrs):
             positions = WRITES_OVER.get(ins.operator[0]) if isinstance(ins, _Kernel) else None
@@ -591,7 +603,9 @@ class PlanBuilder:
             result = ins.writes[0]
             for k in positions:
                 source = ins.args[k] if k < len(ins.args) else NULL
-                if isinstance(source, Value) and _same_static_type(source, result):
+                if isinstance(source, Value) and _same_static_type(
+                    source, result, ins.operator[0] in RESHAPES
+                ):
                     out.append((pc, ix(result), ix(source)))
         return out
 

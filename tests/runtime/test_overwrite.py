@@ -22,7 +22,8 @@ def _full(lo: float, hi: float) -> np.ndarray:
     return np.linspace(lo, hi, int(np.prod(SHAPE)), dtype=np.float32).reshape(SHAPE)
 
 
-# op → (extra inputs as constants, attributes); the written-over input is "a" at each position.
+# op → (extra inputs as constants, attributes[, input shape, output shape]); the written-over
+# input is "a" at each position.
 CASES = {
     "Relu": ([], {}),
     "LeakyRelu": ([], {"alpha": 0.1}),
@@ -47,6 +48,11 @@ CASES = {
         {"epsilon": 1e-5},
     ),
     "LRN": ([], {"size": 3, "alpha": 1e-2, "beta": 0.75, "bias": 1.0}),
+    "Reshape": ([("shape", np.array([2, 6, 20], np.int64))], {}, SHAPE, [2, 6, 20]),
+    "Flatten": ([], {"axis": 2}, SHAPE, [12, 20]),
+    "Squeeze": ([("axes", np.array([2], np.int64))], {}, [2, 6, 1, 4], [2, 6, 4]),
+    "Unsqueeze": ([("axes", np.array([0], np.int64))], {}, SHAPE, [1, *SHAPE]),
+    "Identity": ([], {}),
 }
 
 
@@ -58,7 +64,8 @@ def _cases():
 
 
 def _model(op: str, position: int) -> bytes:
-    extra, attrs = CASES[op]
+    extra, attrs, *shapes = CASES[op]
+    shape_in, shape_out = shapes or (SHAPE, SHAPE)
     names = [n for n, _ in extra]
     operands = names[:position] + ["a"] + names[position:]
     # "a" is planned (the result of an op) and read for the last time by ``op``.
@@ -66,8 +73,8 @@ def _model(op: str, position: int) -> bytes:
     graph = helper.make_graph(
         [first, helper.make_node(op, operands, ["y"], **attrs)],
         "g",
-        [helper.make_tensor_value_info("x", F32, SHAPE)],
-        [helper.make_tensor_value_info("y", F32, SHAPE)],
+        [helper.make_tensor_value_info("x", F32, shape_in)],
+        [helper.make_tensor_value_info("y", F32, shape_out)],
         [numpy_helper.from_array(np.asarray(v), n) for n, v in extra],
     )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
@@ -88,7 +95,8 @@ def test_output_written_over_its_input_matches_onnxruntime(op, position):
     (a,), (y,) = kernel.reads[position : position + 1], kernel.writes
     assert np.shares_memory(planned[a], planned[y]), "the plan gave the output its own place"
 
-    x = np.random.default_rng(position).standard_normal(SHAPE).astype(np.float32)
+    shape_in = (CASES[op][2:] or (SHAPE,))[0]
+    x = np.random.default_rng(position).standard_normal(shape_in).astype(np.float32)
     (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     for _ in range(2):  # the first run binds the calls; the second runs them bound
         np.testing.assert_allclose(method.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
