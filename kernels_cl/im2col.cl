@@ -25,3 +25,38 @@ __kernel void im2col(__global const stype* X, const long x_off, __global stype* 
         v = LOADF(X, x_off + (((size_t)c * ID + id) * IH + ih) * IW + iw);
     STOREF(Col, gid, v);
 }
+
+// im2col straight into the packed GEMM's B panels (matmul.cl's gemm_pack_b layout, float32):
+// Bp[(q*K + k)*16 + j] = Col(k, q*16 + j), zero past the P = OD*OH*OW columns, K = cg*KD*KH*KW.
+// One pass over the columns instead of im2col then gemm_pack_b. A work-item writes one row k of
+// one panel q (16 contiguous floats), stepping the output position along instead of dividing.
+// Launch: global (K, ceil(P / 16)).
+__kernel void im2col_packed(__global const stype* X, const long x_off, __global float* Bp, const int cg,
+                            CONV_GEOMETRY)
+{
+    const int k = get_global_id(0), q = get_global_id(1);
+    const int K = cg * KD * KH * KW;
+    if (k >= K) return;
+    const int P = OD * OH * OW;
+    const int kw = k % KW, kh = (k / KW) % KH, kd = (k / (KW * KH)) % KD, c = k / (KW * KH * KD);
+    __global const stype* xc = X + x_off + (size_t)c * ID * IH * IW;
+    __global float* dst = Bp + ((size_t)q * K + k) * 16;
+    int p = q * 16;
+    int ow = p % OW, oh = (p / OW) % OH, od = p / (OW * OH);
+    for (int j = 0; j < 16; ++j, ++p) {
+        const int id = od * SD - PD + kd * DD;
+        const int ih = oh * SH - PH + kh * DH;
+        const int iw = ow * SW - PW + kw * DW;
+        float v = 0.0f;
+        if (p < P && id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW)
+            v = LOADF(xc, ((size_t)id * IH + ih) * IW + iw);
+        dst[j] = v;
+        if (++ow == OW) {
+            ow = 0;
+            if (++oh == OH) {
+                oh = 0;
+                ++od;
+            }
+        }
+    }
+}

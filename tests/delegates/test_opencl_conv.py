@@ -103,21 +103,39 @@ CONV_CASES = [
 ]
 
 
+@pytest.fixture(params=["cpu", "gpu"])
+def device_kind(request, monkeypatch):
+    """The kernels made for this kind of device, whatever PoCL's device is: a CPU device writes
+    im2col's columns straight into the packed GEMM's panels (``im2col_packed``)."""
+    from offload.delegates.opencl import runtime as cl_runtime
+
+    original = cl_runtime.PlanBuilder.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.device_kind = request.param
+
+    monkeypatch.setattr(cl_runtime.PlanBuilder, "__init__", init)
+    return request.param
+
+
 @pytest.mark.parametrize("xs,ws,attrs,bias,kernels", CONV_CASES)
-def test_conv(xs, ws, attrs, bias, kernels, tmp_path):
+def test_conv(xs, ws, attrs, bias, kernels, device_kind, tmp_path):
     p = _conv_model("Conv", xs, ws, attrs, bias)
     check(p, {"x": _halves(xs)}, tmp_path, **EXACT)
+    if device_kind == "cpu":
+        kernels = {"im2col_packed" if k == "im2col" else k for k in kernels}
     assert set(_launched(p)) == kernels
 
 
-def test_conv_weights_as_an_input(tmp_path):
+def test_conv_weights_as_an_input(device_kind, tmp_path):
     """The ONNX backend tests feed W as a graph input: the GEMM path must not need its values."""
     xs, ws = (2, 8, 6, 6), (4, 8, 3, 3)
     p = _conv_model("Conv", xs, ws, {"pads": [1, 1, 1, 1]}, True, weight_input=True)
     check(p, {"x": _halves(xs), "w": _halves(ws)}, tmp_path, **EXACT)
 
 
-def test_conv_random_values(tmp_path):
+def test_conv_random_values(device_kind, tmp_path):
     xs, ws = (1, 32, 9, 9), (16, 32, 3, 3)
     w, bias = RNG.standard_normal(ws).astype(np.float32), RNG.standard_normal(16).astype(np.float32)
     p = model(

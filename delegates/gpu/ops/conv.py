@@ -132,15 +132,26 @@ def _conv(b: Builder, step: dict) -> None:
             args,
         )
         return
-    run = getattr(b, "gemm", None) or (lambda g: linalg.gemm_kernel(b, g))
+    blas = getattr(b, "gemm", None)
+    run = blas or (lambda g: linalg.gemm_kernel(b, g))
     mg, K, P, IP = M // G, cg * math.prod(ks), math.prod(outs), math.prod(ins)
     gemm_bias = bias if G == 1 else None
-    cols = Scratch((2 if fp16(b) else 4) * K * P, "im2col")  # float32 columns, stored as stype
+    # on a CPU device the columns go straight into the packed GEMM's B panels (one pass)
+    packed = how == "im2col" and blas is None and getattr(b, "device_kind", "gpu") == "cpu"
+    if packed:
+        cols = Scratch(4 * -(-P // 16) * 16 * K, "im2col")
+    else:
+        cols = Scratch((2 if fp16(b) else 4) * K * P, "im2col")  # float32 columns, stored as stype
     for n in range(N):
         for g in range(G):
             x_off = (n * C + g * cg) * IP
             if how == "gemm":
                 operand, b_off = x, x_off
+            elif packed:
+                col_args = [Buf(x), np.int64(x_off), cols, i32(cg), *geo]
+                program = b.program(source("im2col.cl"), float_options(b))
+                b.launch(program, "im2col_packed", (K, -(-P // 16)), None, col_args)
+                operand, b_off = cols, 0
             else:
                 col_args = [Buf(x), np.int64(x_off), cols, i32(cg), *geo]
                 b.launch(b.program(source("im2col.cl"), float_options(b)), "im2col", (K * P,), None, col_args)
@@ -148,7 +159,25 @@ def _conv(b: Builder, step: dict) -> None:
             c_off = (n * M + g * mg) * P
             run(
                 linalg.GemmCall(
-                    mg, P, K, w, g * mg * K, K, 1, operand, b_off, P, 1, out, c_off, gemm_bias, 1, 0, 1.0, 1.0
+                    mg,
+                    P,
+                    K,
+                    w,
+                    g * mg * K,
+                    K,
+                    1,
+                    operand,
+                    b_off,
+                    P,
+                    1,
+                    out,
+                    c_off,
+                    gemm_bias,
+                    1,
+                    0,
+                    1.0,
+                    1.0,
+                    b_packed=packed,
                 )
             )
     if bias is not None and G > 1:
