@@ -150,7 +150,7 @@ def _conv(b: Builder, step: dict) -> None:
             elif packed:
                 col_args = [Buf(x), np.int64(x_off), cols, i32(cg), *geo]
                 program = b.program(source("im2col.cl"), float_options(b))
-                b.launch(program, "im2col_packed", (K, -(-P // 16)), None, col_args)
+                b.launch(program, "im2col_packed", (K, math.prod(outs[:-1])), None, col_args)
                 operand, b_off = cols, 0
             else:
                 col_args = [Buf(x), np.int64(x_off), cols, i32(cg), *geo]
