@@ -537,7 +537,7 @@ def _phase_span(a: int, s: int, begin: int, size: int, count: int) -> tuple[int,
 
 
 class _Buffers:
-    """Scratch arrays by (role, shape, dtype), zeroed when made: convolutions of the same padded
+    """Scratch arrays by (role, shape, dtype, fill), filled when made: convolutions of the same padded
     geometry share their padding buffer (only its interior is ever written), and all share their
     accumulators. One instance per thread for kernels and unbound calls (``_thread_buffers``), one
     per arena set for bound calls (``_arena_buffers``): the runs of one set never overlap."""
@@ -548,14 +548,14 @@ class _Buffers:
         self.arrays: dict[tuple, np.ndarray] = {}
         self.nbytes = 0
 
-    def get(self, role: tuple, shape: tuple, dtype) -> np.ndarray:
-        key = (role, tuple(shape), np.dtype(dtype))
+    def get(self, role: tuple, shape: tuple, dtype, fill=0) -> np.ndarray:
+        key = (role, tuple(shape), np.dtype(dtype), fill)
         array = self.arrays.get(key)
         if array is None:
             if self.nbytes > SCRATCH_BYTES:  # many geometries: start again rather than hold them all
                 self.arrays.clear()
                 self.nbytes = 0
-            array = self.arrays[key] = np.zeros(shape, dtype)
+            array = self.arrays[key] = np.full(shape, fill, dtype)
             self.nbytes += array.nbytes
         return array
 
@@ -1073,6 +1073,33 @@ def _max_indices(first, g: _Geom, shape, storage_order: int):
     return image * prod(size) + flat
 
 
+def _max_pool_calls(out, x, g: _Geom, buffers) -> list:
+    """A 2-D MaxPool of C-contiguous x into out as numpy calls with fixed operands, folding one
+    spatial axis after the other (as ``_fold_axes``: for 3 x 3, 2 + 2 maxima of whole views). The
+    padding is a buffer whose border holds the lowest value, filled when made (``_Buffers``)."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = g.kernel, g.strides, g.dilations, g.out
+    calls = []
+    xp = x
+    if any(g.begin) or any(g.end) or np.may_share_memory(out, x):
+        shape = (n, c, h + g.begin[0] + g.end[0], w + g.begin[1] + g.end[1])
+        xp = buffers.get(("pool", g.begin, g.end), shape, x.dtype, _lowest(x.dtype))
+        interior = xp[:, :, g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + w]
+        calls.append(functools.partial(np.copyto, interior, x))
+    rows = buffers.get(("pool rows",), (n, c, oh, xp.shape[3]), x.dtype)
+    for taps, acc in (
+        ([xp[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh] for i in range(kh)], rows),
+        ([rows[..., j * dw : j * dw + sw * (ow - 1) + 1 : sw] for j in range(kw)], out),
+    ):
+        if len(taps) == 1:
+            calls.append(functools.partial(np.copyto, acc, taps[0]))
+            continue
+        # out= as a keyword: numpy 2.4 deprecates maximum's positional output
+        calls.append(functools.partial(np.maximum, taps[0], taps[1], out=acc))
+        calls.extend(functools.partial(np.maximum, acc, tap, out=acc) for tap in taps[2:])
+    return calls
+
+
 @kernel("MaxPool")
 def max_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
     if storage_order not in (0, 1):
@@ -1080,7 +1107,13 @@ def max_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     x = X if X.dtype.kind in "fiu" else widened(X)
     g = _geometry("MaxPool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
     out = out_for(ctx, 0, x.shape[:2] + g.out, x.dtype)
-    y = _fold_windows(x, g, np.maximum, _lowest(x.dtype), out).astype(X.dtype, copy=False)
+    if x.ndim == 4 and x.dtype in (np.float32, np.float64):  # as the prepared call computes it
+        if out is None:
+            out = np.empty(x.shape[:2] + g.out, x.dtype)
+        _run_calls(_max_pool_calls(out, np.ascontiguousarray(x), g, _thread_buffers()))
+        y = out
+    else:
+        y = _fold_windows(x, g, np.maximum, _lowest(x.dtype), out).astype(X.dtype, copy=False)
     if not ctx.output_wanted(1):
         return y
     win = _windows(x, g, _lowest(x.dtype))

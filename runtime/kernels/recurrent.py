@@ -2,35 +2,43 @@
 
 At batch 1 a step is a product of a row by the recurrent weights and a few dozen to a few hundred
 values of gate arithmetic, so what a step costs is the number of numpy calls it makes (each about
-0.5-1 µs on the 2-core test machine, against a product of 2-10 µs below hidden size 128). The
-frame therefore does once per call all it can:
+0.5-1 µs on the 2-core test machine, against a product of 1-10 µs below hidden size 128). The
+frame (``_Frame``) therefore does once per call all it can:
 
-- Layout 0 inside (X [seq, batch, input], states [directions, batch, hidden]); layout 1 is
-  transposed on the way in and out. Shapes and sequence lengths are checked once per call.
-- The input projection of every step is one product per direction up front, biases added, into
-  ``xw`` [seq, directions, batch, gates * hidden]; a reverse direction's rows are stored in the
-  order it reads them (per batch entry where sequence_lens cut a sequence short), so that step
-  k of every direction reads ``xw[k]`` and writes its hidden state to ``hs[k + 1]``: the
-  directions of a bidirectional net run together, one product (stacked) and one set of
-  elementwise calls per step for both.
-- Gates are views of one preallocated buffer; activations run in place with positional ufunc
+- Layout 0 inside (X [seq, batch, input]); layout 1 is transposed on the way in and out. Shapes
+  and sequence lengths are checked once per call. Y and the final states are written into the
+  .pte arena's views where it offers them; an output no one reads is not computed.
+- States are rows [batch, directions * hidden], kept as a history [seq + 1, ...]; gates are
+  gate-major [batch, gates, directions, hidden], so that a gate of every direction is one
+  contiguous slice at batch 1 and the directions of a bidirectional net run together: a
+  reverse direction's inputs are put in the order it reads them (per batch entry where
+  sequence_lens cut a sequence short), so step k of every direction reads ``xw[k]`` and writes
+  ``hs[k + 1]``.
+- The input projection of every step is one product up front, biases in (a last row of the
+  matrix against a column of ones), landing gate-major (``_Frame.projection``).
+- The recurrent product is one np.dot per step: by a block-diagonal matrix (the directions'
+  blocks on its diagonal) up to directions * hidden = 64, else stacked per direction
+  (``_BLOCK_MAX``, with its measurements).
+- Gates are views of preallocated buffers; activations run in place with positional ufunc
   outputs (a keyword ``out=`` costs a parse per call); constants are 0-d arrays (a Python float
   operand costs a conversion per call, about twice the call); nothing is allocated per step.
-- With ONNX's default activations, the rows of the sigmoid gates in W, R and the biases are
-  halved once per call (exact in binary floating point), so that one tanh over all gates gives
-  every activation: σ(x) = (1 + tanh(x / 2)) / 2 is an in-place multiply-add on the sigmoid
-  gates' slice (the tanh form never overflows, unlike 1 / (1 + exp(-x))). An LSTM step is 10
-  calls, a GRU step 11 (12 with linear_before_reset 0, whose candidate needs the reset gate
-  before its product: two dependent products per step are the minimum there); the previous
-  kernels made 21 and 23 per step and direction.
-- The GRU's recurrent bias of the candidate sits inside the reset product when
-  linear_before_reset is set: it rides in the product as a last row of R against a constant
-  1 kept after each hidden state in the history (one call fewer per step).
+- With ONNX's default activations, the columns of the sigmoid gates in W, R and the biases are
+  halved once (exact in binary floating point), so that one tanh over all gates gives every
+  activation: σ(x) = (1 + tanh(x / 2)) / 2 is an in-place multiply-add on the sigmoid gates'
+  slice (the tanh form never overflows, unlike 1 / (1 + exp(-x))). Calls per step (for all
+  directions): RNN 3, LSTM 9 (``_lstm``: one multiply gives i·c̃ and f·c), GRU 11 (12 with
+  linear_before_reset 0, whose candidate needs the reset gate before its product: two
+  dependent products per step are the minimum there, or for a stacked product); the previous
+  kernels made 21 (LSTM) and 23 (GRU) per step and direction.
 - Steps go on past a short sequence's end (their values unused; floating-point warnings from
   them are ignored): final states are gathered from the history afterwards and Y is zeroed past
   each end, instead of masking every step.
-- Derived weights (halved, transposed, contiguous) of read-only inputs (a .pte's constants) are
-  kept between calls, keyed by the arrays' identity (checked by weak reference).
+- Derived weights (halved, permuted, transposed, block-diagonal) of read-only inputs (a .pte's
+  constants) are kept between calls, keyed by the arrays' identity (checked by weak reference).
+
+Measured with benchmarks/recurrent_vs_onnxruntime.py and the kernel alone (min of runs; before
+these kernels → now): LSTM bidirectional, 16 steps, hidden 24 818 → 141 µs; forward hidden 128
+786 → 236 µs; GRU (linear_before_reset 1) 16 steps, hidden 16 357 → 131 µs.
 
 Other activations, clip, peepholes and the LSTM's coupled input-forget gate take a general step
 in the same frame: per direction, the activation functions of the ONNX spec, allocating.
@@ -190,22 +198,44 @@ class _Frame:
             )
         return init
 
-    def projection(self, Wt: np.ndarray, bias: np.ndarray) -> np.ndarray:
-        """x·W + bias of every step, [seq, batch, gates, directions, hidden], each direction's
-        rows in the order its steps read them. ``Wt`` is [directions, input, gates * hidden]."""
+    def projection(self, Wx: np.ndarray) -> np.ndarray:
+        """x·W + bias of every step as [seq, batch, gates, directions, hidden], each direction's
+        rows in the order its steps read them, from ``Wx`` (_input_weights). For the block
+        product, one product of the rows [x_forward, x_reverse, 1] by a matrix that puts each
+        direction's W under its own gate-major columns and the biases in the last row: adding
+        per direction into strided views of the result took 25 µs each at 16 steps, hidden 24,
+        the product of twice the width 4. For the stacked product (larger nets, where the zero
+        half of that product costs more than it saves), a product per direction of [x, 1], the
+        result a view of them."""
         S, N, D, H = self.seq, self.batch, self.dirs, self.hidden
-        G = Wt.shape[-1] // H
-        xw = np.empty((S, N, G, D, H), dtype=self.dtype)
-        for d, reverse in enumerate(self.reverses):
-            src = self.x
-            if reverse and self.lens is None:
-                src = src[::-1]
-            elif reverse:  # step k of batch entry b reads time lens[b] - 1 - k (any row past it)
-                k = np.arange(S)[:, None]
-                t = np.where(k < self.lens, self.lens - 1 - k, k)
-                src = src[t, np.arange(N)]
-            np.add(np.matmul(src, Wt[d]).reshape(S, N, G, H), bias[d].reshape(G, H), out=xw[:, :, :, d])
-        return xw
+        I = self.x.shape[2]
+        G = Wx.shape[-1] // (D * H if self.block else H)
+        width = D * I + 1 if self.block else I + 1
+        xs = np.empty((S, N, width), dtype=self.dtype)
+        xs[:, :, -1] = 1
+        # np.matmul: np.dot took twice as long on this many rows (13.8 against 6.4 µs, 16 x 33 x 192)
+        if self.block:
+            for d in range(D):
+                xs[:, :, d * I : (d + 1) * I] = self._reading_order(d)
+            xw = np.empty((S, N, G, D, H), dtype=self.dtype)
+            np.matmul(xs.reshape(S * N, width), Wx, out=xw.reshape(S * N, G * D * H))
+            return xw
+        xw = np.empty((D, S, N, G, H), dtype=self.dtype)
+        for d in range(D):
+            xs[:, :, :I] = self._reading_order(d)
+            np.matmul(xs.reshape(S * N, width), Wx[d], out=xw[d].reshape(S * N, G * H))
+        return xw.transpose(1, 2, 3, 0, 4)
+
+    def _reading_order(self, d: int) -> np.ndarray:
+        """X [seq, batch, input] in the order direction ``d``'s steps read it."""
+        if not self.reverses[d]:
+            return self.x
+        if self.lens is None:
+            return self.x[::-1]
+        # Step k of batch entry b reads time lens[b] - 1 - k (any row past its end).
+        k = np.arange(self.seq)[:, None]
+        t = np.where(k < self.lens, self.lens - 1 - k, k)
+        return self.x[t, np.arange(self.batch)]
 
     def history(self, init: np.ndarray, extra: int = 0) -> np.ndarray:
         """[seq + 1, batch, directions * hidden + extra]: the initial state, then each step's,
@@ -366,8 +396,23 @@ def _recurrent_weights(Rt: np.ndarray, block: bool, bias_row=None) -> np.ndarray
     return out.reshape(-1, C * D * H)
 
 
+def _input_weights(Wt: np.ndarray, bias: np.ndarray, H: int, block: bool) -> np.ndarray:
+    """The input projection's matrix (Frame.projection). Block: [dirs * input + 1, G * dirs * H],
+    each direction's W (rows of its inputs) and bias (the last row) under its own gate-major
+    columns, zeros elsewhere. Stacked: [dirs, input + 1, G * H], each W with its bias under it."""
+    D, I, GH = Wt.shape
+    if not block:
+        return np.concatenate([Wt, bias[:, None, :]], axis=1)
+    G = GH // H
+    Wx = np.zeros((D * I + 1, G, D, H), dtype=Wt.dtype)
+    for d in range(D):
+        Wx[d * I : (d + 1) * I, :, d] = Wt[d].reshape(I, G, H)
+        Wx[D * I, :, d] = bias[d].reshape(G, H)
+    return Wx.reshape(D * I + 1, G * D * H)
+
+
 def _derive(op, fr: _Frame, W, R, B, plain: bool, linear_before_reset: int = 0) -> tuple:
-    """What a call derives from its weights alone (kept for constants): (Wt, projection bias,
+    """What a call derives from its weights alone (kept for constants): (Wx (_input_weights),
     Rt, the candidate's recurrent bias [dirs, H] (GRU), the recurrent products' matrices)."""
     H, block = fr.hidden, fr.block
 
@@ -394,7 +439,7 @@ def _derive(op, fr: _Frame, W, R, B, plain: bool, linear_before_reset: int = 0) 
                 Rt = Rt.reshape(*Rt.shape[:-1], G, H)[..., order, :].reshape(Rt.shape)
                 bias = bias.reshape(-1, G, H)[:, order].reshape(bias.shape)
             products = (_recurrent_weights(Rt, block),)
-        return (Wt, bias, Rt, Rb_n, *products)
+        return (_input_weights(Wt, bias, H, block), Rt, Rb_n, *products)
 
     return _derived(W, R, B, (op, H, fr.dtype, plain, linear_before_reset, block), make)
 
@@ -436,8 +481,8 @@ def rnn(
     names = activations or ["Tanh"] * D
     _check_count("RNN", names, D)
     plain = clip is None and _is_default("RNN", activations)
-    Wt, bias, Rt, _, *products = _derive("RNN", fr, W, R, B, plain)
-    xw = fr.projection(Wt, bias)
+    Wx, Rt, _, *products = _derive("RNN", fr, W, R, B, plain)
+    xw = fr.projection(Wx)
     hs = fr.history(fr.state(initial_h, "initial_h"))
     with fr.quiet():
         if plain:
@@ -496,8 +541,8 @@ def gru(
     _check_count("GRU", names, D)
     plain = clip is None and _is_default("GRU", activations)
     lbr = 1 if linear_before_reset else 0
-    Wt, bias, Rt, Rb_n, *products = _derive("GRU", fr, W, R, B, plain, lbr)
-    xw = fr.projection(Wt, bias)
+    Wx, Rt, Rb_n, *products = _derive("GRU", fr, W, R, B, plain, lbr)
+    xw = fr.projection(Wx)
     h0 = fr.state(initial_h, "initial_h")
     with fr.quiet():
         if plain and lbr:
@@ -617,8 +662,8 @@ def lstm(
     if P is not None and tuple(P.shape) != (D, 3 * H):
         raise ShapeError(f"LSTM: P has shape {list(P.shape)}, expected {[D, 3 * H]}")
     plain = P is None and clip is None and not input_forget and _is_default("LSTM", activations)
-    Wt, bias, Rt, _, *products = _derive("LSTM", fr, W, R, B, plain)
-    xw = fr.projection(Wt, bias)
+    Wx, Rt, _, *products = _derive("LSTM", fr, W, R, B, plain)
+    xw = fr.projection(Wx)
     hs = fr.history(fr.state(initial_h, "initial_h"))
     c0 = fr.state(initial_c, "initial_c")
     # The cell states' history only where sequence_lens asks for states before the last step.

@@ -202,3 +202,53 @@ def test_mobile_activations_match_onnxruntime():
         got = method.run({"x": x})["y"]
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(offload.evaluate(program, {"x": x})["y"], got)
+
+
+@pytest.mark.parametrize(
+    "kernel, strides, pads, dilations, ceil",
+    [
+        ((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 0),
+        ((3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+        ((2, 3), (1, 2), (1, 0, 0, 2), (2, 1), 0),
+        ((1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 0),
+    ],
+)
+@pytest.mark.parametrize("reshaped", [False, True], ids=["bound", "unbound"])
+def test_max_pool_matches_onnxruntime(kernel, strides, pads, dilations, ceil, reshaped):
+    """MaxPool's kernel: its padding a buffer of the lowest value, filled once."""
+    shape = [1, 6, 17, 14]
+    pool = helper.make_node(
+        "MaxPool",
+        ["r"],
+        ["y"],
+        kernel_shape=kernel,
+        strides=strides,
+        pads=pads,
+        dilations=dilations,
+        ceil_mode=ceil,
+    )
+    inits = [numpy_helper.from_array(np.array(shape, np.int64), "shape")]
+    first = (
+        helper.make_node("Reshape", ["x", "shape"], ["r"])
+        if reshaped
+        else helper.make_node("Neg", ["x"], ["r"])
+    )
+    graph = helper.make_graph(
+        [first, pool],
+        "pool",
+        [helper.make_tensor_value_info("x", F32, shape)],
+        [helper.make_tensor_value_info("y", F32, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for _ in range(2):  # all negative on the second run: the padding must not win
+        x = (rng.standard_normal(shape) - 10 * _).astype(np.float32)
+        got = method.run({"x": x})["y"]
+        np.testing.assert_array_equal(got, session.run(None, {"x": x})[0])
+        np.testing.assert_array_equal(offload.evaluate(program, {"x": x})["y"], got)

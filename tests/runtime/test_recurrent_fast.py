@@ -185,3 +185,19 @@ def test_wrong_initial_state_shape_is_a_shape_error():
     feeds["h0"] = feeds["h0"][:, :1]
     with pytest.raises(offload.errors.OffloadError, match=r"h0|initial_h|shape"):
         offload.evaluate(offload.load(m.SerializeToString()), feeds)
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_float64_against_the_reference_evaluator(op):
+    # onnxruntime has no double recurrent kernels; ONNX's reference evaluator computes them.
+    m, feeds = model(op, "bidirectional", N=2, init=True)
+    for t in m.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+    for v in [*m.graph.input, *m.graph.output]:
+        v.type.tensor_type.elem_type = TensorProto.DOUBLE
+    feeds = {k: v.astype(np.float64) for k, v in feeds.items()}
+    want = ReferenceEvaluator(m).run(None, feeds)
+    got = offload.evaluate(offload.load(m.SerializeToString()), feeds)
+    for name, w in zip(OUTPUTS[op], want):
+        assert got[name].dtype == np.float64, name
+        np.testing.assert_allclose(got[name], w, rtol=1e-12, atol=1e-12, err_msg=name)
