@@ -67,6 +67,9 @@ WRITES_OVER: dict[str, tuple[int, ...]] = {
     "onnx::Sub": (0, 1),
     "onnx::Mul": (0, 1),
     "onnx::Div": (0, 1),
+    "onnx::Sum": (0, 1),  # the first two only: a fold reads the third after writing the output
+    "onnx::Max": (0, 1),
+    "onnx::Min": (0, 1),
     "onnx::BatchNormalization": (0,),
     "onnx::LRN": (0,),
     # The same elements in another shape: the kernel returns a view of its input, whose copy into

@@ -38,6 +38,9 @@ CASES = {
     "Sub": ([("c", _full(-1, 1))], {}),
     "Mul": ([("c", _full(-1, 1))], {}),
     "Div": ([("c", _full(0.5, 2))], {}),
+    "Sum": ([("c", _full(-1, 1)), ("d", _full(2, 3))], {}),
+    "Max": ([("c", _full(-1, 1))], {}),
+    "Min": ([("c", _full(-1, 1))], {}),
     "BatchNormalization": (
         [
             ("scale", np.linspace(0.5, 1.5, 6, dtype=np.float32)),
