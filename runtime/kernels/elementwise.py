@@ -338,7 +338,7 @@ for _name, _fn in {
 
 
 def _pairwise_call(fn):
-    """Max / Min of two inputs of the output's type: one ufunc, as ``_fold`` applies it."""
+    """Max / Min / Sum of two inputs of the output's type: one ufunc, as ``_fold`` applies it."""
     make = _ufunc_call(fn)
 
     def factory(attrs, inputs, output):
@@ -349,6 +349,7 @@ def _pairwise_call(fn):
 
 prepared("Max")(_pairwise_call(np.maximum))
 prepared("Min")(_pairwise_call(np.minimum))
+prepared("Sum")(_pairwise_call(np.add))  # ResNet's residual adds
 
 
 @prepared("Where")
