@@ -129,13 +129,11 @@ def _conv(b: Builder, step: dict) -> None:
     if how == "direct":
         args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(bias is not None)]
         args += [i32(N), i32(C), i32(M), i32(G), *geo]
-        b.launch(
-            b.program(source("conv.cl"), float_options(b)),
-            "conv_direct",
-            (N * M * math.prod(outs),),
-            None,
-            args,
-        )
+        program = b.program(source("conv.cl"), float_options(b))
+        if kind == "cpu":  # depthwise, the only direct conv on a CPU device
+            b.launch(program, "conv_depthwise_rows", (N * M * math.prod(outs[:-1]),), None, args)
+        else:
+            b.launch(program, "conv_direct", (N * M * math.prod(outs),), None, args)
         return
     run = blas or (lambda g: linalg.gemm_kernel(b, g))
     mg, K, P, IP = M // G, cg * math.prod(ks), math.prod(outs), math.prod(ins)
@@ -186,7 +184,7 @@ def _conv(b: Builder, step: dict) -> None:
             )
     if bias is not None and G > 1:
         args = [Buf(out), Buf(bias), i32(N * M), i32(M), i32(P)]
-        b.launch(b.program(source("conv.cl"), float_options(b)), "add_bias", (N * M * P,), None, args)
+        b.launch(b.program(source("conv.cl"), float_options(b)), "add_bias", (P, N * M), None, args)
 
 
 def transpose_begin_pads(a: dict, ins, ks, outs) -> list[int]:
