@@ -3,6 +3,11 @@
 A lifetime is the instruction interval ``[first write, last read]`` (both ends inclusive, so an
 operation's output never shares bytes with its inputs). Jumps back to an earlier instruction
 form loops; a value that is live across a loop's back edge lives for the whole loop.
+
+The one exception is an *overwrite*: an instruction whose kernel may write its output over an
+input (an elementwise op, ``plan.WRITES_OVER``) where that input is read for the last time by it
+and has the output's size. The two values then share one place, their lifetimes joined, as
+onnxruntime's allocation planner reuses an input buffer for an in-place kernel's output.
 """
 
 from __future__ import annotations
@@ -110,13 +115,41 @@ def plan(
     loops: Iterable[tuple[int, int]],
     live_out: Iterable[int] = (),
     alignment: int = ALIGNMENT,
+    overwrites: Iterable[tuple[int, int, int]] = (),
 ) -> MemoryPlan:
-    """Plan the values in ``sizes`` (value index → bytes) over the chain described by ``accesses``."""
+    """Plan the values in ``sizes`` (value index → bytes) over the chain described by ``accesses``.
+
+    ``overwrites`` are ``(pc, output, input)``: instruction ``pc`` may write ``output`` over
+    ``input``; they share a place where ``input``'s lifetime ends at ``pc``, ``output``'s starts
+    there and both have the same size."""
     spans = lifetimes(accesses, list(loops), live_out)
     # A planned value the chain never writes (dead code) still needs a place; give it the start.
     spans = {v: spans.get(v, (0, 0)) for v in sizes}
-    offsets, arena = place(sizes, spans, alignment)
+    owner = _share(sizes, spans, overwrites)
+    groups: dict[int, tuple[int, int]] = {}
+    for v, o in owner.items():
+        first, last = groups.get(o, spans[v])
+        groups[o] = (min(first, spans[v][0]), max(last, spans[v][1]))
+    offsets, arena = place({o: sizes[o] for o in groups}, groups, alignment)
+    offsets = {v: offsets[owner[v]] for v in sizes}
     return MemoryPlan(offsets, dict(sizes), spans, arena)
+
+
+def _share(
+    sizes: Mapping[int, int], spans: Mapping[int, tuple[int, int]], overwrites: Iterable[tuple[int, int, int]]
+) -> dict[int, int]:
+    """Each planned value's group (the value whose place it takes): itself, or for an accepted
+    overwrite the group of the input it writes over."""
+    owner = {v: v for v in sizes}
+    taken: set[int] = set()  # inputs already written over (one output each)
+    for pc, out, src in sorted(overwrites):
+        if out not in sizes or src not in sizes or src in taken or sizes[out] != sizes[src]:
+            continue
+        if spans[src][1] != pc or spans[out][0] != pc or owner[out] != out:
+            continue
+        owner[out] = owner[src]
+        taken.add(src)
+    return owner
 
 
 @dataclass

@@ -47,6 +47,41 @@ from . import memory_plan as mp
 MEMORY_ID = 1  # non_const_buffer_sizes[0] is reserved, as in ExecuTorch
 MAX_ARENA_BYTES = (1 << 63) - 1  # offsets are two uint32 halves; sizes are read as int64
 
+# Ops whose CPU kernels (runtime/kernels) may write their output over the inputs at these
+# positions, when the input has the output's type: each reads that input in its first pass
+# over the data and only its output after (a ufunc with ``out``, BatchNormalization's x·a then
+# + b, Sigmoid's four passes), or computes a new array that the runtime copies in. The memory
+# plan then lets the output take the input's place where the input is read for the last time
+# (emit/memory_plan.py). tests/runtime/test_overwrite.py runs each one so planned.
+WRITES_OVER: dict[str, tuple[int, ...]] = {
+    "onnx::Relu": (0,),
+    "onnx::LeakyRelu": (0,),
+    "onnx::Sigmoid": (0,),
+    "onnx::Tanh": (0,),
+    "onnx::Exp": (0,),
+    "onnx::Neg": (0,),
+    "onnx::Abs": (0,),
+    "onnx::Sqrt": (0,),
+    "onnx::Clip": (0,),
+    "onnx::Add": (0, 1),
+    "onnx::Sub": (0, 1),
+    "onnx::Mul": (0, 1),
+    "onnx::Div": (0, 1),
+    "onnx::Sum": (0, 1),  # the first two only: a fold reads the third after writing the output
+    "onnx::Max": (0, 1),
+    "onnx::Min": (0, 1),
+    "onnx::BatchNormalization": (0,),
+    "onnx::LRN": (0,),
+    # The same elements in another shape: the kernel returns a view of its input, whose copy into
+    # the output's place is then no copy at all (numpy's copyto between the same bytes).
+    "onnx::Reshape": (0,),
+    "onnx::Flatten": (0,),
+    "onnx::Squeeze": (0,),
+    "onnx::Unsqueeze": (0,),
+    "onnx::Identity": (0,),
+}
+RESHAPES = {"onnx::Reshape", "onnx::Flatten", "onnx::Squeeze", "onnx::Unsqueeze"}
+
 
 class _Fixed:
     """The two slots every plan starts with."""
@@ -126,6 +161,13 @@ class _Jump:
         return [self.cond]
 
     writes: list = field(default_factory=list)
+
+
+def _same_static_type(a: Value, b: Value, any_shape: bool = False) -> bool:
+    ta, tb = a.type, b.type
+    if not (isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.is_static and tb.is_static):
+        return False
+    return ta.dtype == tb.dtype and ta.quant == tb.quant if any_shape else ta == tb
 
 
 def operator_name(domain: str, op_type: str) -> str:
@@ -550,7 +592,25 @@ class PlanBuilder:
             n = evalues.plannable_bytes(e) if i not in inputs and i not in once else None
             if n is not None:
                 sizes[i] = n
-        return mp.plan(sizes, accesses, loops, outputs)
+        return mp.plan(sizes, accesses, loops, outputs, overwrites=self._overwrites(ix))
+
+    def _overwrites(self, ix) -> list[tuple[int, int, int]]:
+        """``(pc, output, input)`` for each kernel call that may write its one output over an
+        input of the same static tensor type (``WRITES_OVER``; of any shape for ``RESHAPES``,
+        the sizes being equal); the memory plan decides."""
+        out = []
+        for pc, ins in enumerate(self.instrs):
+            positions = WRITES_OVER.get(ins.operator[0]) if isinstance(ins, _Kernel) else None
+            if not positions or len(ins.writes) != 1:
+                continue
+            result = ins.writes[0]
+            for k in positions:
+                source = ins.args[k] if k < len(ins.args) else NULL
+                if isinstance(source, Value) and _same_static_type(
+                    source, result, ins.operator[0] in RESHAPES
+                ):
+                    out.append((pc, ix(result), ix(source)))
+        return out
 
     def _load_time_values(self, ix) -> set[int]:
         """Values the runtime computes once, at a method's first run, and keeps with the

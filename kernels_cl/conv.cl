@@ -45,12 +45,55 @@ __kernel void conv_direct(__global const stype* X, __global const stype* Wt, __g
     STOREF(Y, gid, has_bias ? acc + LOADF(B, m) : acc);
 }
 
+// Depthwise Conv (C/G == 1) for a CPU device: a work-item per output row (n, m, od, oh) computes
+// its OW outputs in turn, each summing its taps in conv_direct's order (kd, kh, kw), so the two
+// agree bit for bit. Consecutive outputs read neighbouring inputs in one work-item, where a
+// work-item per output made PoCL gather across work-items. Launch: global (N * M * OD * OH).
+__kernel void conv_depthwise_rows(__global const stype* X, __global const stype* Wt, __global const stype* B,
+                                  __global stype* Y, const int has_bias,
+                                  const int N, const int C, const int M, const int G,
+                                  CONV_GEOMETRY)
+{
+    const int r = get_global_id(0);
+    if (r >= N * M * OD * OH) return;
+    const int oh = r % OH, od = (r / OH) % OD;
+    const int nm = r / (OH * OD);
+    const int m = nm % M, n = nm / M;
+    const int g = m / (M / G);
+    const size_t plane = (size_t)ID * IH * IW;
+    __global const stype* xp = X + ((size_t)n * C + g) * plane;
+    __global const stype* wp = Wt + (size_t)m * KD * KH * KW;
+    __global stype* yp = Y + (size_t)r * OW;
+    const float bias = has_bias ? LOADF(B, m) : 0.0f;
+    for (int ow = 0; ow < OW; ++ow) {
+        float acc = 0.0f;
+        for (int kd = 0; kd < KD; ++kd) {
+            const int id = od * SD - PD + kd * DD;
+            if (id < 0 || id >= ID) continue;
+            for (int kh = 0; kh < KH; ++kh) {
+                const int ih = oh * SH - PH + kh * DH;
+                if (ih < 0 || ih >= IH) continue;
+                __global const stype* xr = xp + ((size_t)id * IH + ih) * IW;
+                __global const stype* wr = wp + (kd * KH + kh) * KW;
+                for (int kw = 0; kw < KW; ++kw) {
+                    const int iw = ow * SW - PW + kw * DW;
+                    if (iw < 0 || iw >= IW) continue;
+                    acc += LOADF(xr, iw) * LOADF(wr, kw);
+                }
+            }
+        }
+        STOREF(yp, ow, has_bias ? acc + bias : acc);
+    }
+}
+
 // Y[n, m, p] += B[m] over Y: N x M x P (the bias of a grouped conv run as per-group GEMMs).
+// Launch: global (P, N * M): a row per (n, m), no 64-bit index division per element.
 __kernel void add_bias(__global stype* Y, __global const stype* B, const int NM, const int M, const int P)
 {
-    const size_t gid = get_global_id(0);
-    if (gid >= (size_t)NM * P) return;
-    STOREF(Y, gid, LOADF(Y, gid) + LOADF(B, (int)((gid / (size_t)P) % M)));
+    const int p = get_global_id(0), r = get_global_id(1);
+    if (p >= P || r >= NM) return;
+    const size_t k = (size_t)r * P + p;
+    STOREF(Y, k, LOADF(Y, k) + LOADF(B, r % M));
 }
 
 // ConvTranspose as a gather: each output element sums the inputs that scatter onto it.

@@ -11,15 +11,26 @@
 // each output axis (negative for a reversed Slice, 0 for a broadcast axis or padding);
 // meta[12..17]: the wrap of each axis (Tile's input size; the output size where nothing wraps);
 // meta[18]: the input element offset of y[0].
+// -DRANK=<r>: only the last r axes are not padding (the launcher merges axes read as one), so
+// the loop runs r times; -DNO_WRAP: no axis wraps. The index is split with int divisions (the
+// output has fewer than 2^31 elements): 64-bit ones cost several times more on x86.
+#ifndef RANK
+#define RANK 6
+#endif
 __kernel void strided_copy(__global const T* x, __global T* y, __global const int* meta, const long n) {
     const long gid = (long)get_global_id(0);
     if (gid >= n) return;
-    long rem = gid, off = (long)meta[18];
-    for (int d = 5; d >= 0; --d) {
-        const long s = (long)meta[d];
-        const long j = rem % s;
+    int rem = (int)gid;
+    long off = (long)meta[18];
+    for (int d = 5; d >= 6 - RANK; --d) {
+        const int s = meta[d];
+        const int j = rem % s;
         rem /= s;
-        off += (j % (long)meta[12 + d]) * (long)meta[6 + d];
+#ifdef NO_WRAP
+        off += (long)j * meta[6 + d];
+#else
+        off += (long)(j % meta[12 + d]) * meta[6 + d];
+#endif
     }
     y[gid] = x[off];
 }

@@ -112,18 +112,22 @@ __kernel void gemm_blocked(GEMM_ARGS) {
 // stack even when unrolled. Packed loads are pointer casts, not vload8, which PoCL calls
 // out-of-line (the call clobbers every vector register). Each output still sums k = 0 .. K-1 in
 // order in one float (a float8 lane), as the other variants do.
+// RM = 1 is the GEMV of a single row (fully connected layers at batch 1): 2 FMAs per 16 floats of
+// B read, where RM = 6 would compute 5 rows of zeros.
 // Launch: gemm_pack_a global (ceil(K / PACK_K), ceil(M / RM)), gemm_pack_b global (K, ceil(N / 16)),
 // gemm_packed global (ceil(N / 16), ceil(M / RM)), local (1, 1).
 #ifndef RM
 #define RM 6
 #endif
 #define NR 16
-#if RM == 4
+#if RM == 1
+#define ROWS(X) X(0)
+#elif RM == 4
 #define ROWS(X) X(0) X(1) X(2) X(3)
 #elif RM == 6
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #else
-#error "RM is 4 or 6"
+#error "RM is 1, 4 or 6"
 #endif
 
 // Ap[(p*K + k)*RM + i] = A(p*RM + i, k), zero past row M: each row panel is K steps of RM floats.

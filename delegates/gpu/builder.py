@@ -73,6 +73,7 @@ class PlanValues:
         self.pinned: set[int] = set()  # values a control step keeps in buffers of their own
         self._scratch: dict[tuple[int, str], int] = {}
         self.scratch_bytes: dict[int, int] = {}  # scratch id (negative) → bytes
+        self._host_made: dict[tuple, int] = {}  # host_constant's values by key
 
     # -- what launchers ask --
     def shape(self, v: int) -> tuple[int, ...]:
@@ -91,6 +92,19 @@ class PlanValues:
                 f"{self.backend} backend: value {out} cannot be the constant {value.shape}"
             )
         self.host[out] = value
+
+    def host_constant(self, key: tuple, make: Callable[[], np.ndarray]) -> int:
+        """A new flat float32 value computed on the host by ``make()`` once per ``key`` and
+        uploaded with the init-time constants, stored as float32 whatever the plan's precision
+        (a launcher's own layout of a weight: the packed GEMM panels of ``linalg``)."""
+        if key not in self._host_made:
+            value = np.ascontiguousarray(make(), np.float32).reshape(-1)
+            t = max(self.shapes) + 1
+            self.shapes[t], self.dtypes[t] = value.shape, np.dtype(np.float32)
+            self.kept.add(t)
+            self.host[t] = value
+            self._host_made[key] = t
+        return self._host_made[key]
 
     def alias(self, out: int, src: int) -> None:
         if self.shapes.get(out) is None or out in self.alias_of:

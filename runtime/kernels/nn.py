@@ -8,8 +8,10 @@ Pools reduce the window view of the padded input.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
+import weakref
 from math import prod
 from typing import NamedTuple
 
@@ -18,7 +20,7 @@ from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from offload.errors import ShapeError
 
-from . import kernel
+from . import kernel, prepared
 from ._util import out_for, unsupported
 from .linalg import saturate, widened
 
@@ -241,8 +243,6 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
     if group < 1 or c % group or m % group or w.shape[1] * group != c:
         raise ShapeError(f"input with {c} channels, weights of shape {w.shape} and group={group} do not fit")
     cg, mg = c // group, m // group
-    if cg == 1 and mg == 1 and x.ndim == 4 and all(s == 1 for s in g.strides):
-        return _depthwise_rows(x, w, g, dest)
     if cg == 1:
         return _grouped_product(_windows(x, g), w, group, dest)
     out = dest if dest is not None else np.empty((n, m) + g.out, np.result_type(x, w))
@@ -264,52 +264,437 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
     return out
 
 
-def _depthwise_rows(x, w, g: _Geom, dest=None):
-    """A 2-D depthwise conv (one input and one output channel per group) with stride 1, as one
-    multiply-add of whole channels per kernel offset.
+# ---------------------------------------------------------------------------- convolution plans
+#
+# A 2-D convolution's shapes fix everything but the arithmetic: which path computes it, the
+# geometry of its windows, the views its numpy calls read and write. ``_ConvPlan`` works these
+# out once per shape (at a method's load for a prepared Conv, cached for the kernel) and lists the
+# convolution as numpy calls with their operands fixed (``functools.partial``), which a bound
+# call runs back to back. Both the kernel and the prepared call run these same calls, so their
+# results agree bit for bit.
 
-    Each channel, padded to width Wp and flattened, is read at offset kh*dh*Wp + kw*dw for every
-    offset; the sums come out as rows of width Wp of which the first OW are the outputs (the rest
-    read across the row end and are dropped). The reads are then OH*Wp contiguous floats per
-    channel, where a window view or im2col copy reads runs of OW (7 to 28 on ShuffleNet: 1.6-3x
-    slower there). The products add in kernel order, as separate multiply and add passes.
+# A depthwise conv whose output has at most _LAST_PIXELS pixels, or at most _LAST_PIXELS_WIDE with
+# at least _LAST_CHANNELS channels, runs channels-last as one einsum over all taps; the others by
+# rows of the padded image, two passes a tap. Measured on MobileNet's and ShuffleNet's layers
+# (3 x 3, 1 thread, time channels-last einsum / rows): 192 x 28 x 28 0.52, 144 x 56 x 56 stride 2
+# 0.15, 72 x 56 x 56 stride 2 0.82; with few channels the rows of C floats are short: 24 x 28 x 28
+# 1.55; on large maps the transposing copy into channels-last costs more than the einsum saves:
+# 144 x 56 x 56 1.23, 96 x 112 x 112 stride 2 2.3 (its copy alone 1.2x the whole rows path),
+# 32 x 112 x 112 3.5. On small maps the einsum against channels-last passes (two a tap):
+# 272 x 14 x 14 0.53, 960 x 7 x 7 0.76, 48 x 14 x 14 0.94.
+_LAST_PIXELS = 14 * 14
+_LAST_PIXELS_WIDE, _LAST_CHANNELS = 28 * 28, 64
+# The rows path works through the channels in chunks whose accumulator takes about this many
+# bytes, so that a chunk's padded input, accumulator and term stay in the core's L2 cache across
+# the kernel's taps: 96 x 112 x 112 stride 2 0.50x the time of one chunk, 144 x 56 x 56 0.84x.
+_CHUNK_BYTES = 512 << 10
+
+
+class _ConvPlan:
+    """One 2-D convolution of fixed shapes and dtype: its geometry, its path, and the numpy calls
+    that compute it (``calls``). The paths:
+
+    - ``pointwise``: a 1 x 1 kernel, stride 1, no padding: per image and group one BLAS product
+      with the image itself, (M/G, C/G) @ (C/G, pixels), into the output's rows.
+    - ``rows``: depthwise (one input and one output channel per group) on large maps. The padded
+      input is split into stride phases (phase (a, b) holds padded[a::sh, b::sw]; one phase at
+      stride 1), so that every tap reads one phase at stride 1: per tap one multiply and one add of
+      whole rows of OH x Wph contiguous floats per channel; the Wph - OW columns past each output
+      row are computed and dropped. The bias is added on the copy out of the accumulator.
+    - ``last``: depthwise with many channels or on small maps, channels-last: the padded image
+      as (Hp, Wp, C), and one einsum of its (kh, kw, OH, OW, C) window view with the (kh, kw, C)
+      weights, which sums the taps in order in one C loop (no product arrays).
+    - ``columns``: everything else, im2col: the windows copied into a column matrix (C/G x
+      kernel, pixels), then one BLAS product per image and group.
+
+    Padding is a buffer whose border is zeroed once and never written (only its interior is), so
+    convolutions of the same padded geometry share it (``_Buffers``).
     """
-    n, c, h, wd = x.shape
-    (kh, kw), (dh, dw), (oh, ow) = g.kernel, g.dilations, g.out
-    hp, wp = h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1]
-    slack = (kw - 1) * dw  # the last channel's last offset reads this far past its end
-    buf = np.zeros(n * c * hp * wp + slack, np.result_type(x, w))
-    image = buf[: n * c * hp * wp].reshape(n, c, hp, wp)
-    image[:, :, g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd] = x
-    step = buf.itemsize
-    rows = as_strided(buf, (n * c, hp * wp + slack), (hp * wp * step, step), writeable=False)
-    coef = np.tile(w.reshape(c, kh * kw), (n, 1)).astype(buf.dtype, copy=False)
-    wide = np.empty((n * c, oh * wp), buf.dtype)
-    term = np.empty_like(wide)
-    for k, (i, j) in enumerate(np.ndindex(kh, kw)):
-        at = i * dh * wp + j * dw
-        piece = rows[:, at : at + oh * wp]
-        if k == 0:
-            np.multiply(piece, coef[:, :1], out=wide)
+
+    def __init__(self, x_shape, w_shape, dtype, g: _Geom, group: int):
+        n, c = x_shape[:2]
+        m = w_shape[0]
+        if group < 1 or c % group or m % group or w_shape[1] * group != c:
+            raise ShapeError(
+                f"input with {c} channels, weights of shape {tuple(w_shape)} and group={group} do not fit"
+            )
+        self.x_shape, self.w_shape, self.dtype, self.g, self.group = (
+            tuple(x_shape),
+            tuple(w_shape),
+            np.dtype(dtype),
+            g,
+            group,
+        )
+        self.out_shape = (n, m) + g.out
+        cg, mg = c // group, m // group
+        padded = any(g.begin) or any(g.end)
+        pixels = prod(g.out)
+        if cg == 1 and mg == 1:
+            wide = pixels <= _LAST_PIXELS_WIDE and c >= _LAST_CHANNELS
+            self.path = "last" if pixels <= _LAST_PIXELS or wide else "rows"
+        elif g.kernel == (1, 1) and g.strides == (1, 1) and not padded:
+            self.path = "pointwise"
         else:
-            np.multiply(piece, coef[:, k : k + 1], out=term)
-            np.add(wide, term, out=wide)
-    out = dest if dest is not None else np.empty((n, c, oh, ow), buf.dtype)
-    np.copyto(out, wide.reshape(n, c, oh, wp)[..., :ow])
+            self.path = "columns"
+
+    def calls(self, out, x, w, b, buffers) -> list:
+        """The calls that write the convolution of x with w (and bias b, or None) into out, all
+        of the plan's shapes and dtype; ``buffers`` gives the scratch arrays (``_Buffers``)."""
+        shared = np.may_share_memory(out, x)  # the planned output may reuse the input's memory
+        if self.path in ("rows", "last"):  # these copy all the input before writing (one chunk)
+            return getattr(self, self.path)(out, x, w, b, buffers, shared)
+        calls = []
+        if shared:
+            copy = buffers.get(("input",), self.x_shape, self.dtype)
+            calls.append(functools.partial(np.copyto, copy, x))
+            x = copy
+        return calls + getattr(self, self.path)(out, x, w, b, buffers)
+
+    def pointwise(self, out, x, w, b, buffers) -> list:
+        n, c = self.x_shape[:2]
+        m, group = self.w_shape[0], self.group
+        pixels = prod(self.g.out)
+        if group == 1:
+            weights = w.reshape(m, c)
+            images = x.reshape(n, c, pixels)
+            results = out.reshape(n, m, pixels)
+        else:
+            weights = w.reshape(group, m // group, c // group)
+            images = x.reshape(n, group, c // group, pixels)
+            results = out.reshape(n, group, m // group, pixels)
+        calls = [functools.partial(np.matmul, weights, images[i], results[i]) for i in range(n)]
+        if b is not None:
+            calls.append(functools.partial(np.add, out, b.reshape(1, m, 1, 1), out))
+        return calls
+
+    def columns(self, out, x, w, b, buffers) -> list:
+        g, group = self.g, self.group
+        n, c = self.x_shape[:2]
+        m = self.w_shape[0]
+        size, pixels = prod(g.kernel) * (c // group), prod(g.out)
+        weights = w.reshape(group, m // group, size)
+        cols = buffers.get(("columns",), (c,) + g.kernel + g.out, self.dtype)
+        operand = cols.reshape(group, size, pixels)
+        calls = []
+        for i in range(n):
+            if g.strides == (1, 1):
+                if any(g.begin) or any(g.end):
+                    image = self._padded(x[i], buffers, calls)
+                else:
+                    image = x[i]
+                calls.append(functools.partial(np.copyto, cols, _columns(image, g)))
+            else:
+                phases = self._phases(x[i], buffers, calls)
+                for (ki, kj), view in zip(np.ndindex(*g.kernel), self._phase_taps(phases)):
+                    calls.append(functools.partial(np.copyto, cols[:, ki, kj], view))
+            calls.append(
+                functools.partial(np.matmul, weights, operand, out[i].reshape(group, m // group, pixels))
+            )
+        if b is not None:
+            calls.append(functools.partial(np.add, out, b.reshape(1, m, 1, 1), out))
+        return calls
+
+    def rows(self, out, x, w, b, buffers, shared) -> list:
+        g = self.g
+        n, c = self.x_shape[:2]
+        (oh, ow), taps = g.out, prod(g.kernel)
+        calls = []
+        coef = _weights_as(w.reshape(c, taps).T, calls).reshape(taps, c, 1)  # per tap a column
+        bias = None if b is None else b.reshape(c, 1, 1)
+        for i in range(n):
+            phases = self._phases(x[i], buffers, None)
+            wph = phases[0].shape[-1]
+            flat = self._phase_rows(phases)
+            acc = buffers.get(("acc",), (c, oh * wph), self.dtype)
+            term = buffers.get(("term",), (c, oh * wph), self.dtype)
+            # with out in x's memory, one chunk: all the input is copied before out is written
+            step = c if shared else max(1, _CHUNK_BYTES // (oh * wph * self.dtype.itemsize))
+            for lo in range(0, c, step):
+                ch = slice(lo, min(c, lo + step))
+                calls.extend(self._fill_phases(phases, x[i], ch))
+                a, t = acc[ch], term[ch]
+                for k, (at, phase) in enumerate(self._tap_offsets(wph)):
+                    piece = flat[phase, ch, at : at + oh * wph]
+                    if k == 0:
+                        calls.append(functools.partial(np.multiply, piece, coef[k, ch], a))
+                    else:
+                        calls.append(functools.partial(np.multiply, piece, coef[k, ch], t))
+                        calls.append(functools.partial(np.add, a, t, a))
+                result = a.reshape(-1, oh, wph)[:, :, :ow]
+                if bias is None:
+                    calls.append(functools.partial(np.copyto, out[i, ch], result))
+                else:
+                    calls.append(functools.partial(np.add, result, bias[ch], out[i, ch]))
+        return calls
+
+    def last(self, out, x, w, b, buffers, shared) -> list:
+        g = self.g
+        n, c, h, wd = self.x_shape
+        (kh, kw), (oh, ow), (sh, sw), (dh, dw) = g.kernel, g.out, g.strides, g.dilations
+        hp, wp = h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1]
+        calls = []
+        coef = _weights_as(w.reshape(c, kh, kw).transpose(1, 2, 0), calls)  # (kh, kw, C)
+        pad = buffers.get(("last", g.begin, g.end), (hp, wp, c), self.dtype)
+        interior = pad[g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd].transpose(2, 0, 1)
+        row, col, chan = pad.strides
+        taps = as_strided(
+            pad, (kh, kw, oh, ow, c), (row * dh, col * dw, row * sh, col * sw, chan), writeable=False
+        )
+        acc = buffers.get(("acc",), (oh, ow, c), self.dtype)
+        for i in range(n):
+            calls.append(functools.partial(np.copyto, interior, x[i]))
+            calls.append(functools.partial(np.einsum, "ijhwc,ijc->hwc", taps, coef, out=acc))
+            result = acc.transpose(2, 0, 1)
+            if b is None:
+                calls.append(functools.partial(np.copyto, out[i], result))
+            else:
+                calls.append(functools.partial(np.add, result, b.reshape(c, 1, 1), out[i]))
+        return calls
+
+    # -- padding and stride phases
+
+    def _padded(self, image, buffers, calls):
+        """The padded image (C, Hp, Wp) in a shared buffer; appends the interior's copy to calls."""
+        g = self.g
+        c, h, wd = image.shape
+        shape = (c, h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1])
+        pad = buffers.get(("padded", g.begin, g.end), shape, self.dtype)
+        calls.append(
+            functools.partial(
+                np.copyto, pad[:, g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd], image
+            )
+        )
+        return pad
+
+    def _phases(self, image, buffers, calls):
+        """The stride phases (sh * sw, C, Hph, Wph) of the padded image, phase a * sw + b holding
+        padded[:, a::sh, b::sw], with ``Wph`` floats of slack after the last phase (rows read up
+        to a row past a channel's end, into columns that are dropped). Appends the copies of the
+        interiors to calls unless None (the rows path copies them per chunk)."""
+        g = self.g
+        c, h, wd = image.shape
+        (sh, sw) = g.strides
+        hp, wp = h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1]
+        hph, wph = -(-hp // sh), -(-wp // sw)
+        count = sh * sw * c * hph * wph
+        key = ("phases", g.begin, g.end, g.strides)
+        flat = buffers.get(key, (count + wph,), self.dtype)
+        phases = flat[:count].reshape(sh * sw, c, hph, wph)
+        if calls is not None:
+            calls.extend(self._fill_phases(phases, image, slice(None)))
+        return phases
+
+    def _fill_phases(self, phases, image, ch) -> list:
+        """The copies of image's channels ``ch`` into the interiors of their phases."""
+        g = self.g
+        h, wd = image.shape[1:]
+        (sh, sw) = g.strides
+        hph, wph = phases.shape[2:]
+        calls = []
+        for a, bb in np.ndindex(sh, sw):
+            # phase row r is padded row r * sh + a, input row r * sh + a - begin
+            r0, r1 = _phase_span(a, sh, g.begin[0], h, hph)
+            t0, t1 = _phase_span(bb, sw, g.begin[1], wd, wph)
+            if r1 <= r0 or t1 <= t0:
+                continue
+            x0, y0 = r0 * sh + a - g.begin[0], t0 * sw + bb - g.begin[1]
+            source = image[ch, x0 : x0 + sh * (r1 - r0 - 1) + 1 : sh, y0 : y0 + sw * (t1 - t0 - 1) + 1 : sw]
+            calls.append(functools.partial(np.copyto, phases[a * sw + bb, ch, r0:r1, t0:t1], source))
+        return calls
+
+    def _tap_offsets(self, wph: int) -> list:
+        """(flat offset in its phase's channel, phase) of each tap, in the weights' order."""
+        g = self.g
+        (sh, sw), (dh, dw) = g.strides, g.dilations
+        return [
+            ((ki * dh // sh) * wph + kj * dw // sw, (ki * dh % sh) * sw + kj * dw % sw)
+            for ki, kj in np.ndindex(*g.kernel)
+        ]
+
+    def _phase_rows(self, phases):
+        """phases as (phase, C, Hph * Wph + Wph): each channel's rows and the slack after them."""
+        p, c, hph, wph = phases.shape
+        step = phases.itemsize
+        return as_strided(phases, (p, c, hph * wph + wph), (c * hph * wph * step, hph * wph * step, step))
+
+    def _phase_taps(self, phases) -> list:
+        """Each tap's windows (C, OH, OW) as a view of its phase, in the weights' order."""
+        g = self.g
+        oh, ow = g.out
+        wph = phases.shape[-1]
+        taps = []
+        for at, phase in self._tap_offsets(wph):
+            r, t = divmod(at, wph)
+            taps.append(phases[phase, :, r : r + oh, t : t + ow])
+        return taps
+
+
+def _weights_as(view, calls: list) -> np.ndarray:
+    """A C-contiguous copy of a view of the weights. Constants are read-only and are copied once;
+    weights that may change between runs (computed by the graph) are copied again by the first
+    of ``calls``, which this appends to."""
+    copy = np.ascontiguousarray(view)
+    if view.flags.writeable:
+        calls.append(functools.partial(np.copyto, copy, view))
+    return copy
+
+
+def _phase_span(a: int, s: int, begin: int, size: int, count: int) -> tuple[int, int]:
+    """The phase positions [r0, r1) whose padded index r * s + a falls inside the input."""
+    r0 = max(0, -(-(begin - a) // s))
+    r1 = min(count, (size - 1 + begin - a) // s + 1)
+    return r0, r1
+
+
+class _Buffers:
+    """Scratch arrays by (role, shape, dtype, fill), filled when made: convolutions of the same padded
+    geometry share their padding buffer (only its interior is ever written), and all share their
+    accumulators. One instance per thread for kernels and unbound calls (``_thread_buffers``), one
+    per arena set for bound calls (``_arena_buffers``): the runs of one set never overlap."""
+
+    __slots__ = ("__weakref__", "arrays", "nbytes")
+
+    def __init__(self):
+        self.arrays: dict[tuple, np.ndarray] = {}
+        self.nbytes = 0
+
+    def get(self, role: tuple, shape: tuple, dtype, fill=0) -> np.ndarray:
+        key = (role, tuple(shape), np.dtype(dtype), fill)
+        array = self.arrays.get(key)
+        if array is None:
+            if self.nbytes > SCRATCH_BYTES:  # many geometries: start again rather than hold them all
+                self.arrays.clear()
+                self.nbytes = 0
+            array = self.arrays[key] = np.full(shape, fill, dtype)
+            self.nbytes += array.nbytes
+        return array
+
+
+def _thread_buffers() -> _Buffers:
+    buffers = getattr(_SCRATCH, "conv", None)
+    if buffers is None:
+        buffers = _SCRATCH.conv = _Buffers()
+    return buffers
+
+
+_ARENA_BUFFERS: dict[int, _Buffers] = {}
+_ARENA_LOCK = threading.Lock()
+
+
+def _arena_buffers(out: np.ndarray) -> _Buffers:
+    """The buffers of the arena set that ``out`` lies in (the array at the end of its bases),
+    dropped with it."""
+    root = out
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    with _ARENA_LOCK:
+        buffers = _ARENA_BUFFERS.get(id(root))
+        if buffers is None:
+            buffers = _ARENA_BUFFERS[id(root)] = _Buffers()
+            weakref.finalize(root, _ARENA_BUFFERS.pop, id(root), None)
+    return buffers
+
+
+def _run_calls(calls: tuple) -> None:
+    for call in calls:
+        call()
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(x_shape, w_shape, dtype, g: _Geom, group: int) -> _ConvPlan:
+    return _ConvPlan(x_shape, w_shape, dtype, g, group)
+
+
+def _planned_conv(x, w, b, g: _Geom, group: int, dest=None):
+    """The 2-D convolution of x with w (plus b) by its plan, into ``dest`` when given."""
+    plan = _plan(x.shape, w.shape, x.dtype, g, group)
+    out = dest if dest is not None else np.empty(plan.out_shape, x.dtype)
+    _run_calls(plan.calls(out, np.ascontiguousarray(x), np.ascontiguousarray(w), b, _thread_buffers()))
     return out
 
 
-def _conv(op, x, w, auto_pad, dilations, group, kernel_shape, pads, strides, ctx=None):
+class _ConvCall:
+    """The prepared call of a 2-D float Conv whose shapes are static: its plan's calls, made once
+    per arena set when bound. Called unbound (its input the result of a kernel), it keeps the
+    calls it made for the last arrays it got: a method stores kernel results in the same arena
+    views at every run, so they are made once there too (ShuffleNet's convs after Slice and
+    Reshape: 56 of them took 2-3 ms a run to make their calls)."""
+
+    __slots__ = ("last", "plan")
+
+    def __init__(self, plan: _ConvPlan):
+        self.plan = plan
+        self.last = None  # (out, x, w, b, calls): one tuple, replaced whole (threads)
+
+    def _check(self, out, x, w, b) -> None:
+        plan = self.plan
+        if x.shape != plan.x_shape or w.shape != plan.w_shape or out.shape != plan.out_shape:
+            raise TypeError("not the declared shapes")
+        if x.dtype != plan.dtype or w.dtype != plan.dtype or (b is not None and b.dtype != plan.dtype):
+            raise TypeError("not the declared types")
+        if b is not None and b.shape != (plan.w_shape[0],):
+            raise TypeError("not the declared bias shape")
+
+    def __call__(self, out, x, w, b=None):
+        last = self.last
+        if last is None or last[0] is not out or last[1] is not x or last[2] is not w or last[3] is not b:
+            self._check(out, x, w, b)
+            # the arena set's buffers: another thread may run this set later, never two at once
+            last = self.last = (out, x, w, b, tuple(self.plan.calls(out, x, w, b, _arena_buffers(out))))
+        _run_calls(last[4])
+
+    def bind(self, out, x, w, b=None):
+        self._check(out, x, w, b)
+        return functools.partial(_run_calls, tuple(self.plan.calls(out, x, w, b, _arena_buffers(out))))
+
+
+@prepared("Conv")
+def _conv_prepared(attrs, inputs, output):
+    """A _ConvCall for a 2-D Conv of float32 or float64 whose inputs and output are all of one
+    type and of static shapes; None otherwise (the kernel runs it)."""
+    if len(inputs) not in (2, 3) or any(spec is None for spec in inputs) or output is None:
+        return None
+    (dtype, x_shape), (w_dtype, w_shape) = inputs[:2]
+    if dtype not in (np.float32, np.float64) or len(x_shape) != 4 or len(w_shape) != 4:
+        return None
+    if w_dtype != dtype or output[0] != dtype or (len(inputs) == 3 and inputs[2][0] != dtype):
+        return None
+    try:
+        g = _geometry(
+            "Conv",
+            x_shape,
+            attrs["kernel_shape"] or w_shape[2:],
+            attrs["auto_pad"],
+            attrs["dilations"],
+            attrs["pads"],
+            attrs["strides"],
+        )
+        plan = _ConvPlan(x_shape, w_shape, dtype, g, attrs["group"])
+    except (ShapeError, ValueError, TypeError):
+        return None
+    if plan.out_shape != tuple(output[1]) or (len(inputs) == 3 and tuple(inputs[2][1]) != (w_shape[0],)):
+        return None
+    return _ConvCall(plan)
+
+
+def _conv(op, x, w, auto_pad, dilations, group, kernel_shape, pads, strides, ctx=None, b=None):
+    """Conv's sums of x with w plus the bias b (or None): by a plan (``_ConvPlan``) in 2-D when x
+    and w are both float32 or both float64, by ``_conv_product`` otherwise."""
     g = _geometry(op, x.shape, kernel_shape or w.shape[2:], auto_pad, dilations, pads, strides)
     dest = None if ctx is None else out_for(ctx, 0, x.shape[:1] + w.shape[:1] + g.out, x.dtype)
-    return _conv_product(x, w, g, group, dest)
+    if x.ndim == 4 and w.ndim == 4 and x.dtype == w.dtype and x.dtype in (np.float32, np.float64):
+        bias = None if b is None else np.ascontiguousarray(b, x.dtype).reshape(-1)
+        return _planned_conv(x, w, bias, g, group, dest)
+    y = _conv_product(x, w, g, group, dest)
+    if b is not None:
+        y += _channel_bias(b, x.ndim - 2)
+    return y
 
 
 @kernel("Conv")
 def conv(ctx, X, W, B=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
-    y = _conv("Conv", widened(X), widened(W), auto_pad, dilations, group, kernel_shape, pads, strides, ctx)
-    if B is not None:
-        y += _channel_bias(B, X.ndim - 2)
+    b = None if B is None else widened(B)
+    y = _conv("Conv", widened(X), widened(W), auto_pad, dilations, group, kernel_shape, pads, strides, ctx, b)
     return y.astype(X.dtype, copy=False)
 
 
@@ -698,6 +1083,34 @@ def _max_indices(first, g: _Geom, shape, storage_order: int):
     return image * prod(size) + flat
 
 
+def _pool_calls(out, x, g: _Geom, ufunc, fill, buffers) -> list:
+    """A 2-D pool of C-contiguous x into out as numpy calls with fixed operands: ``ufunc``
+    (maximum, or add for the sums of AveragePool) folded over each window one spatial axis after
+    the other (as ``_fold_axes``: for 3 x 3, 2 + 2 whole views, not 8). The padding is a buffer
+    whose border holds ``fill``, filled when made (``_Buffers``)."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = g.kernel, g.strides, g.dilations, g.out
+    calls = []
+    xp = x
+    if any(g.begin) or any(g.end) or np.may_share_memory(out, x):
+        shape = (n, c, h + g.begin[0] + g.end[0], w + g.begin[1] + g.end[1])
+        xp = buffers.get(("pool", g.begin, g.end), shape, x.dtype, fill)
+        interior = xp[:, :, g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + w]
+        calls.append(functools.partial(np.copyto, interior, x))
+    rows = buffers.get(("pool rows",), (n, c, oh, xp.shape[3]), x.dtype)
+    for taps, acc in (
+        ([xp[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh] for i in range(kh)], rows),
+        ([rows[..., j * dw : j * dw + sw * (ow - 1) + 1 : sw] for j in range(kw)], out),
+    ):
+        if len(taps) == 1:
+            calls.append(functools.partial(np.copyto, acc, taps[0]))
+            continue
+        # out= as a keyword: numpy 2.4 deprecates maximum's positional output
+        calls.append(functools.partial(ufunc, taps[0], taps[1], out=acc))
+        calls.extend(functools.partial(ufunc, acc, tap, out=acc) for tap in taps[2:])
+    return calls
+
+
 @kernel("MaxPool")
 def max_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
     if storage_order not in (0, 1):
@@ -705,7 +1118,15 @@ def max_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     x = X if X.dtype.kind in "fiu" else widened(X)
     g = _geometry("MaxPool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
     out = out_for(ctx, 0, x.shape[:2] + g.out, x.dtype)
-    y = _fold_windows(x, g, np.maximum, _lowest(x.dtype), out).astype(X.dtype, copy=False)
+    if x.ndim == 4 and x.dtype in (np.float32, np.float64):  # as the prepared call computes it
+        if out is None:
+            out = np.empty(x.shape[:2] + g.out, x.dtype)
+        _run_calls(
+            _pool_calls(out, np.ascontiguousarray(x), g, np.maximum, _lowest(x.dtype), _thread_buffers())
+        )
+        y = out
+    else:
+        y = _fold_windows(x, g, np.maximum, _lowest(x.dtype), out).astype(X.dtype, copy=False)
     if not ctx.output_wanted(1):
         return y
     win = _windows(x, g, _lowest(x.dtype))
@@ -731,7 +1152,11 @@ def average_pool(ctx, X, *, auto_pad, ceil_mode, count_include_pad, dilations, k
     x = widened(X)
     g = _geometry("AveragePool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
     out = out_for(ctx, 0, x.shape[:2] + g.out, x.dtype)
-    sums = _fold_windows(x, g, np.add, 0, out)
+    if x.ndim == 4 and x.dtype in (np.float32, np.float64):
+        sums = out if out is not None else np.empty(x.shape[:2] + g.out, x.dtype)
+        _run_calls(_pool_calls(sums, np.ascontiguousarray(x), g, np.add, 0, _thread_buffers()))
+    else:
+        sums = _fold_windows(x, g, np.add, 0, out)
     pad_end = None
     if count_include_pad:
         # Padding that ceil_mode adds beyond the explicit pads never counts.
@@ -752,11 +1177,61 @@ def _spatial_axes(X) -> tuple:
     return tuple(range(2, X.ndim))
 
 
+def _global_average_passes(out, x):
+    """GlobalAveragePool of C-contiguous x into out: a sum over each channel's pixels (numpy's
+    pairwise sum), then one division; 2 numpy calls however small the map (squeeze-excite
+    blocks pool 7 x 7 to 28 x 28 maps of 16-576 channels)."""
+    n, c = x.shape[:2]
+    sums = out.reshape(n, c)
+    rows = x.reshape(n, c, -1)
+    count = out.dtype.type(rows.shape[2])
+
+    def run():
+        np.add.reduce(rows, 2, None, sums)
+        np.divide(sums, count, sums)
+
+    return run
+
+
 @kernel("GlobalAveragePool")
 def global_average_pool(ctx, X):
-    x = widened(X)
-    out = out_for(ctx, 0, x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)
-    return x.mean(axis=_spatial_axes(X), keepdims=True, out=out).astype(X.dtype, copy=False)
+    x = np.ascontiguousarray(widened(X))
+    shape = x.shape[:2] + (1,) * (x.ndim - 2)
+    out = out_for(ctx, 0, shape, x.dtype)
+    if out is None or np.may_share_memory(out, x):
+        out = np.empty(shape, x.dtype)
+    _global_average_passes(out, x)()
+    return out.astype(X.dtype, copy=False)
+
+
+class _GlobalAverageCall:
+    __slots__ = ()
+
+    def __call__(self, out, x):
+        if x.dtype != out.dtype or x.shape[:2] != out.shape[:2] or np.may_share_memory(out, x):
+            raise TypeError("not the declared type")  # (or out in x's memory: the kernel copes)
+        _global_average_passes(out, x)()
+
+    def bind(self, out, x):
+        if np.may_share_memory(out, x):
+            return functools.partial(_by_copy, out, x)
+        return _global_average_passes(out, x)
+
+
+def _by_copy(out, x):
+    _global_average_passes(out, x.copy())()
+
+
+@prepared("GlobalAveragePool")
+def _global_average_prepared(attrs, inputs, output):
+    if len(inputs) != 1 or inputs[0] is None or output is None:
+        return None
+    (dtype, shape), (out_dtype, out_shape) = inputs[0], output
+    if dtype not in (np.float32, np.float64) or out_dtype != dtype or len(shape) < 3:
+        return None
+    if tuple(out_shape) != tuple(shape[:2]) + (1,) * (len(shape) - 2):
+        return None
+    return _GlobalAverageCall()
 
 
 @kernel("GlobalMaxPool")

@@ -45,9 +45,10 @@ def _stays_on_cpu(program) -> bool:
     return all(op.op_type != "Delegate" for op in lowered.main.body.operations)
 
 
-# (X shape, W shape, attributes, bias, the kernels the strategy picks)
+# (X shape, W shape, attributes, bias, the kernels the strategy picks on a GPU; a CPU device
+# runs direct only depthwise convs, and im2col_packed for im2col)
 CONV_CASES = [
-    # direct: few products per output (C/G * prod(kernel) < 64)
+    # direct on a GPU: few products per output (C/G * prod(kernel) < 64)
     ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}, True, {"conv_direct"}),
     (
         (2, 4, 9, 7),
@@ -103,21 +104,42 @@ CONV_CASES = [
 ]
 
 
+@pytest.fixture(params=["cpu", "gpu"])
+def device_kind(request, monkeypatch):
+    """The kernels made for this kind of device, whatever PoCL's device is: a CPU device writes
+    im2col's columns straight into the packed GEMM's panels (``im2col_packed``)."""
+    from offload.delegates.opencl import runtime as cl_runtime
+
+    original = cl_runtime.PlanBuilder.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.device_kind = request.param
+
+    monkeypatch.setattr(cl_runtime.PlanBuilder, "__init__", init)
+    return request.param
+
+
 @pytest.mark.parametrize("xs,ws,attrs,bias,kernels", CONV_CASES)
-def test_conv(xs, ws, attrs, bias, kernels, tmp_path):
+def test_conv(xs, ws, attrs, bias, kernels, device_kind, tmp_path):
     p = _conv_model("Conv", xs, ws, attrs, bias)
     check(p, {"x": _halves(xs)}, tmp_path, **EXACT)
+    if device_kind == "cpu" and ws[1] > 1 and "conv_direct" in kernels:
+        kernels = {"im2col", "gemm"} | ({"add_bias"} if bias and attrs.get("group", 1) > 1 else set())
+    if device_kind == "cpu":
+        rename = {"im2col": "im2col_packed", "conv_direct": "conv_depthwise_rows"}
+        kernels = {rename.get(k, k) for k in kernels}
     assert set(_launched(p)) == kernels
 
 
-def test_conv_weights_as_an_input(tmp_path):
+def test_conv_weights_as_an_input(device_kind, tmp_path):
     """The ONNX backend tests feed W as a graph input: the GEMM path must not need its values."""
     xs, ws = (2, 8, 6, 6), (4, 8, 3, 3)
     p = _conv_model("Conv", xs, ws, {"pads": [1, 1, 1, 1]}, True, weight_input=True)
     check(p, {"x": _halves(xs), "w": _halves(ws)}, tmp_path, **EXACT)
 
 
-def test_conv_random_values(tmp_path):
+def test_conv_random_values(device_kind, tmp_path):
     xs, ws = (1, 32, 9, 9), (16, 32, 3, 3)
     w, bias = RNG.standard_normal(ws).astype(np.float32), RNG.standard_normal(16).astype(np.float32)
     p = model(

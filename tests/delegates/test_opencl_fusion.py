@@ -166,3 +166,15 @@ def test_concat_with_constant_and_transpose_then_fused(tmp_path):
     ]
     p = model(nodes, [("x", [4, 3])], ["y"], [("c", c)])
     check(p, {"x": _x((4, 3))}, tmp_path, whole=True)
+
+
+def test_collapsed_dims_index_leaves_flat_scalar_or_by_table():
+    """Dims that every leaf steps through as one merge; a leaf laid out as the output reads at the
+    work-item's own index, a one-element leaf at 0, a broadcast one through its strides."""
+    from offload.delegates.gpu.ops.elementwise import collapse
+
+    # x + per-channel bias + scalar over N x C x H x W: (C, H*W) once merged
+    shape, strides, kinds = collapse((1, 64, 7, 7), [[0, 49, 7, 1], [0, 1, 0, 0], [0, 0, 0, 0]])
+    assert (shape, strides, kinds) == ([64, 49], [[49, 1], [1, 0], [0, 0]], ("flat", "table", "scalar"))
+    # a transposed leaf merges nothing
+    assert collapse((2, 3, 4), [[1, 2, 6]]) == ([2, 3, 4], [[1, 2, 6]], ("table",))

@@ -34,6 +34,11 @@ CASES = {
         [("a", [19, 80])],
         [("b", _f((72, 19))), ("c", _f((72,)))],
     ),
+    "fully connected at batch 1": (
+        [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1)],
+        [("a", [1, 300])],
+        [("b", _f((50, 300))), ("c", _f((50,)))],
+    ),
     "gemm column bias": (
         [helper.make_node("Gemm", ["a", "b", "c"], ["y"])],
         [("a", [3, 40])],
@@ -68,6 +73,16 @@ def test_variants_agree_bit_for_bit(case, tmp_path, monkeypatch):
 class _Shape:
     max_local_size = 256
     tuning = "none"
+
+    def const(self, v):
+        return None
+
+
+class _ConstantB(_Shape):
+    """A builder whose value 1 (the B of the calls below) is a weight."""
+
+    def const(self, v):
+        return np.zeros(1, np.float32) if v == 1 else None
 
 
 @pytest.mark.parametrize(
@@ -107,6 +122,47 @@ def test_a_cpu_device_gets_the_packed_kernel(mnk, variant):
     cpu.device_kind = "cpu"
     assert linalg.variant_for(cpu, g) == variant
     assert linalg.VARIANTS[linalg.variant_for(_Shape(), g)][0] != "gemm_packed"  # a GPU never does
+
+
+def test_a_cpu_device_runs_a_row_times_a_constant_as_a_gemv():
+    cpu, constant = _Shape(), _ConstantB()
+    cpu.device_kind = constant.device_kind = "cpu"
+    g = linalg.GemmCall(1, 4096, 9216, 0, 0, 9216, 1, 1, 0, 1, 9216, 2, 0)
+    assert linalg.variant_for(constant, g) == "packed1"
+    assert linalg.variant_for(cpu, g) == "naive"  # B computed: packing it each run would not pay
+    assert linalg.variant_for(constant, linalg.GemmCall(1, 8, 64, 0, 0, 64, 1, 1, 0, 8, 1, 2, 0)) == "naive"
+
+
+def test_constant_operands_are_packed_once_at_init(tmp_path):
+    """A constant A or B reaches the packed kernel as panels packed on the host at init: no
+    pack launch runs for it."""
+    from offload.delegates.opencl import runtime as cl_runtime
+
+    from .opencl_support import plan_and_handle, specialized
+
+    p = model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", [16, 24])], ["y"], [("b", _f((24, 32)))]
+    )
+    _, handle = plan_and_handle(p)
+    names = [launch.kernel.function_name for launch in specialized(handle).launches]
+    cl_runtime.OpenCLRuntime().destroy(handle)
+    if handle.device.device.type & cl_runtime.cl.device_type.CPU:
+        assert names == ["gemm_pack_a", "gemm_packed"]
+
+
+def test_host_packing_matches_the_pack_kernels():
+    a, bm = _f((7, 5)), _f((5, 20))
+    ap, bp = linalg.pack_a(a, 6), linalg.pack_b(bm)
+    for p in range(2):
+        for k in range(5):
+            for i in range(6):
+                want = a[p * 6 + i, k] if p * 6 + i < 7 else 0.0
+                assert ap[(p * 5 + k) * 6 + i] == want
+    for q in range(2):
+        for k in range(5):
+            for j in range(16):
+                want = bm[k, q * 16 + j] if q * 16 + j < 20 else 0.0
+                assert bp[(q * 5 + k) * 16 + j] == want
 
 
 def test_the_opencl_builder_says_what_kind_its_device_is(tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ import offload
 from offload import runtime
 from offload.emit import memory_plan as mp
 from offload.emit import summarize
+from offload.emit.plan import RESHAPES, WRITES_OVER
 from offload.schemas import pte
 
 vi = helper.make_tensor_value_info
@@ -52,10 +53,36 @@ def test_best_fit_reuses_the_smallest_gap_that_holds_a_tensor():
     assert all(o % 16 == 0 for o in offsets.values())
 
 
+def test_an_output_takes_the_place_of_an_input_read_for_the_last_time():
+    # 0: a = f(x); 1: b = relu(a); 2: c = g(b)
+    accesses = [([9], [1]), ([1], [2]), ([2], [3])]
+    p = mp.plan({1: 64, 2: 64, 3: 64}, accesses, loops=[], live_out=[3], overwrites=[(1, 2, 1)])
+    assert p.offsets[1] == p.offsets[2] and p.offsets[3] != p.offsets[2]
+    assert p.arena_size == 128
+
+
+def test_no_overwrite_of_an_input_read_later_or_of_another_size():
+    # 0: a = f(x); 1: b = relu(a); 2: c = g(b, a): a is still read at 2
+    accesses = [([9], [1]), ([1], [2]), ([2, 1], [3])]
+    p = mp.plan({1: 64, 2: 64, 3: 64}, accesses, loops=[], live_out=[3], overwrites=[(1, 2, 1)])
+    assert p.offsets[1] != p.offsets[2]
+    accesses = [([9], [1]), ([1], [2]), ([2], [3])]
+    p = mp.plan({1: 64, 2: 32, 3: 64}, accesses, loops=[], live_out=[3], overwrites=[(1, 2, 1)])
+    assert p.offsets[1] != p.offsets[2]
+
+
+def test_no_overwrite_inside_a_loop_whose_input_crosses_the_back_edge():
+    # 0: a = ...; 1: b = relu(a) in a loop 1..2 that jumps back from 2: a lives for the loop
+    accesses = [([], [1]), ([1], [2]), ([2], [])]
+    p = mp.plan({1: 64, 2: 64}, accesses, loops=[(1, 2)], overwrites=[(1, 2, 1)])
+    assert p.offsets[1] != p.offsets[2]
+
+
 def _interference(method) -> set[frozenset]:
     """Pairs of values that must not share bytes, by classic liveness over the chain's control flow:
     a value written at an instruction interferes with everything live after it and with what the
-    instruction reads."""
+    instruction reads, except an elementwise op's input of the output's type that is dead after
+    it (``WRITES_OVER``: the op may write over it)."""
     steps = method.instructions
     n = len(steps)
     live_in = [set() for _ in range(n)] + [{int(i) for i in method.plan.outputs}]  # [n]: after the chain
@@ -71,13 +98,27 @@ def _interference(method) -> set[frozenset]:
             new = set(steps[pc].reads) | (live_out(pc) - set(steps[pc].writes))
             if new != live_in[pc]:
                 live_in[pc], changed = new, True
+    planned = method.planned
     pairs = set()
     for pc, st in enumerate(steps):
+        after = live_out(pc)
+        over = {
+            st.reads[k]
+            for k in WRITES_OVER.get(st.name, ())
+            if k < len(st.reads) and len(st.writes) == 1 and st.reads[k] not in after
+        }
         for w in st.writes:
-            for v in live_out(pc) | set(st.reads) | set(st.writes):
-                if v != w:
-                    pairs.add(frozenset((v, w)))
+            for v in after | set(st.reads) | set(st.writes):
+                if v == w or (
+                    v in over and v in planned and w in planned and _same(planned[v], planned[w], st.name)
+                ):
+                    continue
+                pairs.add(frozenset((v, w)))
     return pairs
+
+
+def _same(a: np.ndarray, b: np.ndarray, op: str) -> bool:
+    return a.dtype == b.dtype and (a.size == b.size if op in RESHAPES else a.shape == b.shape)
 
 
 def _assert_no_live_overlap(module) -> int:

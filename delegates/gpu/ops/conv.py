@@ -7,10 +7,12 @@ Every conv runs as a 3-D one (missing leading spatial dims have size 1, kernel 1
   per group): a GEMM per channel would have one row.
 - ``gemm`` when the kernel is all ones with stride 1 and no padding: one image of one group is
   already the GEMM's [C/G, spatial] operand, so the conv is one GEMM per (image, group).
-- ``direct`` when each output sums fewer than ``DIRECT_MAX_K`` = C/G * prod(kernel) products:
-  the GEMM's K loop is then one to three tiles, and im2col's extra pass over memory dominates.
+- ``direct`` when each output sums fewer than ``DIRECT_MAX_K[kind]`` = C/G * prod(kernel)
+  products, by the device's kind: on a GPU the GEMM's K loop is then one to three tiles, and
+  im2col's extra pass over memory dominates. On a CPU device never (see below).
 - ``im2col`` otherwise: per (image, group) ``im2col.cl`` writes the column matrix
-  [C/G * prod(kernel), prod(output spatial)] into a step scratch buffer, then one GEMM.
+  [C/G * prod(kernel), prod(output spatial)] into a step scratch buffer, then one GEMM. On a CPU
+  device ``im2col_packed`` writes it straight in the packed GEMM's panel layout (one pass).
 
 On PoCL (2 CPU cores, median of 5 runs): 3x3 64→64 on 56x56 direct 325 ms, im2col+GEMM 331 ms;
 1x1 256→64 on 56x56 direct 688 ms, GEMM 105 ms; depthwise 3x3 on 32x112x112 direct 28 ms,
@@ -38,8 +40,9 @@ from . import linalg
 
 _F32 = frozenset({DataType.FLOAT})
 _AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
-# Below this many products per output (C/G * prod(kernel)) a conv runs direct (module docstring).
-DIRECT_MAX_K = 64
+# Below this many products per output (C/G * prod(kernel)) a conv runs direct, by device kind
+# (module docstring).
+DIRECT_MAX_K = {"gpu": 64, "cpu": 0}
 
 CAPS = {
     "Conv": OpCapability(_F32, max_rank=5, attributes={"auto_pad": _AUTO_PAD}),
@@ -96,13 +99,13 @@ def _as3(xs: list[int], fill: int) -> list[int]:
     return [fill] * (3 - len(xs)) + list(xs)
 
 
-def _strategy(cg: int, ks, strides, begin, end) -> str:
+def _strategy(cg: int, ks, strides, begin, end, kind: str = "gpu") -> str:
     """How a Conv runs, "direct", "gemm" or "im2col", by the rule of the module docstring."""
     if cg == 1:
         return "direct"
     if all(k == 1 for k in ks) and all(s == 1 for s in strides) and not any(begin) and not any(end):
         return "gemm"
-    return "direct" if cg * math.prod(ks) < DIRECT_MAX_K else "im2col"
+    return "direct" if cg * math.prod(ks) < DIRECT_MAX_K[kind] else "im2col"
 
 
 def _conv(b: Builder, step: dict) -> None:
@@ -120,27 +123,37 @@ def _conv(b: Builder, step: dict) -> None:
     i32 = np.int32
     geo = [i32(v) for v in (*_as3(ins, 1), *_as3(ks, 1), *_as3(outs, 1))]
     geo += [i32(v) for v in (*_as3(strides, 1), *_as3(begin, 0), *_as3(dils, 1))]
-    how = _strategy(cg, ks, strides, begin, end)
+    blas = getattr(b, "gemm", None)
+    kind = "cpu" if blas is None and getattr(b, "device_kind", "gpu") == "cpu" else "gpu"
+    how = _strategy(cg, ks, strides, begin, end, kind)
     if how == "direct":
         args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(bias is not None)]
         args += [i32(N), i32(C), i32(M), i32(G), *geo]
-        b.launch(
-            b.program(source("conv.cl"), float_options(b)),
-            "conv_direct",
-            (N * M * math.prod(outs),),
-            None,
-            args,
-        )
+        program = b.program(source("conv.cl"), float_options(b))
+        if kind == "cpu":  # depthwise, the only direct conv on a CPU device
+            b.launch(program, "conv_depthwise_rows", (N * M * math.prod(outs[:-1]),), None, args)
+        else:
+            b.launch(program, "conv_direct", (N * M * math.prod(outs),), None, args)
         return
-    run = getattr(b, "gemm", None) or (lambda g: linalg.gemm_kernel(b, g))
+    run = blas or (lambda g: linalg.gemm_kernel(b, g))
     mg, K, P, IP = M // G, cg * math.prod(ks), math.prod(outs), math.prod(ins)
     gemm_bias = bias if G == 1 else None
-    cols = Scratch((2 if fp16(b) else 4) * K * P, "im2col")  # float32 columns, stored as stype
+    # on a CPU device the columns go straight into the packed GEMM's B panels (one pass)
+    packed = how == "im2col" and kind == "cpu"
+    if packed:
+        cols = Scratch(4 * -(-P // 16) * 16 * K, "im2col")
+    else:
+        cols = Scratch((2 if fp16(b) else 4) * K * P, "im2col")  # float32 columns, stored as stype
     for n in range(N):
         for g in range(G):
             x_off = (n * C + g * cg) * IP
             if how == "gemm":
                 operand, b_off = x, x_off
+            elif packed:
+                col_args = [Buf(x), np.int64(x_off), cols, i32(cg), *geo]
+                program = b.program(source("im2col.cl"), float_options(b))
+                b.launch(program, "im2col_packed", (K, math.prod(outs[:-1])), None, col_args)
+                operand, b_off = cols, 0
             else:
                 col_args = [Buf(x), np.int64(x_off), cols, i32(cg), *geo]
                 b.launch(b.program(source("im2col.cl"), float_options(b)), "im2col", (K * P,), None, col_args)
@@ -148,12 +161,30 @@ def _conv(b: Builder, step: dict) -> None:
             c_off = (n * M + g * mg) * P
             run(
                 linalg.GemmCall(
-                    mg, P, K, w, g * mg * K, K, 1, operand, b_off, P, 1, out, c_off, gemm_bias, 1, 0, 1.0, 1.0
+                    mg,
+                    P,
+                    K,
+                    w,
+                    g * mg * K,
+                    K,
+                    1,
+                    operand,
+                    b_off,
+                    P,
+                    1,
+                    out,
+                    c_off,
+                    gemm_bias,
+                    1,
+                    0,
+                    1.0,
+                    1.0,
+                    b_packed=packed,
                 )
             )
     if bias is not None and G > 1:
         args = [Buf(out), Buf(bias), i32(N * M), i32(M), i32(P)]
-        b.launch(b.program(source("conv.cl"), float_options(b)), "add_bias", (N * M * P,), None, args)
+        b.launch(b.program(source("conv.cl"), float_options(b)), "add_bias", (P, N * M), None, args)
 
 
 def transpose_begin_pads(a: dict, ins, ks, outs) -> list[int]:

@@ -389,12 +389,21 @@ def _args(node: dict, j: int, leaf_dtypes: list[str], types: list[str]) -> list[
     return out
 
 
-def fused_source(nodes: list[dict], leaf_dtypes: list[str], out_dtype: str) -> str:
+def fused_source(
+    nodes: list[dict],
+    leaf_dtypes: list[str],
+    out_dtype: str,
+    layout: tuple[int, tuple[str, ...]] | None = None,
+) -> str:
     """One kernel for a tree of elementwise nodes (plan "Fused" step) over leaves of
-    ``leaf_dtypes``: leaves are loaded once, each through its own stride table, and the
-    intermediates live in registers."""
+    ``leaf_dtypes``: leaves are loaded once, and the intermediates live in registers.
+
+    ``layout`` (``collapse``): the rank of the output once merged, and how each leaf is indexed:
+    "flat" (the output's own index), "scalar" (element 0) or "table" (its stride table over that
+    many dims). Without one, every leaf reads through its table over all MAX_RANK dims."""
     if not nodes:
         raise ModelFormatError("gpu backend: a fused step without nodes")
+    rank, kinds = layout or (MAX_RANK, ("table",) * len(leaf_dtypes))
     funcs, lines, types = [], [], []
     for j, node in enumerate(nodes):
         args = _args(node, j, leaf_dtypes, types)
@@ -412,27 +421,55 @@ def fused_source(nodes: list[dict], leaf_dtypes: list[str], out_dtype: str) -> s
         raise ModelFormatError(f"gpu backend: fused tree gives {types[-1]}, its output is {out_dtype}")
     n = len(leaf_dtypes)
     params = "".join(f", __global const {_buffer(t)}* a{i}" for i, t in enumerate(leaf_dtypes))
-    offs = " ".join(f"int o{i} = 0;" for i in range(n))
-    steps = " ".join(f"o{i} += j * meta[{MAX_RANK * (i + 1)} + d];" for i in range(n))
+    table = [i for i in range(n) if kinds[i] == "table"]
+    index = {i: "gid" if kinds[i] == "flat" else "0" if kinds[i] == "scalar" else f"o{i}" for i in range(n)}
     loads = " ".join(
-        f"const {ctype(t)} x{i} = {_load(t, f'a{i}', f'o{i}')};" for i, t in enumerate(leaf_dtypes)
+        f"const {ctype(t)} x{i} = {_load(t, f'a{i}', index[i])};" for i, t in enumerate(leaf_dtypes)
     )
     store = f"STOREF(out, gid, t{len(nodes) - 1});" if out_dtype == F32 else f"out[gid] = t{len(nodes) - 1};"
     nl = "\n    "
+    walk = ""
+    if table:
+        offs = " ".join(f"int o{i} = 0;" for i in table)
+        steps = " ".join(f"o{i} += j * meta[{MAX_RANK * (i + 1)} + d];" for i in table)
+        walk = f"""
+    int rem = gid; {offs}
+    for (int d = {MAX_RANK - 1}; d >= {MAX_RANK - rank}; --d) {{
+        const int s = meta[d]; const int j = rem % s; rem /= s; {steps}
+    }}"""
     return f"""{common()}// generated: fused {"+".join(nd["type"] for nd in nodes)}
 {chr(10).join(funcs)}
 __kernel void ew(__global {_buffer(out_dtype)}* out{params}, __global const int* meta, const int n) {{
     const int gid = get_global_id(0);
-    if (gid >= n) return;
-    int rem = gid; {offs}
-    for (int d = {MAX_RANK - 1}; d >= 0; --d) {{
-        const int s = meta[d]; const int j = rem % s; rem /= s; {steps}
-    }}
+    if (gid >= n) return;{walk}
     {loads}
     {nl.join(lines)}
     {store}
 }}
 """
+
+
+def collapse(shape: tuple, strides: list[list[int]]) -> tuple[list[int], list[list[int]], tuple[str, ...]]:
+    """The output ``shape`` and each leaf's element ``strides`` over it with size-1 dims dropped
+    and neighbouring dims merged where every leaf steps through them as one (a leaf's stride of
+    the outer dim is its inner stride times the inner size), and how each leaf is then indexed
+    ("flat": as the output, "scalar": one element, "table": through its strides). A Relu, or an
+    Add of two same-shape tensors, is then one flat index per work-item instead of six divisions
+    and remainders (DenseNet-121's 121 Relu launches: 387 ms on PoCL, 2 cores)."""
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    merged: list[int] = []
+    groups: list[list[int]] = []
+    for d in dims:
+        if groups and all(s[groups[-1][-1]] == s[d] * shape[d] for s in strides):
+            merged[-1] *= shape[d]
+            groups[-1].append(d)
+        else:
+            merged.append(shape[d])
+            groups.append([d])
+    leaf = [[s[g[-1]] for g in groups] for s in strides]
+    flat = broadcast_strides(merged, merged)
+    kinds = tuple("flat" if s == flat else "scalar" if not any(s) else "table" for s in leaf)
+    return merged, leaf, kinds
 
 
 def _buffer(dtype: str) -> str:
@@ -465,10 +502,12 @@ def launch_fused(b: Builder, step: dict) -> None:
     ins, (out,) = step["inputs"], step["outputs"]
     out_shape = b.shape(out)
     n = math.prod(out_shape)
-    meta = pad(out_shape, 1)
-    for i in ins:
-        meta += pad(broadcast_strides(b.shape(i), out_shape), 0)
-    source = fused_source(step["nodes"], [b.dtype(i).name for i in ins], b.dtype(out).name)
+    shape, strides, kinds = collapse(out_shape, [broadcast_strides(b.shape(i), out_shape) for i in ins])
+    meta = pad(shape, 1)
+    for s in strides:
+        meta += pad(s, 0)
+    layout = (len(shape), kinds)
+    source = fused_source(step["nodes"], [b.dtype(i).name for i in ins], b.dtype(out).name, layout)
     program = b.program(source, float_options(b))
     b.launch(program, "ew", (n,), None, [Buf(out), *(Buf(i) for i in ins), Ints(tuple(meta)), np.int32(n)])
 

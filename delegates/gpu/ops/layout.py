@@ -86,13 +86,28 @@ CHECKS = {
 }
 
 
-def _options(b: Builder, v: int) -> str:
-    return options(b, f"-DT={move_ctype(b, v)}")  # bits moved as stored (half as ushort under fp16)
+def _options(b: Builder, v: int, *more: str) -> str:
+    return options(b, f"-DT={move_ctype(b, v)}", *more)  # bits moved as stored (half as ushort under fp16)
 
 
 def _strides(shape) -> list[int]:
     """Row-major element strides of ``shape``."""
     return [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+
+
+def merged_axes(shape: list[int], strides: list[int], wrap: list[int]) -> tuple[list, list, list]:
+    """A strided copy's axes with those of size 1 dropped and neighbours merged where the input
+    is read along them as along one axis (outer stride = inner stride x inner size) and neither
+    wraps: ShuffleNet's channel shuffle [1, g, C/g, H, W] -> [1, C/g, g, H, W] is a 3-axis copy.
+    On PoCL (2 cores) its 16 Transposes took 50 ms through six 64-bit divisions per element."""
+    axes = [(n, s, w) for n, s, w in zip(shape, strides, wrap) if n != 1]
+    out: list[list[int]] = []
+    for n, s, w in axes:
+        if out and out[-1][2] == out[-1][0] and w == n and out[-1][1] == s * n:
+            out[-1] = [out[-1][0] * n, s, out[-1][0] * n]
+        else:
+            out.append([n, s, w])
+    return [a[0] for a in out], [a[1] for a in out], [a[2] for a in out]
 
 
 def strided_copy(b: Builder, x: int, out: int, shape, strides, wrap=None, offset: int = 0) -> None:
@@ -103,11 +118,15 @@ def strided_copy(b: Builder, x: int, out: int, shape, strides, wrap=None, offset
     # An axis of size 1 reads index 0 only: its stride may be anything, so 0 keeps it in int32.
     strides = [0 if s == 1 else int(t) for s, t in zip(shape, strides)]
     wrap = shape if wrap is None else [max(int(w), 1) for w in wrap]
+    shape, strides, wrap = merged_axes(shape, strides, wrap)
     meta = pad(shape, 1) + pad(strides, 0) + pad(wrap, 1) + [int(offset)]
     if any(abs(m) > MAX_ELEMENTS for m in meta):
         raise ModelFormatError(f"gpu backend: strided copy table {meta} exceeds int32")
     n = math.prod(shape)
-    program = b.program(source("layout.cl"), _options(b, x))
+    wraps = any(w != s for w, s in zip(wrap, shape))
+    program = b.program(
+        source("layout.cl"), _options(b, x, f"-DRANK={len(shape)}", "" if wraps else "-DNO_WRAP")
+    )
     b.launch(program, "strided_copy", (n,), None, [Buf(x), Buf(out), Ints(tuple(meta)), np.int64(n)])
 
 

@@ -32,11 +32,12 @@ VARIANTS = {
     "tile32": ("gemm", 32, 1024),
     "blocked": ("gemm_blocked", 64, 256),
     "blocked8": ("gemm_blocked", 128, 256),
+    "packed1": ("gemm_packed", 1, 1),
     "packed4": ("gemm_packed", 4, 1),
     "packed6": ("gemm_packed", 6, 1),
 }
 # The variants made for a CPU device; a GPU runs the others (one work-item per group idles it).
-CPU_VARIANTS = ("packed4", "packed6")
+CPU_VARIANTS = ("packed1", "packed4", "packed6")
 
 
 def variant_for(b: Builder, g: GemmCall) -> str:
@@ -51,13 +52,15 @@ def variant_for(b: Builder, g: GemmCall) -> str:
     limit = getattr(b, "max_local_size", 256)
     cpu = getattr(b, "device_kind", "gpu") == "cpu"
     fits = [v for v, (_, _, size) in VARIANTS.items() if size <= limit and (v in CPU_VARIANTS) == cpu]
-    if cpu:
+    if cpu and not g.b_packed:
         fits.append("naive")
     if getattr(b, "tuning", "none") == "quick" and len(fits) > 1:
-        key = f"gemm:{g.M}x{g.N}x{g.K}:{g.sam},{g.sak},{g.sbk},{g.sbn}"
+        key = f"gemm:{g.M}x{g.N}x{g.K}:{g.sam},{g.sak},{g.sbk},{g.sbn}" + (":packed" if g.b_packed else "")
         return b.tuned(key, fits, lambda v: sum(b.time(*launch) for launch in _gemm_launches(b, g, v)))
     if cpu:
-        return "packed6" if min(g.M, g.N) >= 8 else "naive"
+        if g.M == 1 and (g.b_packed or (g.N >= 16 and isinstance(g.b, int) and b.const(g.b) is not None)):
+            return "packed1"
+        return "packed6" if g.b_packed or min(g.M, g.N) >= 8 else "naive"
     if g.M <= 4:
         return "naive"
     # 64 x 64 blocks pay off from about 2 blocks' worth of outputs, even when one side is below
@@ -107,6 +110,9 @@ class GemmCall:
     scn: int = 0
     alpha: float = 1.0
     beta: float = 0.0
+    # ``b`` holds B already in the packed kernels' panels (``im2col_packed``); only a packed
+    # variant runs such a call
+    b_packed: bool = False
 
 
 def calls(b: Builder, step: dict) -> list[GemmCall]:
@@ -150,22 +156,76 @@ def variant_option(variant: str) -> str:
     return options.get(kernel, "")
 
 
+def _host_operand(b: Builder, x, off: int, s0: int, s1: int, rows: int, cols: int):
+    """A function giving the [rows, cols] matrix X(r, c) = x[off + r*s0 + c*s1] of a constant
+    operand as its kernels would read it (rounded to half where the plan stores ``x`` so), or None
+    when ``x`` is computed."""
+    value = b.const(x) if isinstance(x, int) else None
+    if value is None:
+        return None
+
+    def matrix() -> np.ndarray:
+        flat = np.ascontiguousarray(value, np.float32).reshape(-1)
+        if hasattr(b, "storage") and b.storage(x) != np.float32:
+            flat = flat.astype(b.storage(x)).astype(np.float32)
+        return np.lib.stride_tricks.as_strided(flat[off:], (rows, cols), (4 * s0, 4 * s1), writeable=False)
+
+    return matrix
+
+
+def pack_a(a: np.ndarray, rm: int) -> np.ndarray:
+    """matmul.cl's gemm_pack_a on the host: Ap[(p*K + k)*RM + i] = A(p*RM + i, k), zero past M."""
+    m, k = a.shape
+    p = -(-m // rm)
+    padded = np.zeros((p * rm, k), np.float32)
+    padded[:m] = a
+    return padded.reshape(p, rm, k).transpose(0, 2, 1).ravel()
+
+
+def pack_b(bm: np.ndarray) -> np.ndarray:
+    """matmul.cl's gemm_pack_b on the host: Bp[(q*K + k)*16 + j] = B(k, q*16 + j), zero past N."""
+    k, n = bm.shape
+    q = -(-n // 16)
+    padded = np.zeros((k, q * 16), np.float32)
+    padded[:, :n] = bm
+    return padded.reshape(k, q, 16).transpose(1, 0, 2).ravel()
+
+
 def _packed_launches(b: Builder, g: GemmCall, rm: int, program) -> list[tuple]:
     """pack A, pack B, the packed kernel: the launches of ``g`` by a packed variant. The panels are
-    float32 scratch buffers of the step (zero-padded to whole panels), shared by its GEMM calls."""
+    float32 scratch buffers of the step (zero-padded to whole panels), shared by its GEMM calls.
+
+    A constant operand (a conv's weights, a fully connected layer's B) is packed once on the host
+    instead (``host_constant``: uploaded at init with the other constants), and a B the caller
+    packed already (``b_packed``: Conv's ``im2col_packed``) is read as it is. AlexNet on PoCL: its
+    three fully connected layers spent most of their time repacking B on every run."""
     i32 = np.int32
     p, q = -(-g.M // rm), -(-g.N // 16)
-    a_panels, b_panels = Scratch(4 * p * rm * g.K, "gemm_a"), Scratch(4 * q * 16 * g.K, "gemm_b")
-    pack_a = [i32(g.M), i32(g.K), _operand(g.a), i32(g.a_off), i32(g.sam), i32(g.sak), a_panels]
-    pack_b = [i32(g.N), i32(g.K), _operand(g.b), i32(g.b_off), i32(g.sbk), i32(g.sbn), b_panels]
+    launches = []
+    host = getattr(b, "host_constant", None)
+    a_host = _host_operand(b, g.a, g.a_off, g.sam, g.sak, g.M, g.K) if host else None
+    if a_host is not None:
+        key = ("gemm_a", g.a, g.a_off, g.sam, g.sak, g.M, g.K, rm)
+        a_panels = Buf(host(key, lambda: pack_a(a_host(), rm)))
+    else:
+        a_panels = Scratch(4 * p * rm * g.K, "gemm_a")
+        args = [i32(g.M), i32(g.K), _operand(g.a), i32(g.a_off), i32(g.sam), i32(g.sak), a_panels]
+        launches.append((program, "gemm_pack_a", (-(-g.K // 64), p), None, args))  # 64: PACK_K
+    b_host = None if g.b_packed or not host else _host_operand(b, g.b, g.b_off, g.sbk, g.sbn, g.K, g.N)
+    if g.b_packed:
+        b_panels = _operand(g.b)
+    elif b_host is not None:
+        key = ("gemm_b", g.b, g.b_off, g.sbk, g.sbn, g.K, g.N)
+        b_panels = Buf(host(key, lambda: pack_b(b_host())))
+    else:
+        b_panels = Scratch(4 * q * 16 * g.K, "gemm_b")
+        args = [i32(g.N), i32(g.K), _operand(g.b), i32(g.b_off), i32(g.sbk), i32(g.sbn), b_panels]
+        launches.append((program, "gemm_pack_b", (g.K, q), None, args))
     bias = _operand(g.bias) if g.bias is not None else _operand(g.c)
     args = [i32(g.M), i32(g.N), i32(g.K), a_panels, b_panels, _operand(g.c), i32(g.c_off)]
     args += [bias, i32(g.bias is not None), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
-    return [
-        (program, "gemm_pack_a", (-(-g.K // 64), p), None, pack_a),  # 64: PACK_K of matmul.cl
-        (program, "gemm_pack_b", (g.K, q), None, pack_b),
-        (program, "gemm_packed", (q, p), (1, 1), args),
-    ]
+    launches.append((program, "gemm_packed", (q, p), (1, 1), args))
+    return launches
 
 
 def _gemm_launches(b: Builder, g: GemmCall, variant: str) -> list[tuple]:

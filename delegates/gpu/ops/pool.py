@@ -15,7 +15,7 @@ import numpy as np
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import MAX_RANK, Buf, Builder, float_options, source
+from ..api import MAX_RANK, Buf, Builder, float_options, options, source
 from .conv import _as3, geometry
 
 _F32 = frozenset({DataType.FLOAT})
@@ -60,7 +60,10 @@ def _pool(b: Builder, step: dict) -> None:
     args += [i32(v) for v in (*_as3(ins, 1), *_as3(ks, 1), *_as3(outs, 1), *_as3(strides, 1))]
     args += [i32(v) for v in (*_as3(begin, 0), *_as3(end, 0), *_as3(dils, 1))]
     args.append(i32(a.get("count_include_pad", 0)))
-    b.launch(b.program(source("pool.cl"), float_options(b)), "pool", (N * C * math.prod(outs),), None, args)
+    kd, kh, kw = _as3(ks, 1)
+    window = f"-DPOOL_MODE={_MODE[kind]} -DPOOL_KD={kd} -DPOOL_KH={kh} -DPOOL_KW={kw}"
+    program = b.program(source("pool.cl"), options(b, window))
+    b.launch(program, "pool", (N * C * math.prod(outs),), None, args)
 
 
 def _global_pool(b: Builder, step: dict) -> None:

@@ -1,0 +1,106 @@
+"""Outputs written over their inputs: the memory plan gives an elementwise op's output the place
+of an input of the same type that it reads for the last time (emit/plan.py ``WRITES_OVER``);
+each op so listed must then still compute what onnxruntime computes, on every path a run takes
+(bound calls, prepared calls, kernels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import offload
+from offload.emit.plan import WRITES_OVER
+from offload.profile import Profile
+
+F32 = TensorProto.FLOAT
+SHAPE = [2, 6, 5, 4]
+
+
+def _full(lo: float, hi: float) -> np.ndarray:
+    return np.linspace(lo, hi, int(np.prod(SHAPE)), dtype=np.float32).reshape(SHAPE)
+
+
+# op → (extra inputs as constants, attributes[, input shape, output shape]); the written-over
+# input is "a" at each position.
+CASES = {
+    "Relu": ([], {}),
+    "LeakyRelu": ([], {"alpha": 0.1}),
+    "Sigmoid": ([], {}),
+    "Tanh": ([], {}),
+    "Exp": ([], {}),
+    "Neg": ([], {}),
+    "Abs": ([], {}),
+    "Sqrt": ([], {}),
+    "Clip": ([("lo", np.float32(-0.5)), ("hi", np.float32(0.75))], {}),
+    "Add": ([("c", _full(-1, 1))], {}),
+    "Sub": ([("c", _full(-1, 1))], {}),
+    "Mul": ([("c", _full(-1, 1))], {}),
+    "Div": ([("c", _full(0.5, 2))], {}),
+    "Sum": ([("c", _full(-1, 1)), ("d", _full(2, 3))], {}),
+    "Max": ([("c", _full(-1, 1))], {}),
+    "Min": ([("c", _full(-1, 1))], {}),
+    "BatchNormalization": (
+        [
+            ("scale", np.linspace(0.5, 1.5, 6, dtype=np.float32)),
+            ("bias", np.linspace(-1, 1, 6, dtype=np.float32)),
+            ("mean", np.linspace(-0.2, 0.3, 6, dtype=np.float32)),
+            ("var", np.linspace(0.5, 2, 6, dtype=np.float32)),
+        ],
+        {"epsilon": 1e-5},
+    ),
+    "LRN": ([], {"size": 3, "alpha": 1e-2, "beta": 0.75, "bias": 1.0}),
+    "Reshape": ([("shape", np.array([2, 6, 20], np.int64))], {}, SHAPE, [2, 6, 20]),
+    "Flatten": ([], {"axis": 2}, SHAPE, [12, 20]),
+    "Squeeze": ([("axes", np.array([2], np.int64))], {}, [2, 6, 1, 4], [2, 6, 4]),
+    "Unsqueeze": ([("axes", np.array([0], np.int64))], {}, SHAPE, [1, *SHAPE]),
+    "Identity": ([], {}),
+}
+
+
+def _cases():
+    for op, positions in sorted(WRITES_OVER.items()):
+        name = op.split("::")[1]
+        for k in positions:
+            yield pytest.param(name, k, id=f"{name}-{k}")
+
+
+def _model(op: str, position: int) -> bytes:
+    extra, attrs, *shapes = CASES[op]
+    shape_in, shape_out = shapes or (SHAPE, SHAPE)
+    names = [n for n, _ in extra]
+    operands = names[:position] + ["a"] + names[position:]
+    # "a" is planned (the result of an op) and read for the last time by ``op``.
+    first = helper.make_node("Mul" if op == "Sqrt" else "Add", ["x", "x"], ["a"])
+    graph = helper.make_graph(
+        [first, helper.make_node(op, operands, ["y"], **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", F32, shape_in)],
+        [helper.make_tensor_value_info("y", F32, shape_out)],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in extra],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    return m.SerializeToString()
+
+
+def test_every_listed_op_has_a_case():
+    assert {op.split("::")[1] for op in WRITES_OVER} == set(CASES)
+
+
+@pytest.mark.parametrize("op,position", list(_cases()))
+def test_output_written_over_its_input_matches_onnxruntime(op, position):
+    data = _model(op, position)
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    planned = method.planned
+    kernel = [s for s in method.instructions if s.name == f"onnx::{op}"][-1]
+    (a,), (y,) = kernel.reads[position : position + 1], kernel.writes
+    assert np.shares_memory(planned[a], planned[y]), "the plan gave the output its own place"
+
+    shape_in = (CASES[op][2:] or (SHAPE,))[0]
+    x = np.random.default_rng(position).standard_normal(shape_in).astype(np.float32)
+    (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for _ in range(2):  # the first run binds the calls; the second runs them bound
+        np.testing.assert_allclose(method.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(method.run({"x": x}, profile=Profile())["y"], want, rtol=1e-5, atol=1e-6)
