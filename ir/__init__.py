@@ -4,7 +4,18 @@ from . import tflite_ops  # noqa: F401  (registers the offload.tflite integer op
 from .core import Block, Function, Operation, Program, Value
 from .inference import infer_op, infer_types
 from .printer import dump
-from .registry import RANDOM_OPS, AttrSpec, OpSchema, Param, all_schemas, computed_once, lookup, register
+from .registry import (
+    RANDOM_OPS,
+    SHAPE_FROM_SHAPES,
+    SHAPE_FROM_VALUES,
+    AttrSpec,
+    OpSchema,
+    Param,
+    all_schemas,
+    computed_once,
+    lookup,
+    register,
+)
 from .rewrite import (
     Namer,
     build,
@@ -20,6 +31,8 @@ from .verifier import verify
 
 __all__ = [
     "RANDOM_OPS",
+    "SHAPE_FROM_SHAPES",
+    "SHAPE_FROM_VALUES",
     "AttrSpec",
     "Block",
     "DataType",

@@ -117,6 +117,37 @@ def computed_once(domain: str, name: str) -> bool:
     return schema is not None and not any(a.type == "graph" for a in schema.attributes.values())
 
 
+# ONNX ops whose output shapes are functions of their input shapes and attributes alone, with,
+# for the ops in the second table, the values of the inputs at the given positions (a target
+# shape, axes, slice bounds): not of other input data. (NonZero, Unique, Compress, TopK's k,
+# Range, OneHot's depth … are not.) The runtime keeps what is computed from such shapes
+# (runtime/module.py, _find_shape_steps).
+SHAPE_FROM_SHAPES = frozenset(
+    """Abs Acos Acosh Add And Asin Asinh Atan Atanh AveragePool BatchNormalization Cast CastLike Ceil
+    Celu Clip Concat Conv Cos Cosh Div Dropout Elu Equal Erf Exp Flatten Floor GRU Gather
+    GatherElements Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
+    HardSwish Identity InstanceNormalization IsInf IsNaN LRN LSTM LayerNormalization LeakyRelu Less
+    LessOrEqual Log LogSoftmax MatMul Max MaxPool Mean Min Mish Mod Mul Neg Not Or PRelu Pow RNN
+    Reciprocal Relu Round Selu Shape Sigmoid Sign Sin Sinh Size Softmax Softplus Softsign Sqrt Sub
+    Sum Tan Tanh ThresholdedRelu Transpose Where Xor""".split()  # noqa: SIM905 (a word list reads better)
+)
+SHAPE_FROM_VALUES: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "Slice": (1, 2, 3, 4),
+    "Squeeze": (1,),
+    "Unsqueeze": (1,),
+    "Pad": (1, 3),
+    "ConstantOfShape": (0,),
+    "ReduceMean": (1,),
+    "ReduceSum": (1,),
+    "ReduceMax": (1,),
+    "ReduceMin": (1,),
+    "Split": (1,),
+}
+
+
 def all_schemas() -> list[OpSchema]:
     return list(_REGISTRY.values())
 

@@ -31,7 +31,7 @@ from offload.errors import (
     ShapeError,
     UnsupportedOpError,
 )
-from offload.ir import TensorType, computed_once, lookup
+from offload.ir import SHAPE_FROM_SHAPES, SHAPE_FROM_VALUES, TensorType, computed_once, lookup
 from offload.profile import Profile, now, profiling
 from offload.schemas import pte as pte_format
 from offload.schemas.generated.executorch_flatbuffer.InstructionArguments import InstructionArguments
@@ -308,6 +308,7 @@ class Method:
         # (_find_load_time); None once done or when there are none.
         self._load_time: list[_KernelStep] | None = None
         self._load_time_lock = threading.Lock()
+        self._shape_steps = False  # whether any step keeps results by input shapes (_find_shape_steps)
         self._callees: set[int] = set()
         self._fallbacks: set[int] = set()  # fallback plans of delegates that run on a backend
         self._delegates: dict[int, dl.Delegate] = {}
@@ -533,6 +534,7 @@ class Method:
                 raise ModelFormatError(f"{where}: unknown instruction type {kind}")
             self._steps.append(prepare(self, ins.instrArgs, pc, where, label, operators, len(instructions)))
         _find_load_time(self)
+        _find_shape_steps(self)
         _keep_on_device(self)
         _bind_runs(self)
         self._pool.append((self._planned, self._initial, self._bind(self._planned, self._initial)))
@@ -622,6 +624,7 @@ class Method:
         try:
             frame = _Frame(initial)
             frame.planned, frame.bound, frame.options, frame.profile = planned, bound, options, profile
+            frame.shapes = tuple(np.shape(a) for a in args) if self._shape_steps else None
             for slot, value in zip(self._input_slots, args):
                 view = planned[slot]
                 if view is None:
@@ -669,6 +672,7 @@ class Method:
                 return
             frame = _Frame(self._initial)
             frame.planned, frame.bound, frame.options, frame.profile = [None] * len(frame), None, None, None
+            frame.shapes = None
             with np.errstate(all="ignore"):
                 for step in self._load_time:
                     step.run(frame)
@@ -733,14 +737,15 @@ class Method:
 
 
 class _Frame(list):
-    """The values of one run of a Method by slot, with the arena views of the set it holds."""
+    """The values of one run of a Method by slot, with the arena views of the set it holds, and
+    the shapes of the run's inputs (what ``_ShapeStep`` results depend on)."""
 
-    __slots__ = ("bound", "options", "planned", "profile")
+    __slots__ = ("bound", "options", "planned", "profile", "shapes")
 
 
 def _describe(step) -> tuple[str, str, dict]:
     """(name, category, arguments) of a step's profile event."""
-    if isinstance(step, _PreparedStep):
+    if isinstance(step, (_PreparedStep, _ShapeStep)):
         step = step.kernel
     if isinstance(step, _KernelStep):
         return step.label or step.op_name, "kernel", {"op": step.op_name}
@@ -910,6 +915,110 @@ class _LoadTimeStep:
 
     def info(self) -> StepInfo:
         return StepInfo("load", self.kernel.op_name, (), (), None)
+
+
+class _ShapeStep:
+    """A kernel step whose results depend only on the shapes of the method's inputs: Shape or
+    Size of an input, then deterministic ops of such results and constants (the batch and
+    sequence sizes an exported model computes its initial states and reshapes from). It keeps
+    its results, read-only, for the input shapes of the run that made them, and while a run's
+    inputs have those shapes stores them again instead of running the kernel (5-15 us a step)."""
+
+    __slots__ = ("kept", "kernel")
+
+    def __init__(self, kernel: _KernelStep):
+        self.kernel = kernel
+        self.kept: tuple | None = None  # (input shapes, ((slot, result), ...)); replaced whole
+
+    def run(self, frame: list) -> None:
+        kept = self.kept
+        if kept is not None and kept[0] == frame.shapes:
+            store = self.kernel.method._store
+            for slot, value in kept[1]:
+                store(frame, slot, value)
+            return None
+        self.kernel.run(frame)
+        if frame.shapes is not None:
+            results = []
+            for slot in self.kernel.out_slots:
+                if slot:
+                    value = np.array(frame[slot], copy=True)  # its own memory: the arena is reused
+                    value.flags.writeable = False
+                    results.append((slot, value))
+            self.kept = (frame.shapes, tuple(results))
+        return None
+
+    def info(self) -> StepInfo:
+        return self.kernel.info()
+
+
+_SHAPE_OF = {"onnx::Shape", "onnx::Size"}
+
+
+def _find_shape_steps(m: Method) -> None:
+    """The kernel steps (not prepared ones) before the first jump whose results depend only on
+    the input shapes (``_ShapeStep``). A value's *shape* is known from the input shapes when it
+    is a method input no step writes, a constant, or the result of an op whose output shapes
+    follow from its inputs' shapes (``ir.SHAPE_FROM_SHAPES``), or from their shapes and the
+    values at some positions that are themselves known (``ir.SHAPE_FROM_VALUES``). A value is
+    *known* from the input shapes when it is Shape or Size of such a value, or the result of a
+    deterministic ONNX op (``ir.computed_once``) of constants and known values. Known results
+    are neither inputs nor results of the method, and have one writer each."""
+    jumps = [pc for pc, s in enumerate(m._steps) if isinstance(s, _JumpStep)]
+    limit = min([*jumps, *(m._steps[pc].dest for pc in jumps), len(m._steps)])
+    writers: dict[int, int] = {}
+    for step in m._steps:
+        for slot in step.info().writes:
+            writers[slot] = writers.get(slot, 0) + 1
+    inputs, results = set(m._input_slots), set(m._output_slots)
+    known = {
+        i
+        for i, v in enumerate(m._initial)
+        if m._planned[i] is None and isinstance(v, np.ndarray) and i not in inputs and i not in writers
+    }
+    if m._load_time:
+        known.update(o for k in m._load_time for o in k.out_slots if o)
+    shaped = known | {i for i in inputs if i not in writers}
+    for pc in range(limit):
+        step = m._steps[pc]
+        kernel = step.kernel if isinstance(step, _PreparedStep) else step
+        if not isinstance(kernel, _KernelStep):
+            continue
+        domain, _, op_type = kernel.op_name.partition("::")
+        onnx_op = op_type if domain == "onnx" else None
+        ins = [i for i in kernel.in_slots if i]
+        outs = [o for o in kernel.out_slots if o]
+        single = all(writers.get(o) == 1 and o not in inputs for o in outs)
+        if onnx_op in SHAPE_FROM_SHAPES:
+            shape_follows = all(i in shaped for i in ins)
+        elif onnx_op in SHAPE_FROM_VALUES:
+            by_value = SHAPE_FROM_VALUES[onnx_op]
+            shape_follows = all(
+                i == 0 or (i in known if k in by_value else i in shaped)
+                for k, i in enumerate(kernel.in_slots)
+            )
+        else:
+            shape_follows = False
+        if shape_follows and single:
+            shaped.update(outs)
+        if type(step) is not _KernelStep or not ins or not outs or not single:
+            continue
+        if kernel.op_name in _SHAPE_OF:
+            derived = ins[0] in shaped
+        else:
+            derived = all(i in known for i in ins) and computed_once(
+                "" if domain == "onnx" else domain, op_type
+            )
+        if (
+            not derived
+            or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
+            or any(o in results for o in outs)
+        ):
+            continue
+        known.update(outs)
+        shaped.update(outs)
+        m._steps[pc] = _ShapeStep(kernel)
+        m._shape_steps = True
 
 
 def _find_load_time(m: Method) -> None:
