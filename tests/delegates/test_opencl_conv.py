@@ -11,7 +11,15 @@ from onnx import TensorProto, helper
 import offload
 from offload.delegates.opencl.runtime import OpenCLRuntime
 
-from .opencl_support import check, model, needs_opencl, plan_and_handle, run_on_opencl, specialized
+from .opencl_support import (
+    check,
+    conv_kernels,
+    model,
+    needs_opencl,
+    plan_and_handle,
+    run_on_opencl,
+    specialized,
+)
 
 pytestmark = needs_opencl
 # Every case runs as one whole delegate. Conv inputs are multiples of 1/2, so sums are exact.
@@ -137,12 +145,7 @@ def test_conv(xs, ws, attrs, bias, kernels, device_kind, tmp_path):
     with made_for(device_kind):
         check(p, {"x": _halves(xs)}, tmp_path, **EXACT)
         launched = set(_launched(p))
-    if device_kind == "cpu" and ws[1] > 1 and "conv_direct" in kernels:
-        kernels = {"im2col", "gemm"} | ({"add_bias"} if bias and attrs.get("group", 1) > 1 else set())
-    if device_kind == "cpu":
-        rename = {"im2col": "im2col_packed", "conv_direct": "conv_depthwise_rows"}
-        kernels = {rename.get(k, k) for k in kernels}
-    assert launched == kernels
+    assert launched == conv_kernels(kernels, ws, attrs, bias, device_kind)
 
 
 @pytest.mark.parametrize("device_kind", KINDS)
