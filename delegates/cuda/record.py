@@ -41,12 +41,19 @@ class RecordingBuilder(PlanValues):
     """The Builder contract over a plan's shapes, dtypes and weights, with no device.
 
     ``blas``: offer ``gemm(call)`` as the CUDA builder does (GEMMs are then recorded as calls, not
-    as matmul.cl launches)."""
+    as matmul.cl launches). ``device_kind``: "cpu" records the kernels the opencl backend makes
+    for a CPU device (the packed GEMM, im2col_packed ...), which compile under NVRTC as well."""
 
     def __init__(
-        self, plan: dict, host: dict[int, np.ndarray] | None = None, blas: bool = False, inputs=None
+        self,
+        plan: dict,
+        host: dict[int, np.ndarray] | None = None,
+        blas: bool = False,
+        inputs=None,
+        device_kind: str = "gpu",
     ):
         super().__init__(plan, dict(host or {}), inputs)
+        self.device_kind = device_kind
         self.launches: list[Recorded] = []
         self.gemms: list = []
         self.programs: dict[Program, None] = {}  # in first-asked order
@@ -70,12 +77,16 @@ class RecordingBuilder(PlanValues):
 
 
 def record(
-    plan: dict, host: dict[int, np.ndarray] | None = None, blas: bool = False, inputs: dict | None = None
+    plan: dict,
+    host: dict[int, np.ndarray] | None = None,
+    blas: bool = False,
+    inputs: dict | None = None,
+    device_kind: str = "gpu",
 ) -> RecordingBuilder:
     """Every plan step's launcher run on a RecordingBuilder (a symbolic plan specialized to the
     input shapes ``inputs``, value id → shape); the builder holds what they asked."""
     if not isinstance(plan, dict) or plan.get("format") not in FORMATS:
         raise ModelFormatError(f"gpu backend: not a plan (format {plan.get('format')!r})")
-    b = RecordingBuilder(plan, host, blas, inputs)
+    b = RecordingBuilder(plan, host, blas, inputs, device_kind)
     b.record(plan)
     return b

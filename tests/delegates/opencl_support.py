@@ -121,3 +121,23 @@ def specialized(handle):
     """The one specialization of a static plan's OpenCL handle (built at init)."""
     (spec,) = handle.specializations.entries.values()
     return spec
+
+
+def device_kind() -> str:
+    """ "cpu" or "gpu": the kind of the default OpenCL device, which picks the kernels made for it."""
+    from offload.delegates.opencl import runtime as cl_runtime
+
+    dev = cl_runtime.device_for(None).device
+    return "cpu" if dev.type & cl_runtime.cl.device_type.CPU else "gpu"
+
+
+def conv_kernels(kernels: set[str], ws, attrs: dict, bias: bool, kind: str) -> set[str]:
+    """The kernels a Conv launches on a device of ``kind``, from those it launches on a GPU: a CPU
+    device runs direct only depthwise convs, by rows, and writes im2col straight into the packed
+    GEMM's panels."""
+    if kind != "cpu":
+        return kernels
+    if ws[1] > 1 and "conv_direct" in kernels:
+        kernels = {"im2col", "gemm"} | ({"add_bias"} if bias and attrs.get("group", 1) > 1 else set())
+    rename = {"im2col": "im2col_packed", "conv_direct": "conv_depthwise_rows"}
+    return {rename.get(k, k) for k in kernels}

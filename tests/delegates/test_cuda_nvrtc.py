@@ -38,7 +38,7 @@ TARGETS = (("sm_80", "ptx"), ("sm_90", "cubin"))
 
 def delegate_programs(program, specs=None) -> tuple[set[Program], list[str]]:
     """The kernels every cuda delegate of ``program`` builds (GEMMs as cuBLAS calls, and as
-    matmul.cl for the builders without BLAS), and the reasons of delegates whose launchers
+    matmul.cl for the builders without BLAS, those made for GPUs and for CPU devices), and the reasons of delegates whose launchers
     refused their plan (another op family's business: its own tests say so)."""
     lowered = offload.to_backend(program, "cuda", compile_specs=specs, passes="none")
     found, refused = set(), []
@@ -49,8 +49,8 @@ def delegate_programs(program, specs=None) -> tuple[set[Program], list[str]]:
         constants = op.attributes["fallback"].constants
         host = {int(i): constants[n].const_value for i, n in plan["weights"].items()}
         try:
-            for blas in (True, False):
-                found |= set(record(plan, host, blas=blas).programs)
+            for blas, kind in ((True, "gpu"), (False, "gpu"), (False, "cpu")):
+                found |= set(record(plan, host, blas=blas, device_kind=kind).programs)
         except offload.errors.OffloadError as e:
             refused.append(str(e))
     return found, refused

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -9,7 +11,15 @@ from onnx import TensorProto, helper
 import offload
 from offload.delegates.opencl.runtime import OpenCLRuntime
 
-from .opencl_support import check, model, needs_opencl, plan_and_handle, run_on_opencl, specialized
+from .opencl_support import (
+    check,
+    conv_kernels,
+    model,
+    needs_opencl,
+    plan_and_handle,
+    run_on_opencl,
+    specialized,
+)
 
 pytestmark = needs_opencl
 # Every case runs as one whole delegate. Conv inputs are multiples of 1/2, so sums are exact.
@@ -104,41 +114,50 @@ CONV_CASES = [
 ]
 
 
-@pytest.fixture(params=["cpu", "gpu"])
-def device_kind(request, monkeypatch):
-    """The kernels made for this kind of device, whatever PoCL's device is: a CPU device writes
-    im2col's columns straight into the packed GEMM's panels (``im2col_packed``)."""
+@contextlib.contextmanager
+def made_for(device_kind: str):
+    """The opencl backend makes the kernels of this kind of device, whatever PoCL's device is: a
+    CPU device writes im2col's columns straight into the packed GEMM's panels (``im2col_packed``)
+    and runs depthwise convs by rows. (A context manager, not a fixture: the NVRTC tests collect
+    these models from the parametrize marks.)"""
     from offload.delegates.opencl import runtime as cl_runtime
 
     original = cl_runtime.PlanBuilder.__init__
 
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        self.device_kind = request.param
+        self.device_kind = device_kind
 
-    monkeypatch.setattr(cl_runtime.PlanBuilder, "__init__", init)
-    return request.param
+    cl_runtime.PlanBuilder.__init__ = init
+    try:
+        yield
+    finally:
+        cl_runtime.PlanBuilder.__init__ = original
 
 
+KINDS = ["cpu", "gpu"]
+
+
+@pytest.mark.parametrize("device_kind", KINDS)
 @pytest.mark.parametrize("xs,ws,attrs,bias,kernels", CONV_CASES)
 def test_conv(xs, ws, attrs, bias, kernels, device_kind, tmp_path):
     p = _conv_model("Conv", xs, ws, attrs, bias)
-    check(p, {"x": _halves(xs)}, tmp_path, **EXACT)
-    if device_kind == "cpu" and ws[1] > 1 and "conv_direct" in kernels:
-        kernels = {"im2col", "gemm"} | ({"add_bias"} if bias and attrs.get("group", 1) > 1 else set())
-    if device_kind == "cpu":
-        rename = {"im2col": "im2col_packed", "conv_direct": "conv_depthwise_rows"}
-        kernels = {rename.get(k, k) for k in kernels}
-    assert set(_launched(p)) == kernels
+    with made_for(device_kind):
+        check(p, {"x": _halves(xs)}, tmp_path, **EXACT)
+        launched = set(_launched(p))
+    assert launched == conv_kernels(kernels, ws, attrs, bias, device_kind)
 
 
+@pytest.mark.parametrize("device_kind", KINDS)
 def test_conv_weights_as_an_input(device_kind, tmp_path):
     """The ONNX backend tests feed W as a graph input: the GEMM path must not need its values."""
     xs, ws = (2, 8, 6, 6), (4, 8, 3, 3)
     p = _conv_model("Conv", xs, ws, {"pads": [1, 1, 1, 1]}, True, weight_input=True)
-    check(p, {"x": _halves(xs), "w": _halves(ws)}, tmp_path, **EXACT)
+    with made_for(device_kind):
+        check(p, {"x": _halves(xs), "w": _halves(ws)}, tmp_path, **EXACT)
 
 
+@pytest.mark.parametrize("device_kind", KINDS)
 def test_conv_random_values(device_kind, tmp_path):
     xs, ws = (1, 32, 9, 9), (16, 32, 3, 3)
     w, bias = RNG.standard_normal(ws).astype(np.float32), RNG.standard_normal(16).astype(np.float32)
@@ -148,7 +167,10 @@ def test_conv_random_values(device_kind, tmp_path):
         ["y"],
         [("w", w), ("b", bias)],
     )
-    check(p, {"x": RNG.standard_normal(xs).astype(np.float32)}, tmp_path, rtol=1e-4, atol=1e-4, whole=True)
+    with made_for(device_kind):
+        check(
+            p, {"x": RNG.standard_normal(xs).astype(np.float32)}, tmp_path, rtol=1e-4, atol=1e-4, whole=True
+        )
 
 
 def test_conv_with_empty_batch(tmp_path):

@@ -30,7 +30,15 @@ from offload.delegates.gpu.ops import linalg
 from offload.delegates.opencl.runtime import OpenCLRuntime
 from offload.errors import ModelFormatError
 
-from .opencl_support import model, needs_opencl, overflowing, reference, specialized
+from .opencl_support import (
+    conv_kernels,
+    device_kind,
+    model,
+    needs_opencl,
+    overflowing,
+    reference,
+    specialized,
+)
 
 pytestmark = needs_opencl
 RNG = np.random.default_rng(16)
@@ -353,7 +361,7 @@ def test_conv(xs, ws, attrs, bias, kernels, tmp_path):
     # exact operands; sums of up to 72 products of size ~0.5 rounded once (plus, for a grouped
     # conv, the GEMM result stored before add_bias: a second rounding) → atol 4e-3
     p = _conv("Conv", xs, ws, attrs, bias)
-    assert _kernels(p) == kernels
+    assert _kernels(p) == conv_kernels(kernels, ws, attrs, bias, device_kind())
     check(p, {"x": _h(xs)}, tmp_path, rtol=2e-3, atol=4e-3)
 
 
