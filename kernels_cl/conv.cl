@@ -2,6 +2,26 @@
 // with leading spatial dims of size 1 (kernel 1, stride 1, pad 0, dilation 1).
 // X: N x C x ID x IH x IW; pads are the begin pads (the end pads follow from the output shape).
 
+// The taps of one output (od, oh, ow) of the kernel window at wp over the input plane at xp,
+// summed into acc in the order (kd, kh, kw), skipping padding: conv_direct and
+// conv_depthwise_rows both sum this way, so they agree bit for bit.
+#define CONV_TAPS(acc, xp, wp, od, oh, ow)                                              \
+    for (int kd = 0; kd < KD; ++kd) {                                                   \
+        const int id = (od) * SD - PD + kd * DD;                                        \
+        if (id < 0 || id >= ID) continue;                                               \
+        for (int kh = 0; kh < KH; ++kh) {                                               \
+            const int ih = (oh) * SH - PH + kh * DH;                                    \
+            if (ih < 0 || ih >= IH) continue;                                           \
+            __global const stype* xr = (xp) + ((size_t)id * IH + ih) * IW;              \
+            __global const stype* wr = (wp) + (kd * KH + kh) * KW;                      \
+            for (int kw = 0; kw < KW; ++kw) {                                           \
+                const int iw = (ow) * SW - PW + kw * DW;                                \
+                if (iw < 0 || iw >= IW) continue;                                       \
+                acc += LOADF(xr, iw) * LOADF(wr, kw);                                   \
+            }                                                                           \
+        }                                                                               \
+    }
+
 // Direct Conv: one work-item per output element. Wt: M x (C/G) x KD x KH x KW; B: M
 // (has_bias = 0: none); Y: N x M x OD x OH x OW. Used for depthwise (C/G == 1) and tiny convs.
 __kernel void conv_direct(__global const stype* X, __global const stype* Wt, __global const stype* B,
@@ -26,21 +46,7 @@ __kernel void conv_direct(__global const stype* X, __global const stype* Wt, __g
     for (int c = 0; c < cg; ++c) {
         __global const stype* xp = X + ((size_t)n * C + (size_t)g * cg + c) * plane;
         __global const stype* wp = Wt + ((size_t)m * cg + c) * ksize;
-        for (int kd = 0; kd < KD; ++kd) {
-            const int id = od * SD - PD + kd * DD;
-            if (id < 0 || id >= ID) continue;
-            for (int kh = 0; kh < KH; ++kh) {
-                const int ih = oh * SH - PH + kh * DH;
-                if (ih < 0 || ih >= IH) continue;
-                __global const stype* xr = xp + ((size_t)id * IH + ih) * IW;
-                __global const stype* wr = wp + (kd * KH + kh) * KW;
-                for (int kw = 0; kw < KW; ++kw) {
-                    const int iw = ow * SW - PW + kw * DW;
-                    if (iw < 0 || iw >= IW) continue;
-                    acc += LOADF(xr, iw) * LOADF(wr, kw);
-                }
-            }
-        }
+        CONV_TAPS(acc, xp, wp, od, oh, ow);
     }
     STOREF(Y, gid, has_bias ? acc + LOADF(B, m) : acc);
 }
@@ -67,21 +73,7 @@ __kernel void conv_depthwise_rows(__global const stype* X, __global const stype*
     const float bias = has_bias ? LOADF(B, m) : 0.0f;
     for (int ow = 0; ow < OW; ++ow) {
         float acc = 0.0f;
-        for (int kd = 0; kd < KD; ++kd) {
-            const int id = od * SD - PD + kd * DD;
-            if (id < 0 || id >= ID) continue;
-            for (int kh = 0; kh < KH; ++kh) {
-                const int ih = oh * SH - PH + kh * DH;
-                if (ih < 0 || ih >= IH) continue;
-                __global const stype* xr = xp + ((size_t)id * IH + ih) * IW;
-                __global const stype* wr = wp + (kd * KH + kh) * KW;
-                for (int kw = 0; kw < KW; ++kw) {
-                    const int iw = ow * SW - PW + kw * DW;
-                    if (iw < 0 || iw >= IW) continue;
-                    acc += LOADF(xr, iw) * LOADF(wr, kw);
-                }
-            }
-        }
+        CONV_TAPS(acc, xp, wp, od, oh, ow);
         STOREF(yp, ow, has_bias ? acc + bias : acc);
     }
 }

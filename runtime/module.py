@@ -917,6 +917,36 @@ class _LoadTimeStep:
         return StepInfo("load", self.kernel.op_name, (), (), None)
 
 
+def _straight_line(m: Method) -> tuple[int, dict[int, int], set[int]]:
+    """What _find_load_time and _find_shape_steps start from: the first instruction a jump may
+    reach or leave from (the steps before it run once, in order), how many steps write each
+    slot, and the constants (arrays no step writes that are neither planned nor inputs)."""
+    jumps = [pc for pc, s in enumerate(m._steps) if isinstance(s, _JumpStep)]
+    limit = min([*jumps, *(m._steps[pc].dest for pc in jumps), len(m._steps)])
+    writers: dict[int, int] = {}
+    for step in m._steps:
+        for slot in step.info().writes:
+            writers[slot] = writers.get(slot, 0) + 1
+    inputs = set(m._input_slots)
+    constants = {
+        i
+        for i, v in enumerate(m._initial)
+        if m._planned[i] is None and isinstance(v, np.ndarray) and i not in inputs and i not in writers
+    }
+    return limit, writers, constants
+
+
+def _kernel_steps(m: Method, limit: int):
+    """(pc, step, its kernel step, domain, op type) of the kernel steps (prepared or not) before
+    ``limit``."""
+    for pc in range(limit):
+        step = m._steps[pc]
+        kernel = step.kernel if isinstance(step, _PreparedStep) else step
+        if isinstance(kernel, _KernelStep):
+            domain, _, op_type = kernel.op_name.partition("::")
+            yield pc, step, kernel, domain, op_type
+
+
 class _ShapeStep:
     """A kernel step whose results depend only on the shapes of the method's inputs: Shape or
     Size of an input, then deterministic ops of such results and constants (the batch and
@@ -964,27 +994,12 @@ def _find_shape_steps(m: Method) -> None:
     *known* from the input shapes when it is Shape or Size of such a value, or the result of a
     deterministic ONNX op (``ir.computed_once``) of constants and known values. Known results
     are neither inputs nor results of the method, and have one writer each."""
-    jumps = [pc for pc, s in enumerate(m._steps) if isinstance(s, _JumpStep)]
-    limit = min([*jumps, *(m._steps[pc].dest for pc in jumps), len(m._steps)])
-    writers: dict[int, int] = {}
-    for step in m._steps:
-        for slot in step.info().writes:
-            writers[slot] = writers.get(slot, 0) + 1
+    limit, writers, known = _straight_line(m)
     inputs, results = set(m._input_slots), set(m._output_slots)
-    known = {
-        i
-        for i, v in enumerate(m._initial)
-        if m._planned[i] is None and isinstance(v, np.ndarray) and i not in inputs and i not in writers
-    }
     if m._load_time:
         known.update(o for k in m._load_time for o in k.out_slots if o)
     shaped = known | {i for i in inputs if i not in writers}
-    for pc in range(limit):
-        step = m._steps[pc]
-        kernel = step.kernel if isinstance(step, _PreparedStep) else step
-        if not isinstance(kernel, _KernelStep):
-            continue
-        domain, _, op_type = kernel.op_name.partition("::")
+    for pc, step, kernel, domain, op_type in _kernel_steps(m, limit):
         onnx_op = op_type if domain == "onnx" else None
         ins = [i for i in kernel.in_slots if i]
         outs = [o for o in kernel.out_slots if o]
@@ -1027,25 +1042,10 @@ def _find_load_time(m: Method) -> None:
     writer leaves them out, emit/plan.py), are tensors and are not results of the method. Such
     a step runs once, at the first run, and its results become constants: the light models'
     fully connected weights (ConstantOfShape, 151 MB) are made once, not at every run."""
-    jumps = [pc for pc, s in enumerate(m._steps) if isinstance(s, _JumpStep)]
-    limit = min([*jumps, *(m._steps[pc].dest for pc in jumps), len(m._steps)])
-    writers: dict[int, int] = {}
-    for step in m._steps:
-        for slot in step.info().writes:
-            writers[slot] = writers.get(slot, 0) + 1
-    inputs, results = set(m._input_slots), set(m._output_slots)
-    known = {
-        i
-        for i, v in enumerate(m._initial)
-        if m._planned[i] is None and isinstance(v, np.ndarray) and i not in inputs and i not in writers
-    }
+    limit, writers, known = _straight_line(m)
+    results = set(m._output_slots)
     found = []
-    for pc in range(limit):
-        step = m._steps[pc]
-        kernel = step.kernel if isinstance(step, _PreparedStep) else step
-        if not isinstance(kernel, _KernelStep):
-            continue
-        domain, _, op_type = kernel.op_name.partition("::")
+    for pc, _, kernel, domain, op_type in _kernel_steps(m, limit):
         outs = [o for o in kernel.out_slots if o]
         if (
             not any(kernel.in_slots)
