@@ -624,7 +624,8 @@ class Method:
         try:
             frame = _Frame(initial)
             frame.planned, frame.bound, frame.options, frame.profile = planned, bound, options, profile
-            frame.shapes = tuple(np.shape(a) for a in args) if self._shape_steps else None
+            # (a sequence input has no shape: no op that shape steps follow reads one)
+            frame.shapes = tuple(getattr(a, "shape", None) for a in args) if self._shape_steps else None
             for slot, value in zip(self._input_slots, args):
                 view = planned[slot]
                 if view is None:

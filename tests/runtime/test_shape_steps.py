@@ -126,3 +126,31 @@ def test_threads_with_different_shapes_each_get_their_own():
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_a_method_with_a_sequence_input_keys_on_the_tensors_shapes():
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("SequenceLength", ["seq"], ["n"]),
+            helper.make_node("Unsqueeze", ["n", "axis0"], ["n1"]),
+            helper.make_node("Concat", ["s", "n1"], ["y"], axis=0),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", F32, ["batch", 4]),
+            helper.make_tensor_sequence_value_info("seq", F32, None),
+        ],
+        [helper.make_tensor_value_info("y", I64, [3])],
+        [numpy_helper.from_array(np.array([0], np.int64), "axis0")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    method = _method(m.SerializeToString())
+    assert any(isinstance(s, _ShapeStep) for s in method._steps)
+    for batch, items in [
+        (2, [np.zeros(2, np.float32), np.zeros(3, np.float32)]),
+        (2, [np.zeros(1, np.float32)]),
+    ]:
+        got = method.run({"x": np.zeros((batch, 4), np.float32), "seq": items})["y"]
+        np.testing.assert_array_equal(got, [batch, 4, len(items)])
