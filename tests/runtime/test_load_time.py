@@ -8,31 +8,20 @@ import threading
 
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import offload
 from offload.runtime import kernels
 from offload.runtime.module import _LoadTimeStep
 
+from .onnx_graphs import model_bytes
+
 F32 = TensorProto.FLOAT
-
-
-def _model(nodes, inputs, outputs, inits=()) -> bytes:
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-        [numpy_helper.from_array(a, n) for n, a in inits],
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    m.ir_version = 10
-    return m.SerializeToString()
 
 
 def _weights_model() -> bytes:
     """y = x @ (ConstantOfShape([64, 32], 0.25) + b): the weight is made from constants only."""
-    return _model(
+    return model_bytes(
         [
             helper.make_node(
                 "ConstantOfShape",
@@ -122,7 +111,7 @@ def test_concurrent_first_runs_compute_once(monkeypatch):
 
 def test_random_ops_still_draw_at_every_run():
     """RandomUniformLike of a constant (no seed) is not computed once: each run draws anew."""
-    data = _model(
+    data = model_bytes(
         [
             helper.make_node("RandomUniformLike", ["c"], ["r"]),
             helper.make_node("Add", ["x", "r"], ["y"]),

@@ -7,25 +7,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import offload
 from offload.runtime.module import _KernelStep, _PreparedStep
+
+from .onnx_graphs import model_bytes
 
 F32 = TensorProto.FLOAT
 
 
 def _model(nodes, inputs, outputs, inits=()):
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-        [numpy_helper.from_array(a, n) for n, a in inits],
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    m.ir_version = 10
-    return offload.load(m.SerializeToString())
+    return offload.load(model_bytes(nodes, inputs, outputs, inits))
 
 
 def _method(program):
