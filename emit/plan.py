@@ -167,18 +167,13 @@ class _Jump:
     writes: list = field(default_factory=list)
 
 
-def _nbytes(t: TensorType) -> int:
-    n = t.dtype.numpy.itemsize
-    for d in t.shape:
-        n *= d
-    return n
-
-
 def _same_static_type(a: Value, b: Value, any_shape: bool = False) -> bool:
     ta, tb = a.type, b.type
     if not (isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.is_static and tb.is_static):
         return False
-    return ta.dtype == tb.dtype and ta.quant == tb.quant if any_shape else ta == tb
+    if any_shape:
+        return ta.dtype == tb.dtype and ta.quant == tb.quant
+    return ta == tb
 
 
 def operator_name(domain: str, op_type: str) -> str:
@@ -603,9 +598,9 @@ class PlanBuilder:
             n = evalues.plannable_bytes(e) if i not in inputs and i not in once else None
             if n is not None:
                 sizes[i] = n
-        return mp.plan(sizes, accesses, loops, outputs, overwrites=self._overwrites(ix))
+        return mp.plan(sizes, accesses, loops, outputs, overwrites=self._overwrites(ix, sizes))
 
-    def _overwrites(self, ix) -> list[tuple[int, int, int]]:
+    def _overwrites(self, ix, sizes: dict[int, int]) -> list[tuple[int, int, int]]:
         """``(pc, output, input)`` for each kernel call that may write its one output over an
         input of the same static tensor type (``WRITES_OVER``; of any shape for ``RESHAPES``,
         the sizes being equal), of at least ``MIN_OVERWRITE_BYTES``; the memory plan decides."""
@@ -619,8 +614,8 @@ class PlanBuilder:
                 source = ins.args[k] if k < len(ins.args) else NULL
                 if (
                     isinstance(source, Value)
+                    and sizes.get(ix(result), 0) >= MIN_OVERWRITE_BYTES
                     and _same_static_type(source, result, ins.operator[0] in RESHAPES)
-                    and _nbytes(result.type) >= MIN_OVERWRITE_BYTES
                 ):
                     out.append((pc, ix(result), ix(source)))
         return out
