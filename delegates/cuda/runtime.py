@@ -354,6 +354,11 @@ def _upload(device: Device, buffer, w: np.ndarray, dtype, storage, stream) -> No
         device.allocator.view(buffer, w.shape, w.dtype).set(w, stream)
 
 
+# Specializations captured as CUDA graphs, refused by capture, and graph launches (compile spec
+# graph=1); counted per process, like ``device.BUILD_STATS``.
+GRAPH_STATS = {"captured": 0, "refused": 0, "replayed": 0}
+
+
 def replay(spec: Specialized, stream) -> None:
     """The specialization's launches as one CUDA graph: captured from ``stream`` on the first call
     (the launches are recorded, not run, while capturing), then launched. A specialization that
@@ -370,6 +375,7 @@ def replay(spec: Specialized, stream) -> None:
                 graph = stream.end_capture()
         except Exception as e:  # whatever capture refuses: the launches still run, one by one
             spec.graph = False
+            GRAPH_STATS["refused"] += 1
             warnings.warn(
                 f"cuda backend: a specialization could not be captured as a CUDA graph "
                 f"({type(e).__name__}: {e}); it runs launch by launch",
@@ -380,7 +386,9 @@ def replay(spec: Specialized, stream) -> None:
                 launch.run(stream)
             return
         spec.graph = graph
+        GRAPH_STATS["captured"] += 1
     spec.graph.launch(stream)
+    GRAPH_STATS["replayed"] += 1
 
 
 def _launch_profiled(spec: Specialized, stream, run) -> None:

@@ -7,6 +7,7 @@ as the opencl tests on the device, against onnxruntime.
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 
@@ -355,19 +356,31 @@ def _run_on_cuda(program, feeds, tmp_path, specs=None):
     return lowered, module.run(feeds)
 
 
+# The opencl test models (about 1,700) in this many tests, so that ``pytest -n`` spreads them.
+CHUNKS = 16
+
+
+@functools.lru_cache(maxsize=1)
+def _with_feeds() -> tuple:
+    from .test_cuda_nvrtc import opencl_test_models
+
+    return tuple(m for m in opencl_test_models() if m[2] is not None)
+
+
+def _opencl_test_models(chunk: int) -> tuple:
+    return _with_feeds()[chunk::CHUNKS]
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
 @pytest.mark.parametrize("specs", [None, {"cuda": {"arch": "sm_80,sm_90"}}])
 @pytest.mark.cuda
 @pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
-def test_opencl_test_models_on_cuda(specs, tmp_path):
+def test_opencl_test_models_on_cuda(specs, chunk, tmp_path):
     """Every model the opencl tests here check, through cuda (JIT, and stored cubins / PTX)."""
     if specs and not nvrtc.available():
         pytest.skip(nvrtc.IMPORT_ERROR)
-    from .test_cuda_nvrtc import opencl_test_models
-
     failures = []
-    for name, program, feeds, rtol, atol in opencl_test_models():
-        if feeds is None:
-            continue
+    for name, program, feeds, rtol, atol in _opencl_test_models(chunk):
         try:
             want = reference(program, feeds)
             _, got = _run_on_cuda(program, feeds, tmp_path, specs)
@@ -377,6 +390,47 @@ def test_opencl_test_models_on_cuda(specs, tmp_path):
         except Exception as e:
             failures.append(f"{name}: {type(e).__name__}: {str(e)[:300]}")
     assert not failures, f"{len(failures)} models differ on cuda:\n" + "\n".join(failures[:20])
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.cuda
+@pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
+def test_opencl_test_models_replayed_as_cuda_graphs(chunk):
+    """graph=1: every opencl test model captured on its first run and replayed after, each run
+    with new input values (a replay must read the inputs copied in before it), against
+    onnxruntime; a specialization that capture refuses must still give the right values."""
+    from offload.delegates.cuda.runtime import GRAPH_STATS
+
+    before = dict(GRAPH_STATS)
+    failures = []
+    for name, program, feeds, rtol, atol in _opencl_test_models(chunk):
+        try:
+            lowered = offload.to_backend(
+                program, "cuda", compile_specs={"cuda": {"graph": "1"}}, passes="none"
+            )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # refused captures: counted below
+                module = runtime.load(offload.save(lowered))
+                (method,) = module.method_names
+                delegates = module.method(method).delegates
+                assert all(d.runs_on == "backend" for d in delegates), delegates
+                for k in range(3):
+                    run_feeds = {
+                        n: (v * (1.0 - 0.25 * k)).astype(v.dtype) if v.dtype.kind == "f" else v
+                        for n, v in feeds.items()
+                    }
+                    got = module.run(run_feeds)
+                    for out, v in reference(program, run_feeds).items():
+                        np.testing.assert_allclose(
+                            got[out], v, rtol=max(rtol, 1e-5), atol=max(atol, 1e-5), err_msg=f"run {k}"
+                        )
+        except Exception as e:
+            failures.append(f"{name}: {type(e).__name__}: {str(e)[:300]}")
+    captured = GRAPH_STATS["captured"] - before["captured"]
+    refused = GRAPH_STATS["refused"] - before["refused"]
+    print(f"captured {captured}, refused {refused}, replayed {GRAPH_STATS['replayed'] - before['replayed']}")
+    assert not failures, f"{len(failures)} models differ as cuda graphs:\n" + "\n".join(failures[:20])
+    assert captured > 0 and GRAPH_STATS["replayed"] - before["replayed"] >= 2 * captured
 
 
 @pytest.mark.parametrize(
@@ -625,13 +679,15 @@ def _spec(launches):
 
 
 def test_a_graph_is_captured_once_and_replayed():
-    from offload.delegates.cuda.runtime import replay
+    from offload.delegates.cuda.runtime import GRAPH_STATS, replay
 
     launches, stream = [_Launch(0), _Launch(1)], _Stream()
     spec = _spec(launches)
+    before = dict(GRAPH_STATS)
     for _ in range(3):
         replay(spec, stream)
     assert stream.captured == [0, 1] and stream.graph_launches == 3
+    assert {k: GRAPH_STATS[k] - before[k] for k in before} == {"captured": 1, "refused": 0, "replayed": 3}
     assert [launch.runs for launch in launches] == [0, 0]  # captured, never run one by one
 
 
