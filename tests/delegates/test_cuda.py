@@ -7,7 +7,6 @@ as the opencl tests on the device, against onnxruntime.
 
 from __future__ import annotations
 
-import functools
 import json
 import warnings
 
@@ -356,81 +355,108 @@ def _run_on_cuda(program, feeds, tmp_path, specs=None):
     return lowered, module.run(feeds)
 
 
-# The opencl test models (about 1,700) in this many tests, so that ``pytest -n`` spreads them.
+# The opencl tests' calls (about 1,850) in this many tests, so that ``pytest -n`` spreads them.
 CHUNKS = 16
 
 
-@functools.lru_cache(maxsize=1)
-def _with_feeds() -> tuple:
-    from .test_cuda_nvrtc import opencl_test_models
-
-    return tuple(m for m in opencl_test_models() if m[2] is not None)
+class _OpenCLOnly(Exception):
+    """A test that reads the OpenCL runtime's own plan and handle: nothing to run on cuda."""
 
 
-def _opencl_test_models(chunk: int) -> tuple:
-    return _with_feeds()[chunk::CHUNKS]
+def cuda_helpers(specs=None, graph_checks: bool = False) -> dict:
+    """The opencl tests' model helpers (``opencl_support.check`` / ``run_on_opencl``) with cuda
+    in place of opencl: every delegate must run on the CUDA device; ``check`` holds the outputs
+    to onnxruntime's at no less than 1e-5 (the GPU's exp, tanh … and contracted multiply-adds
+    differ from PoCL's in the last bits). ``graph_checks``: each program is run three times — its
+    inputs, other inputs, its inputs again — and the third run (a replay of the CUDA graph
+    captured on the first) must equal the first bit for bit."""
+
+    def run_on_cuda(program, feeds, tmp_path=None, partitions=None, passes="none"):
+        calls.append(program)
+        lowered = offload.to_backend(program, "cuda", compile_specs=specs, passes=passes)
+        module = runtime.load(offload.save(lowered))
+        (name,) = module.method_names
+        delegates = module.method(name).delegates
+        assert delegates and all(d.backend == "cuda" and d.runs_on == "backend" for d in delegates), delegates
+        if partitions is not None:
+            assert len(delegates) == partitions, delegates
+        got = module.run(feeds)
+        if graph_checks:
+            module.run(
+                {n: np.asarray(v * 0.5 if v.dtype.kind == "f" else v, v.dtype) for n, v in feeds.items()}
+            )
+            again = module.run(feeds)
+            for k, v in got.items():
+                assert np.array_equal(again[k], v, equal_nan=v.dtype.kind in "fc"), f"replay of {k}"
+        return lowered, got
+
+    def check(program, feeds, tmp_path=None, rtol=1e-5, atol=1e-6, whole=False):
+        want = reference(program, feeds)
+        lowered, got = run_on_cuda(program, feeds, partitions=1 if whole else None)
+        if whole:
+            assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
+        for k, v in want.items():
+            assert got[k].dtype == v.dtype and got[k].shape == v.shape, (k, got[k].dtype, got[k].shape)
+            np.testing.assert_allclose(got[k], v, rtol=max(rtol, 1e-5), atol=max(atol, 1e-5))
+
+    def plan_and_handle(program):
+        raise _OpenCLOnly
+
+    calls: list = []  # the programs run, so that a test that ran none is told apart
+    return {"check": check, "run_on_opencl": run_on_cuda, "plan_and_handle": plan_and_handle, "calls": calls}
+
+
+def run_opencl_tests(chunk: int, helpers: dict) -> tuple[int, list[str]]:
+    """The opencl tests' calls of one chunk with ``helpers``: how many ran a model through them,
+    and the failures of those. A test that ran none (it reads the OpenCL plan or device itself,
+    or is skipped) is not counted."""
+    from .test_cuda_nvrtc import call_with_helpers, opencl_test_calls
+
+    ran, failures, calls = 0, [], helpers["calls"]
+    for name, mod, fn, kwargs in opencl_test_calls()[chunk::CHUNKS]:
+        before = len(calls)
+        try:
+            call_with_helpers(mod, fn, kwargs, helpers)
+        except (_OpenCLOnly, pytest.skip.Exception):
+            continue
+        except (Exception, pytest.fail.Exception) as e:
+            if len(calls) > before:
+                failures.append(f"{name}: {type(e).__name__}: {str(e)[:400]}")
+        ran += len(calls) > before
+    return ran, failures
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 @pytest.mark.parametrize("specs", [None, {"cuda": {"arch": "sm_80,sm_90"}}])
 @pytest.mark.cuda
 @pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
-def test_opencl_test_models_on_cuda(specs, chunk, tmp_path):
-    """Every model the opencl tests here check, through cuda (JIT, and stored cubins / PTX)."""
+def test_opencl_tests_on_cuda(specs, chunk):
+    """The opencl tests, each through cuda on the device (JIT, and stored cubins / PTX), with
+    their own references and assertions."""
     if specs and not nvrtc.available():
         pytest.skip(nvrtc.IMPORT_ERROR)
-    failures = []
-    for name, program, feeds, rtol, atol in _opencl_test_models(chunk):
-        try:
-            want = reference(program, feeds)
-            _, got = _run_on_cuda(program, feeds, tmp_path, specs)
-            for k, v in want.items():
-                assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-                np.testing.assert_allclose(got[k], v, rtol=max(rtol, 1e-5), atol=max(atol, 1e-5))
-        except Exception as e:
-            failures.append(f"{name}: {type(e).__name__}: {str(e)[:300]}")
-    assert not failures, f"{len(failures)} models differ on cuda:\n" + "\n".join(failures[:20])
+    ran, failures = run_opencl_tests(chunk, cuda_helpers(specs))
+    assert ran > 0
+    assert not failures, f"{len(failures)} of {ran} opencl tests fail on cuda:\n" + "\n".join(failures[:30])
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 @pytest.mark.cuda
 @pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
-def test_opencl_test_models_replayed_as_cuda_graphs(chunk):
-    """graph=1: every opencl test model captured on its first run and replayed after, each run
-    with new input values (a replay must read the inputs copied in before it), against
-    onnxruntime; a specialization that capture refuses must still give the right values."""
+def test_opencl_tests_replayed_as_cuda_graphs(chunk):
+    """graph=1: the opencl tests through cuda with each specialization captured as a CUDA graph on
+    its first run and replayed after (a replay must read the inputs copied in before it); a
+    specialization that capture refuses must still give the right values."""
     from offload.delegates.cuda.runtime import GRAPH_STATS
 
     before = dict(GRAPH_STATS)
-    failures = []
-    for name, program, feeds, rtol, atol in _opencl_test_models(chunk):
-        try:
-            lowered = offload.to_backend(
-                program, "cuda", compile_specs={"cuda": {"graph": "1"}}, passes="none"
-            )
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # refused captures: counted below
-                module = runtime.load(offload.save(lowered))
-                (method,) = module.method_names
-                delegates = module.method(method).delegates
-                assert all(d.runs_on == "backend" for d in delegates), delegates
-                for k in range(3):
-                    run_feeds = {
-                        n: (v * (1.0 - 0.25 * k)).astype(v.dtype) if v.dtype.kind == "f" else v
-                        for n, v in feeds.items()
-                    }
-                    got = module.run(run_feeds)
-                    for out, v in reference(program, run_feeds).items():
-                        np.testing.assert_allclose(
-                            got[out], v, rtol=max(rtol, 1e-5), atol=max(atol, 1e-5), err_msg=f"run {k}"
-                        )
-        except Exception as e:
-            failures.append(f"{name}: {type(e).__name__}: {str(e)[:300]}")
-    captured = GRAPH_STATS["captured"] - before["captured"]
-    refused = GRAPH_STATS["refused"] - before["refused"]
-    print(f"captured {captured}, refused {refused}, replayed {GRAPH_STATS['replayed'] - before['replayed']}")
-    assert not failures, f"{len(failures)} models differ as cuda graphs:\n" + "\n".join(failures[:20])
-    assert captured > 0 and GRAPH_STATS["replayed"] - before["replayed"] >= 2 * captured
+    ran, failures = run_opencl_tests(chunk, cuda_helpers({"cuda": {"graph": "1"}}, graph_checks=True))
+    stats = {k: GRAPH_STATS[k] - before[k] for k in before}
+    print(stats)
+    assert not failures, f"{len(failures)} of {ran} opencl tests fail as cuda graphs:\n" + "\n".join(
+        failures[:30]
+    )
+    assert stats["captured"] > 0 and stats["replayed"] >= 3 * stats["captured"]
 
 
 @pytest.mark.parametrize(
