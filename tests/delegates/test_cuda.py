@@ -363,17 +363,22 @@ class _OpenCLOnly(Exception):
     """A test that reads the OpenCL runtime's own plan and handle: nothing to run on cuda."""
 
 
-def cuda_helpers(specs=None, graph_checks: bool = False) -> dict:
-    """The opencl tests' model helpers (``opencl_support.check`` / ``run_on_opencl``) with cuda
-    in place of opencl: every delegate must run on the CUDA device; ``check`` holds the outputs
-    to onnxruntime's at no less than 1e-5 (the GPU's exp, tanh … and contracted multiply-adds
-    differ from PoCL's in the last bits). ``graph_checks``: each program is run three times — its
-    inputs, other inputs, its inputs again — and the third run (a replay of the CUDA graph
-    captured on the first) must equal the first bit for bit."""
+def cuda_helpers(mod, calls: list, specs=None, graph_checks: bool = False) -> dict:
+    """The model helpers of the opencl test module ``mod`` with cuda in place of opencl, each
+    program run appended to ``calls``: every delegate must run on the CUDA device; the shared
+    ``check`` holds the outputs to onnxruntime's at no less than 1e-5 (the GPU's exp, tanh … and
+    contracted multiply-adds differ from PoCL's in the last bits); test_opencl_fp16's
+    ``run_fp16`` lowers with its own precision specs (``SPECS``), so its fp16 tests run as fp16.
+    ``graph_checks``: each program is run three times — its inputs, other inputs, its inputs
+    again — and the third run (a replay of the CUDA graph captured on the first) must equal the
+    first bit for bit."""
+    specs = (specs or {}).get("cuda", {})
+    if hasattr(mod, "SPECS"):
+        specs = {**mod.SPECS["opencl"], **specs}
 
     def run_on_cuda(program, feeds, tmp_path=None, partitions=None, passes="none"):
         calls.append(program)
-        lowered = offload.to_backend(program, "cuda", compile_specs=specs, passes=passes)
+        lowered = offload.to_backend(program, "cuda", compile_specs={"cuda": specs}, passes=passes)
         module = runtime.load(offload.save(lowered))
         (name,) = module.method_names
         delegates = module.method(name).delegates
@@ -398,25 +403,30 @@ def cuda_helpers(specs=None, graph_checks: bool = False) -> dict:
         for k, v in want.items():
             assert got[k].dtype == v.dtype and got[k].shape == v.shape, (k, got[k].dtype, got[k].shape)
             np.testing.assert_allclose(got[k], v, rtol=max(rtol, 1e-5), atol=max(atol, 1e-5))
+        return got
 
-    def plan_and_handle(program):
+    def opencl_only(*args, **kwargs):
         raise _OpenCLOnly
 
-    calls: list = []  # the programs run, so that a test that ran none is told apart
-    return {"check": check, "run_on_opencl": run_on_cuda, "plan_and_handle": plan_and_handle, "calls": calls}
+    helpers = {"run_on_opencl": run_on_cuda, "plan_and_handle": opencl_only, "handle": opencl_only}
+    if hasattr(mod, "run_fp16"):  # its own check calls run_fp16
+        helpers["run_fp16"] = lambda program, feeds, tmp_path: run_on_cuda(program, feeds, partitions=1)
+    else:
+        helpers["check"] = check
+    return helpers
 
 
-def run_opencl_tests(chunk: int, helpers: dict) -> tuple[int, list[str]]:
-    """The opencl tests' calls of one chunk with ``helpers``: how many ran a model through them,
-    and the failures of those. A test that ran none (it reads the OpenCL plan or device itself,
-    or is skipped) is not counted."""
+def run_opencl_tests(chunk: int, specs=None, graph_checks: bool = False) -> tuple[int, list[str]]:
+    """The opencl tests' calls of one chunk through ``cuda_helpers``: how many ran a model
+    through them, and the failures of those. A test that ran none (it reads the OpenCL plan or
+    device itself, or is skipped) is not counted."""
     from .test_cuda_nvrtc import call_with_helpers, opencl_test_calls
 
-    ran, failures, calls = 0, [], helpers["calls"]
+    ran, failures, calls = 0, [], []
     for name, mod, fn, kwargs in opencl_test_calls()[chunk::CHUNKS]:
         before = len(calls)
         try:
-            call_with_helpers(mod, fn, kwargs, helpers)
+            call_with_helpers(mod, fn, kwargs, cuda_helpers(mod, calls, specs, graph_checks))
         except (_OpenCLOnly, pytest.skip.Exception):
             continue
         except (Exception, pytest.fail.Exception) as e:
@@ -435,7 +445,7 @@ def test_opencl_tests_on_cuda(specs, chunk):
     their own references and assertions."""
     if specs and not nvrtc.available():
         pytest.skip(nvrtc.IMPORT_ERROR)
-    ran, failures = run_opencl_tests(chunk, cuda_helpers(specs))
+    ran, failures = run_opencl_tests(chunk, specs)
     assert ran > 0
     assert not failures, f"{len(failures)} of {ran} opencl tests fail on cuda:\n" + "\n".join(failures[:30])
 
@@ -443,20 +453,29 @@ def test_opencl_tests_on_cuda(specs, chunk):
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 @pytest.mark.cuda
 @pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
-def test_opencl_tests_replayed_as_cuda_graphs(chunk):
+def test_opencl_tests_replayed_as_cuda_graphs(chunk, monkeypatch):
     """graph=1: the opencl tests through cuda with each specialization captured as a CUDA graph on
     its first run and replayed after (a replay must read the inputs copied in before it); a
-    specialization that capture refuses must still give the right values."""
-    from offload.delegates.cuda.runtime import GRAPH_STATS
+    specialization that capture refuses must still give the right values. Prints what capture
+    refused and why."""
+    from offload.delegates.cuda import runtime as cuda_runtime
 
-    before = dict(GRAPH_STATS)
-    ran, failures = run_opencl_tests(chunk, cuda_helpers({"cuda": {"graph": "1"}}, graph_checks=True))
-    stats = {k: GRAPH_STATS[k] - before[k] for k in before}
-    print(stats)
+    refusals = []
+
+    class _Warnings:
+        @staticmethod
+        def warn(message, *args, **kwargs):
+            refusals.append(str(message))
+
+    monkeypatch.setattr(cuda_runtime, "warnings", _Warnings)
+    before = dict(cuda_runtime.GRAPH_STATS)
+    ran, failures = run_opencl_tests(chunk, {"cuda": {"graph": "1"}}, graph_checks=True)
+    stats = {k: cuda_runtime.GRAPH_STATS[k] - before[k] for k in before}
+    print(stats, *sorted(set(refusals)), sep="\n")
     assert not failures, f"{len(failures)} of {ran} opencl tests fail as cuda graphs:\n" + "\n".join(
         failures[:30]
     )
-    assert stats["captured"] > 0 and stats["replayed"] >= 3 * stats["captured"]
+    assert stats["captured"] > 0 and stats["replayed"] > stats["captured"]
 
 
 @pytest.mark.parametrize(

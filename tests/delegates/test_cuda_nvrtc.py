@@ -131,7 +131,7 @@ def opencl_test_calls() -> list[tuple]:
 
 def call_with_helpers(mod, fn, kwargs, helpers: dict) -> None:
     """``fn(**kwargs)`` with the model helpers of ``mod`` replaced by ``helpers`` (restored after)."""
-    saved = {n: mod.__dict__[n] for n in HELPERS if n in helpers and n in mod.__dict__}
+    saved = {n: mod.__dict__[n] for n in helpers if n in mod.__dict__}
     try:
         for n in saved:
             setattr(mod, n, helpers[n])
