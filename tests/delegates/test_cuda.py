@@ -736,6 +736,39 @@ def test_a_graph_is_captured_once_and_replayed():
     assert [launch.runs for launch in launches] == [0, 0]  # captured, never run one by one
 
 
+def test_cublas_calls_run_between_the_graphs_of_the_launches_around_them():
+    # CuPy refuses cuBLAS calls while a stream captures: kernels 0, 1 | GEMM | kernel 2 are two
+    # graphs with the GEMM made between their launches, in order, on every run
+    from offload.delegates.cuda.runtime import Gemm, replay
+
+    order = []
+
+    class _Gemm(Gemm):
+        def __init__(self):
+            self.runs = 0
+
+        def run(self, stream):
+            assert not stream.capturing
+            order.append("gemm")
+
+    class _Graph:
+        def __init__(self, captured):
+            self.captured = captured
+
+        def launch(self, s):
+            order.append(tuple(self.captured))
+
+    stream = _Stream()
+    stream.end_capture = lambda: (setattr(stream, "capturing", False), _Graph(stream.captured[:]))[1]
+    stream.begin_capture = lambda: (setattr(stream, "capturing", True), stream.captured.clear())
+    launches = [_Launch(0), _Launch(1), _Gemm(), _Launch(2)]
+    spec = _spec(launches)
+    for _ in range(2):
+        replay(spec, stream)
+    assert order == [(0, 1), "gemm", (2,)] * 2
+    assert [launch.runs for launch in launches if isinstance(launch, _Launch)] == [0, 0, 0]
+
+
 def test_a_specialization_that_cannot_be_captured_runs_launch_by_launch_and_warns_once():
     from offload.delegates.cuda.runtime import replay
 
