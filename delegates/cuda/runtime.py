@@ -235,7 +235,7 @@ class CUDARuntime(BackendRuntime):
                     _upload(device, buffers[i], w, values.dtypes[i], values.storage(i), stream)
                 cache = Specializations(max_shapes(compile_specs, "cuda"), _release)
                 handle = Handle(device, stream, plan, values.dtypes, binaries, host, buffers, cache)
-                handle.graphs = flag_spec(compile_specs, "graph", False, "cuda")
+                handle.graphs = flag_spec(compile_specs, "graph", True, "cuda")
                 for shapes in planned_shapes(plan, compile_specs, "cuda"):
                     cache.get(shapes, lambda shapes=shapes: self._specialize(handle, list(shapes)))
             stream.synchronize()
