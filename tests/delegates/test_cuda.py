@@ -437,12 +437,12 @@ def run_opencl_tests(chunk: int, specs=None, graph_checks: bool = False) -> tupl
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
-@pytest.mark.parametrize("specs", [None, {"cuda": {"arch": "sm_80,sm_90"}}])
+@pytest.mark.parametrize("specs", [None, {"cuda": {"arch": "sm_80,sm_90", "graph": "0"}}])
 @pytest.mark.cuda
 @pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
 def test_opencl_tests_on_cuda(specs, chunk):
-    """The opencl tests, each through cuda on the device (JIT, and stored cubins / PTX), with
-    their own references and assertions."""
+    """The opencl tests, each through cuda on the device (JIT with CUDA graphs, the default; and
+    stored cubins / PTX launched kernel by kernel), with their own references and assertions."""
     if specs and not nvrtc.available():
         pytest.skip(nvrtc.IMPORT_ERROR)
     ran, failures = run_opencl_tests(chunk, specs)
