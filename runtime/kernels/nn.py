@@ -281,17 +281,13 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
 # call runs back to back. Both the kernel and the prepared call run these same calls, so their
 # results agree bit for bit.
 
-# A depthwise conv whose output has at most _LAST_PIXELS pixels, or at most _LAST_PIXELS_WIDE with
-# at least _LAST_CHANNELS channels, runs channels-last as one einsum over all taps; the others by
-# rows of the padded image, two passes a tap. Measured on MobileNet's and ShuffleNet's layers
-# (3 x 3, 1 thread, time channels-last einsum / rows): 192 x 28 x 28 0.52, 144 x 56 x 56 stride 2
-# 0.15, 72 x 56 x 56 stride 2 0.82; with few channels the rows of C floats are short: 24 x 28 x 28
-# 1.55; on large maps the transposing copy into channels-last costs more than the einsum saves:
-# 144 x 56 x 56 1.23, 96 x 112 x 112 stride 2 2.3 (its copy alone 1.2x the whole rows path),
-# 32 x 112 x 112 3.5. On small maps the einsum against channels-last passes (two a tap):
-# 272 x 14 x 14 0.53, 960 x 7 x 7 0.76, 48 x 14 x 14 0.94.
-_LAST_PIXELS = 14 * 14
-_LAST_PIXELS_WIDE, _LAST_CHANNELS = 28 * 28, 64
+# A depthwise conv whose input has at most _LAST_INPUT_PIXELS pixels runs channels-last (``last``),
+# the others by rows of the padded image, two passes a tap (``rows``). Measured on the depthwise
+# layers of MobileNetV2, MobileNetV3-Small and ShuffleNetV2 (1 thread, time last / rows): 3 x 3 on
+# 56 x 56 inputs 0.75-0.82 (144 and 24 channels, stride 1 and 2), 28 x 28 0.50-0.65, 14 x 14 and
+# 7 x 7 0.33-0.59, 5 x 5 0.27-0.48; on 112 x 112 inputs the transposing copies into channels-last
+# cost more than the einsum saves: 32 channels 1.17, 96 at stride 2 1.49, 16 at stride 2 1.33.
+_LAST_INPUT_PIXELS = 64 * 64
 # The rows path works through the channels in chunks whose accumulator takes about this many
 # bytes, so that a chunk's padded input, accumulator and term stay in the core's L2 cache across
 # the kernel's taps: 96 x 112 x 112 stride 2 0.50x the time of one chunk, 144 x 56 x 56 0.84x.
@@ -309,9 +305,12 @@ class _ConvPlan:
       stride 1), so that every tap reads one phase at stride 1: per tap one multiply and one add of
       whole rows of OH x Wph contiguous floats per channel; the Wph - OW columns past each output
       row are computed and dropped. The bias is added on the copy out of the accumulator.
-    - ``last``: depthwise with many channels or on small maps, channels-last: the padded image
-      as (Hp, Wp, C), and one einsum of its (kh, kw, OH, OW, C) window view with the (kh, kw, C)
-      weights, which sums the taps in order in one C loop (no product arrays).
+    - ``last``: depthwise on small maps, channels-last: the padded image's stride phases as
+      (Hph, Wph, C), and per phase one einsum of the (taps down, taps across, OH, OW * C) view of
+      the taps that read it with their weights repeated along OW, which sums those taps in the
+      weights' order in loops of OW * C (the taps of one phase step evenly through it; the
+      partial sums of phases after the first are added). 0.3-0.8x the time of one einsum over
+      all taps with loops of C, the same bits at stride 1.
     - ``columns``: everything else, im2col: the windows copied into a column matrix (C/G x
       kernel, pixels), then one BLAS product per image and group.
 
@@ -336,10 +335,8 @@ class _ConvPlan:
         self.out_shape = (n, m) + g.out
         cg, mg = c // group, m // group
         padded = any(g.begin) or any(g.end)
-        pixels = prod(g.out)
         if cg == 1 and mg == 1:
-            wide = pixels <= _LAST_PIXELS_WIDE and c >= _LAST_CHANNELS
-            self.path = "last" if pixels <= _LAST_PIXELS or wide else "rows"
+            self.path = "last" if prod(x_shape[2:]) <= _LAST_INPUT_PIXELS else "rows"
         elif g.kernel == (1, 1) and g.strides == (1, 1) and not padded:
             self.path = "pointwise"
         else:
@@ -437,27 +434,76 @@ class _ConvPlan:
 
     def last(self, out, x, w, b, buffers, shared) -> list:
         g = self.g
-        n, c, h, wd = self.x_shape
-        (kh, kw), (oh, ow), (sh, sw), (dh, dw) = g.kernel, g.out, g.strides, g.dilations
-        hp, wp = h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1]
+        n, c = self.x_shape[:2]
+        oh, ow = g.out
         calls = []
-        coef = _weights_as(w.reshape(c, kh, kw).transpose(1, 2, 0), calls)  # (kh, kw, C)
-        pad = buffers.get(("last", g.begin, g.end), (hp, wp, c), self.dtype)
-        interior = pad[g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd].transpose(2, 0, 1)
-        row, col, chan = pad.strides
-        taps = as_strided(
-            pad, (kh, kw, oh, ow, c), (row * dh, col * dw, row * sh, col * sw, chan), writeable=False
-        )
-        acc = buffers.get(("acc",), (oh, ow, c), self.dtype)
+        phases = self._phases_last(buffers)
+        groups = [
+            (view, _weights_as(coef, calls, w.flags.writeable).reshape(view.shape[:2] + (-1,)))
+            for view, coef in self._tap_grids(phases, w)
+        ]
+        acc = buffers.get(("acc",), (oh, ow * c), self.dtype)
+        term = buffers.get(("term",), (oh, ow * c), self.dtype) if len(groups) > 1 else None
+        result = acc.reshape(oh, ow, c).transpose(2, 0, 1)
         for i in range(n):
-            calls.append(functools.partial(np.copyto, interior, x[i]))
-            calls.append(functools.partial(np.einsum, "ijhwc,ijc->hwc", taps, coef, out=acc))
-            result = acc.transpose(2, 0, 1)
+            calls.extend(self._fill_phases(phases.transpose(0, 3, 1, 2), x[i], slice(None)))
+            for k, (view, coef) in enumerate(groups):
+                calls.append(functools.partial(np.einsum, "ijhx,ijx->hx", view, coef, out=term if k else acc))
+                if k:
+                    calls.append(functools.partial(np.add, acc, term, acc))
             if b is None:
                 calls.append(functools.partial(np.copyto, out[i], result))
             else:
                 calls.append(functools.partial(np.add, result, b.reshape(c, 1, 1), out[i]))
         return calls
+
+    def _phases_last(self, buffers):
+        """The stride phases of the padded image channels-last, (sh * sw, Hph, Wph, C): phase
+        a * sw + b holds padded[a::sh, b::sw] (a single phase at stride 1)."""
+        g = self.g
+        c, h, wd = self.x_shape[1:]
+        (sh, sw) = g.strides
+        hph = -(-(h + g.begin[0] + g.end[0]) // sh)
+        wph = -(-(wd + g.begin[1] + g.end[1]) // sw)
+        return buffers.get(("last", g.begin, g.end, g.strides), (sh * sw, hph, wph, c), self.dtype)
+
+    def _tap_grids(self, phases, w) -> list:
+        """Per stride phase that taps read, in the order of their first tap: the taps' windows
+        as one read-only view (taps down, taps across, OH, OW * C) and their weights as a view
+        of the same shape but OH: (taps down, taps across, OW * C), each weight repeated OW
+        times. The taps of one phase are the kernel rows ki with ki * dh = a (mod sh) and the
+        columns likewise, each an arithmetic progression, so that their offsets in the phase
+        are too: one einsum sums them, in the weights' order within the phase."""
+        g = self.g
+        c = self.x_shape[1]
+        (kh, kw), (oh, ow), (sh, sw), (dh, dw) = g.kernel, g.out, g.strides, g.dilations
+        wph = phases.shape[2]
+        weights = w.reshape(c, kh, kw)
+        item = phases.itemsize
+        order = []
+        for ki, kj in np.ndindex(kh, kw):
+            phase = ((ki * dh) % sh, (kj * dw) % sw)
+            if phase not in order:
+                order.append(phase)
+        grids = []
+        for a, bb in order:
+            rows = [ki for ki in range(kh) if (ki * dh) % sh == a]
+            cols = [kj for kj in range(kw) if (kj * dw) % sw == bb]
+            # the next tap in the same phase is sh / gcd(dh, sh) rows on: offsets step evenly
+            rstep = rows[1] - rows[0] if len(rows) > 1 else 1
+            cstep = cols[1] - cols[0] if len(cols) > 1 else 1
+            r0, t0 = rows[0] * dh // sh, cols[0] * dw // sw
+            start = phases[a * sw + bb, r0:, t0:]
+            view = as_strided(
+                start,
+                (len(rows), len(cols), oh, ow * c),
+                (rstep * dh // sh * wph * c * item, cstep * dw // sw * c * item, wph * c * item, item),
+                writeable=False,
+            )
+            picked = weights[:, rows[0] :: rstep, cols[0] :: cstep][:, : len(rows), : len(cols)]
+            coef = np.broadcast_to(picked.transpose(1, 2, 0)[:, :, None, :], (len(rows), len(cols), ow, c))
+            grids.append((view, coef))
+        return grids
 
     # -- padding and stride phases
 
@@ -537,12 +583,13 @@ class _ConvPlan:
         return taps
 
 
-def _weights_as(view, calls: list) -> np.ndarray:
+def _weights_as(view, calls: list, writeable: bool | None = None) -> np.ndarray:
     """A C-contiguous copy of a view of the weights. Constants are read-only and are copied once;
     weights that may change between runs (computed by the graph) are copied again by the first
-    of ``calls``, which this appends to."""
+    of ``calls``, which this appends to. ``writeable``: whether the weights are, where the view
+    cannot tell (a broadcast view is read-only)."""
     copy = np.ascontiguousarray(view)
-    if view.flags.writeable:
+    if view.flags.writeable if writeable is None else writeable:
         calls.append(functools.partial(np.copyto, copy, view))
     return copy
 
