@@ -22,6 +22,7 @@ from offload.errors import ShapeError
 
 from . import kernel, prepared
 from ._util import out_for, unsupported
+from .elementwise import _CLIP, _hard_passes
 from .linalg import saturate, widened
 
 # ---------------------------------------------------------------------------- geometry
@@ -342,18 +343,22 @@ class _ConvPlan:
         else:
             self.path = "columns"
 
-    def calls(self, out, x, w, b, buffers) -> list:
+    def calls(self, out, x, w, b, buffers, finish=None) -> list:
         """The calls that write the convolution of x with w (and bias b, or None) into out, all
-        of the plan's shapes and dtype; ``buffers`` gives the scratch arrays (``_Buffers``)."""
+        of the plan's shapes and dtype; ``buffers`` gives the scratch arrays (``_Buffers``).
+        ``finish(part)``, when given, makes the calls of an elementwise op applied in place to
+        a part of out once it holds its sums and bias (``_Epilogue``): the rows path finishes
+        each chunk of channels while it is in cache, the others each image or all of out."""
         shared = np.may_share_memory(out, x)  # the planned output may reuse the input's memory
         if self.path in ("rows", "last"):  # these copy all the input before writing (one chunk)
-            return getattr(self, self.path)(out, x, w, b, buffers, shared)
+            return getattr(self, self.path)(out, x, w, b, buffers, shared, finish)
         calls = []
         if shared:
             copy = buffers.get(("input",), self.x_shape, self.dtype)
             calls.append(functools.partial(np.copyto, copy, x))
             x = copy
-        return calls + getattr(self, self.path)(out, x, w, b, buffers)
+        calls += getattr(self, self.path)(out, x, w, b, buffers)
+        return calls + (finish(out) if finish is not None else [])
 
     def pointwise(self, out, x, w, b, buffers) -> list:
         n, c = self.x_shape[:2]
@@ -399,7 +404,7 @@ class _ConvPlan:
             calls.append(functools.partial(np.add, out, b.reshape(1, m, 1, 1), out))
         return calls
 
-    def rows(self, out, x, w, b, buffers, shared) -> list:
+    def rows(self, out, x, w, b, buffers, shared, finish) -> list:
         g = self.g
         n, c = self.x_shape[:2]
         (oh, ow), taps = g.out, prod(g.kernel)
@@ -430,9 +435,11 @@ class _ConvPlan:
                     calls.append(functools.partial(np.copyto, out[i, ch], result))
                 else:
                     calls.append(functools.partial(np.add, result, bias[ch], out[i, ch]))
+                if finish is not None:
+                    calls.extend(finish(out[i, ch]))
         return calls
 
-    def last(self, out, x, w, b, buffers, shared) -> list:
+    def last(self, out, x, w, b, buffers, shared, finish) -> list:
         g = self.g
         n, c = self.x_shape[:2]
         oh, ow = g.out
@@ -455,6 +462,8 @@ class _ConvPlan:
                 calls.append(functools.partial(np.copyto, out[i], result))
             else:
                 calls.append(functools.partial(np.add, result, b.reshape(c, 1, 1), out[i]))
+            if finish is not None:
+                calls.extend(finish(out[i]))
         return calls
 
     def _phases_last(self, buffers):
@@ -668,18 +677,79 @@ def _planned_conv(x, w, b, g: _Geom, group: int, dest=None):
     return out
 
 
+class _Epilogue(NamedTuple):
+    """The elementwise op that reads a Conv's result and nothing else reads, applied by the
+    conv's plan to each part of its output in place (``_ConvPlan.calls``): the calls of the op's
+    own prepared call (runtime/kernels/elementwise.py), so that the results are those of the two
+    steps bit for bit, without a step of its own or a pass over the whole output from memory.
+    The CPU executor pairs the two steps (runtime/module.py, ``_fuse_epilogues``); the graph
+    keeps both ops, so the GPU backends see the graph unchanged."""
+
+    op: str  # Relu | Clip | HardSwish | HardSigmoid
+    alpha: float = 0.0
+    beta: float = 0.0
+
+    def calls(self, part, extras: tuple, buffers) -> list:
+        """The op's calls on ``part`` of the output, its other inputs ``extras`` (Clip's 0-d
+        bounds)."""
+        if self.op == "Relu":  # a full operand of zeros, as the prepared Relu: numpy's fast loop
+            zeros = buffers.get(("zeros",), part.shape, part.dtype)
+            return [functools.partial(np.maximum, part, zeros, out=part)]
+        if self.op == "Clip":
+            lo, hi = extras
+            return [functools.partial(_CLIP, part, lo, hi, part)]
+        swish = self.op == "HardSwish"
+        temp = buffers.get(("epilogue",), part.shape, part.dtype) if swish else None
+        return [_hard_passes(part, part, self.alpha, self.beta, swish, temp)]
+
+
+def _epilogue(op_type: str, attrs: dict, extras: list, dtype) -> _Epilogue | None:
+    """The _Epilogue of an op with inputs beyond the conv's result of specs ``extras``, or None
+    where its prepared call is not one that runs in place per part (Clip's bounds not 0-d)."""
+    if op_type == "Relu" and not extras:
+        return _Epilogue("Relu")
+    if op_type == "Clip" and len(extras) == 2 and all(e == (dtype, ()) for e in extras):
+        return _Epilogue("Clip")
+    if op_type in ("HardSwish", "HardSigmoid") and not extras:
+        return _Epilogue(op_type, attrs.get("alpha", 1 / 6), attrs.get("beta", 0.5))
+    return None
+
+
 class _ConvCall:
     """The prepared call of a 2-D float Conv whose shapes are static: its plan's calls, made once
     per arena set when bound. Called unbound (its input the result of a kernel), it keeps the
     calls it made for the last arrays it got: a method stores kernel results in the same arena
     views at every run, so they are made once there too (ShuffleNet's convs after Slice and
-    Reshape: 56 of them took 2-3 ms a run to make their calls)."""
+    Reshape: 56 of them took 2-3 ms a run to make their calls). With an ``epilogue`` its output
+    is the epilogue op's and the op's other inputs follow the conv's (``with_epilogue``)."""
 
-    __slots__ = ("last", "plan")
+    __slots__ = ("epilogue", "last", "n_conv", "plan")
 
-    def __init__(self, plan: _ConvPlan):
-        self.plan = plan
-        self.last = None  # (out, x, w, b, calls): one tuple, replaced whole (threads)
+    def __init__(self, plan: _ConvPlan, epilogue: _Epilogue | None = None, n_conv: int = 3):
+        self.plan, self.epilogue, self.n_conv = plan, epilogue, n_conv
+        self.last = None  # (out, args, calls): one tuple, replaced whole (threads)
+
+    def with_epilogue(self, op_type: str, attrs: dict, n_conv: int, extras: list) -> _ConvCall | None:
+        """This conv followed by ``op_type`` (its first input this conv's result, its others of
+        specs ``extras``) as one call, or None where that op is not one a plan applies."""
+        epilogue = _epilogue(op_type, attrs, extras, self.plan.dtype)
+        return None if epilogue is None else _ConvCall(self.plan, epilogue, n_conv)
+
+    def _calls(self, out, args) -> tuple:
+        conv, extras = args[: self.n_conv], args[self.n_conv :]
+        x, w, b = conv if len(conv) == 3 else (*conv, None)
+        self._check(out, x, w, b)
+        buffers = _arena_buffers(out)  # another thread may run this set later, never two at once
+        finish = None
+        if self.epilogue is not None:
+            if any(e.dtype != self.plan.dtype or e.ndim for e in extras):
+                raise TypeError("not the declared types")
+            epilogue = self.epilogue
+
+            def finish(part):
+                return epilogue.calls(part, extras, buffers)
+
+        return tuple(self.plan.calls(out, x, w, b, buffers, finish))
 
     def _check(self, out, x, w, b) -> None:
         plan = self.plan
@@ -690,17 +760,19 @@ class _ConvCall:
         if b is not None and b.shape != (plan.w_shape[0],):
             raise TypeError("not the declared bias shape")
 
-    def __call__(self, out, x, w, b=None):
+    def __call__(self, out, *args):
         last = self.last
-        if last is None or last[0] is not out or last[1] is not x or last[2] is not w or last[3] is not b:
-            self._check(out, x, w, b)
-            # the arena set's buffers: another thread may run this set later, never two at once
-            last = self.last = (out, x, w, b, tuple(self.plan.calls(out, x, w, b, _arena_buffers(out))))
-        _run_calls(last[4])
+        if (
+            last is None
+            or last[0] is not out
+            or len(args) != len(last[1])
+            or any(a is not k for a, k in zip(args, last[1]))
+        ):
+            last = self.last = (out, args, self._calls(out, args))
+        _run_calls(last[2])
 
-    def bind(self, out, x, w, b=None):
-        self._check(out, x, w, b)
-        return functools.partial(_run_calls, tuple(self.plan.calls(out, x, w, b, _arena_buffers(out))))
+    def bind(self, out, *args):
+        return functools.partial(_run_calls, self._calls(out, args))
 
 
 @prepared("Conv")

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import offload
 from offload.runtime.kernels.nn import _ConvCall
-from offload.runtime.module import _BoundRun, _PreparedStep
+from offload.runtime.module import _BoundRun, _KernelPair, _PreparedStep
 
 F32 = TensorProto.FLOAT
 
@@ -197,7 +197,11 @@ def test_mobile_activations_match_onnxruntime():
     data = model.SerializeToString()
     program = offload.load(data)
     method = offload.runtime.load(offload.save(program)).method("forward")
-    prepared = {s.kernel.op_name for s in method._steps if isinstance(s, _PreparedStep)}
+    prepared = set()
+    for s in method._steps:
+        if isinstance(s, _PreparedStep):
+            k = s.kernel
+            prepared |= {k.first.op_name, k.second.op_name} if isinstance(k, _KernelPair) else {k.op_name}
     for op in ("HardSwish", "Clip", "GlobalAveragePool", "Conv", "HardSigmoid", "Mul"):
         assert f"onnx::{op}" in prepared, op
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
