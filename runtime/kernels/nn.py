@@ -364,17 +364,6 @@ class _ConvPlan:
         n, c = self.x_shape[:2]
         m, group = self.w_shape[0], self.group
         pixels = prod(self.g.out)
-        if b is not None and group == 1 and m >= c:
-            # the bias as one more column of the weights, the image copied above a row of ones:
-            # copying the C x pixels image costs less than adding the bias to the M x pixels
-            # result once M >= C (MobileNets' expansions: 0.76-0.96x the time of product and add)
-            calls = []
-            weights = _with_bias(w.reshape(m, c), b, calls)
-            ones_below = buffers.get(("ones below",), (c + 1, pixels), self.dtype, fill=1)
-            for i in range(n):
-                calls.append(functools.partial(np.copyto, ones_below[:c], x[i].reshape(c, pixels)))
-                calls.append(functools.partial(np.matmul, weights, ones_below, out[i].reshape(m, pixels)))
-            return calls
         if group == 1:
             weights = w.reshape(m, c)
             images = x.reshape(n, c, pixels)
@@ -393,17 +382,10 @@ class _ConvPlan:
         n, c = self.x_shape[:2]
         m = self.w_shape[0]
         size, pixels = prod(g.kernel) * (c // group), prod(g.out)
+        weights = w.reshape(group, m // group, size)
+        cols = buffers.get(("columns",), (c,) + g.kernel + g.out, self.dtype)
+        operand = cols.reshape(group, size, pixels)
         calls = []
-        if b is not None and group == 1:  # the bias in the product, as in pointwise
-            weights = _with_bias(w.reshape(m, size), b, calls).reshape(1, m, size + 1)
-            ones_below = buffers.get(("ones below",), (size + 1, pixels), self.dtype, fill=1)
-            cols = ones_below[:size].reshape((c,) + g.kernel + g.out)
-            operand = ones_below.reshape(1, size + 1, pixels)
-            b = None
-        else:
-            weights = w.reshape(group, m // group, size)
-            cols = buffers.get(("columns",), (c,) + g.kernel + g.out, self.dtype)
-            operand = cols.reshape(group, size, pixels)
         for i in range(n):
             if g.strides == (1, 1):
                 if any(g.begin) or any(g.end):
@@ -610,17 +592,6 @@ class _ConvPlan:
             r, t = divmod(at, wph)
             taps.append(phases[phase, :, r : r + oh, t : t + ow])
         return taps
-
-
-def _with_bias(weights, b, calls: list) -> np.ndarray:
-    """The (M, K) weights with the bias b as column K, copied as _weights_as copies."""
-    m, k = weights.shape
-    folded = np.empty((m, k + 1), weights.dtype)
-    folded[:, :k], folded[:, k] = weights, b
-    if weights.flags.writeable or b.flags.writeable:
-        calls.append(functools.partial(np.copyto, folded[:, :k], weights))
-        calls.append(functools.partial(np.copyto, folded[:, k], b))
-    return folded
 
 
 def _weights_as(view, calls: list, writeable: bool | None = None) -> np.ndarray:

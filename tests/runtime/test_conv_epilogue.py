@@ -124,33 +124,3 @@ def test_a_fused_conv_lists_both_instructions_and_profiles_as_conv():
     method.run(_feeds(case, 1.0), profile=profile)
     ops = [e.args.get("op") for e in profile.events if e.cat == "kernel"]
     assert ops[-2:] == ["onnx::Conv", "onnx::Clip"]
-
-
-@pytest.mark.parametrize("case", CONVS[2:], ids=[c[-1] for c in CONVS[2:]])
-def test_bias_in_the_product_follows_weights_and_bias_computed_per_run(case):
-    """pointwise (M >= C) and columns take the bias as one more column of the weights: weights
-    and bias that the graph computes (Neg of inputs) are copied into it again at every run."""
-    c, h, w, m, group, kernel, strides, pads, _ = case
-    conv = dict(group=group, kernel_shape=kernel, strides=strides, pads=pads)
-    nodes = [
-        helper.make_node("Neg", ["x"], ["r"]),
-        helper.make_node("Neg", ["k"], ["wk"]),
-        helper.make_node("Neg", ["bias"], ["bk"]),
-        helper.make_node("Conv", ["r", "wk", "bk"], ["c"], **conv),
-        helper.make_node("Relu", ["c"], ["y"]),
-    ]
-    inputs = [("x", F32, [1, c, h, w]), ("k", F32, [m, c // group, *kernel]), ("bias", F32, [m])]
-    data = model_bytes(nodes, inputs, [("y", F32, None)], opset=17)
-    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
-    (step,) = _fused(method)
-    assert step.call.plan.path == case[-1]
-    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(3)
-    for _ in range(3):
-        feeds = {
-            "x": rng.standard_normal((1, c, h, w)).astype(np.float32),
-            "k": rng.standard_normal((m, c // group, *kernel)).astype(np.float32),
-            "bias": rng.standard_normal(m).astype(np.float32),
-        }
-        (want,) = session.run(None, feeds)
-        np.testing.assert_allclose(method.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)
