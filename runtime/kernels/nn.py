@@ -289,6 +289,7 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
 # 7 x 7 0.33-0.59, 5 x 5 0.27-0.48; on 112 x 112 inputs the transposing copies into channels-last
 # cost more than the einsum saves: 32 channels 1.17, 96 at stride 2 1.49, 16 at stride 2 1.33.
 _LAST_INPUT_PIXELS = 64 * 64
+_COPY_PIXELS = 256
 # The rows path works through the channels in chunks whose accumulator takes about this many
 # bytes, so that a chunk's padded input, accumulator and term stay in the core's L2 cache across
 # the kernel's taps: 96 x 112 x 112 stride 2 0.50x the time of one chunk, 144 x 56 x 56 0.84x.
@@ -307,7 +308,7 @@ class _ConvPlan:
       whole rows of OH x Wph contiguous floats per channel; the Wph - OW columns past each output
       row are computed and dropped. The bias is added on the copy out of the accumulator.
     - ``last``: depthwise on small maps, channels-last: the padded image's stride phases as
-      (Hph, Wph, C), and per phase one einsum of the (taps down, taps across, OH, OW * C) view of
+      (Hph, Wph, C) (``_phases_last``), and per phase one einsum of the (taps down, taps across, OH, OW * C) view of
       the taps that read it with their weights repeated along OW, which sums those taps in the
       weights' order in loops of OW * C (the taps of one phase step evenly through it; the
       partial sums of phases after the first are added). 0.3-0.8x the time of one einsum over
@@ -445,42 +446,55 @@ class _ConvPlan:
         oh, ow = g.out
         calls = []
         phases = self._phases_last(buffers)
+        cp = phases.shape[-1]
         groups = [
-            (view, _weights_as(coef, calls, w.flags.writeable).reshape(view.shape[:2] + (-1,)))
+            (view, _padded_copy(coef, cp, calls, w.flags.writeable).reshape(view.shape[:2] + (-1,)))
             for view, coef in self._tap_grids(phases, w)
         ]
-        acc = buffers.get(("acc",), (oh, ow * c), self.dtype)
-        term = buffers.get(("term",), (oh, ow * c), self.dtype) if len(groups) > 1 else None
-        result = acc.reshape(oh, ow, c).transpose(2, 0, 1)
+        acc = buffers.get(("acc",), (oh, ow * cp), self.dtype)
+        term = buffers.get(("term",), (oh, ow * cp), self.dtype) if len(groups) > 1 else None
+        result = acc.reshape(oh, ow, cp)[:, :, :c].transpose(2, 0, 1)
         # the bias repeated along OW, added channels-last before the copy out: a transposing add
         # took 2.5-3x the time of the contiguous add and the transposing copy (384 x 14 x 14)
-        bias = None if b is None else _weights_as(np.broadcast_to(b, (ow, c)), calls, b.flags.writeable)
+        bias = None if b is None else _padded_copy(np.broadcast_to(b, (ow, c)), cp, calls, b.flags.writeable)
         for i in range(n):
-            calls.extend(self._fill_phases(phases.transpose(0, 3, 1, 2), x[i], slice(None)))
+            calls.extend(self._fill_phases(phases[..., :c].transpose(0, 3, 1, 2), x[i], slice(None)))
             for k, (view, coef) in enumerate(groups):
                 calls.append(functools.partial(np.einsum, "ijhx,ijx->hx", view, coef, out=term if k else acc))
                 if k:
                     calls.append(functools.partial(np.add, acc, term, acc))
             if bias is not None:
                 calls.append(functools.partial(np.add, acc, bias.reshape(-1), acc))
-            calls.append(functools.partial(np.copyto, out[i], result))
+            # out by blocks of rows: a pixel's channels are a cache line or more apart in acc, and
+            # a copy that steps through all pixels per channel lost them from L1 on maps larger
+            # than 16 x 16 (28 x 28 x 192: 123 us in one copy, 67 by blocks of 256 pixels)
+            rows = max(1, _COPY_PIXELS // ow)
+            for r in range(0, oh, rows):
+                calls.append(functools.partial(np.copyto, out[i, :, r : r + rows], result[:, r : r + rows]))
             if finish is not None:
                 calls.extend(finish(out[i]))
         return calls
 
     def _phases_last(self, buffers):
-        """The stride phases of the padded image channels-last, (sh * sw, Hph, Wph, C): phase
-        a * sw + b holds padded[a::sh, b::sw] (a single phase at stride 1)."""
+        """The stride phases of the padded image channels-last, (sh * sw, Hph, Wph, C + pad):
+        phase a * sw + b holds padded[a::sh, b::sw] (a single phase at stride 1). The pad
+        channels are zeros, with zero weights and bias: where C floats are a multiple of 256
+        bytes, one cache line more makes a pixel's channels an odd number of lines, so that the
+        transposing copies in and out, which step by a pixel's channels, spread over all the
+        cache's sets (384 x 14 x 14: the copy out took 98 us at 384 channels, 18 at 240)."""
         g = self.g
         c, h, wd = self.x_shape[1:]
         (sh, sw) = g.strides
         hph = -(-(h + g.begin[0] + g.end[0]) // sh)
         wph = -(-(wd + g.begin[1] + g.end[1]) // sw)
-        return buffers.get(("last", g.begin, g.end, g.strides), (sh * sw, hph, wph, c), self.dtype)
+        item = self.dtype.itemsize
+        pad = 64 // item if c * item % 256 == 0 and c * item >= 512 else 0
+        shape = (sh * sw, hph, wph, c + pad)
+        return buffers.get(("last", g.begin, g.end, g.strides), shape, self.dtype)
 
     def _tap_grids(self, phases, w) -> list:
         """Per stride phase that taps read, in the order of their first tap: the taps' windows
-        as one read-only view (taps down, taps across, OH, OW * C) and their weights as a view
+        as one read-only view (taps down, taps across, OH, OW * (C + pad)) and their weights as a view
         of the same shape but OH: (taps down, taps across, OW * C), each weight repeated OW
         times. The taps of one phase are the kernel rows ki with ki * dh = a (mod sh) and the
         columns likewise, each an arithmetic progression, so that their offsets in the phase
@@ -488,7 +502,7 @@ class _ConvPlan:
         g = self.g
         c = self.x_shape[1]
         (kh, kw), (oh, ow), (sh, sw), (dh, dw) = g.kernel, g.out, g.strides, g.dilations
-        wph = phases.shape[2]
+        wph, cp = phases.shape[2:]
         weights = w.reshape(c, kh, kw)
         item = phases.itemsize
         order = []
@@ -507,8 +521,8 @@ class _ConvPlan:
             start = phases[a * sw + bb, r0:, t0:]
             view = as_strided(
                 start,
-                (len(rows), len(cols), oh, ow * c),
-                (rstep * dh // sh * wph * c * item, cstep * dw // sw * c * item, wph * c * item, item),
+                (len(rows), len(cols), oh, ow * cp),
+                (rstep * dh // sh * wph * cp * item, cstep * dw // sw * cp * item, wph * cp * item, item),
                 writeable=False,
             )
             picked = weights[:, rows[0] :: rstep, cols[0] :: cstep][:, : len(rows), : len(cols)]
@@ -594,13 +608,24 @@ class _ConvPlan:
         return taps
 
 
-def _weights_as(view, calls: list, writeable: bool | None = None) -> np.ndarray:
+def _padded_copy(view, channels: int, calls: list, writeable: bool) -> np.ndarray:
+    """A copy of a view (..., C) of the weights or bias with zeros after its C channels up to
+    ``channels``, copied as _weights_as copies (again at each run where ``writeable``: a
+    broadcast view is read-only whatever the weights)."""
+    copy = np.zeros(view.shape[:-1] + (channels,), view.dtype)
+    part = copy[..., : view.shape[-1]]
+    part[...] = view
+    if writeable:
+        calls.append(functools.partial(np.copyto, part, view))
+    return copy
+
+
+def _weights_as(view, calls: list) -> np.ndarray:
     """A C-contiguous copy of a view of the weights. Constants are read-only and are copied once;
     weights that may change between runs (computed by the graph) are copied again by the first
-    of ``calls``, which this appends to. ``writeable``: whether the weights are, where the view
-    cannot tell (a broadcast view is read-only)."""
+    of ``calls``, which this appends to."""
     copy = np.ascontiguousarray(view)
-    if view.flags.writeable if writeable is None else writeable:
+    if view.flags.writeable:
         calls.append(functools.partial(np.copyto, copy, view))
     return copy
 

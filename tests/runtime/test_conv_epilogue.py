@@ -22,6 +22,7 @@ F32 = TensorProto.FLOAT
 CONVS = [
     (16, 70, 66, 16, 16, (3, 3), (1, 1), (1, 1, 1, 1), "rows"),
     (24, 17, 15, 24, 24, (5, 5), (2, 2), (2, 2, 2, 2), "last"),
+    (128, 10, 9, 128, 128, (3, 3), (1, 1), (1, 1, 1, 1), "last"),  # with zero channels after C
     (24, 11, 13, 40, 1, (1, 1), (1, 1), (0, 0, 0, 0), "pointwise"),
     (3, 21, 19, 16, 1, (3, 3), (2, 2), (1, 1, 1, 1), "columns"),
 ]
@@ -104,7 +105,7 @@ def test_a_conv_result_read_elsewhere_is_not_fused():
 
 
 def test_clip_bounds_given_at_run_are_not_fused():
-    case = CONVS[2]
+    case = CONVS[3]
     data = _model(case, "Clip", bounds_in=True)
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
     assert not _fused(method)

@@ -32,6 +32,9 @@ CASES = [
     (36, 13, 11, 36, 36, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), "last"),
     (20, 9, 8, 20, 20, (3, 3), (2, 1), (1, 0, 1, 2), (1, 2), "last"),
     (144, 27, 27, 144, 144, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "last"),
+    # channels of a multiple of 256 bytes: channels-last with a cache line of zero channels more
+    (128, 9, 11, 128, 128, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "last"),
+    (192, 15, 13, 192, 192, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), "last"),
     (24, 11, 13, 40, 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "pointwise"),
     (24, 9, 7, 36, 3, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "pointwise"),
     (17, 1, 1, 9, 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "pointwise"),
@@ -302,7 +305,7 @@ def test_average_pool_matches_onnxruntime(kernel, strides, pads, ceil, include):
         np.testing.assert_allclose(method.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[5]], ids=["rows", "last"])
+@pytest.mark.parametrize("case", [CASES[0], CASES[5], CASES[15]], ids=["rows", "last", "last-padded"])
 def test_depthwise_weights_computed_per_run(case):
     """Weights that the graph computes (here Neg of an input) change between runs: the plan's
     transposed copy of them is refreshed at every run, bound or not."""
