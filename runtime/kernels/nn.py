@@ -284,12 +284,13 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
 
 # A depthwise conv whose input has at most _LAST_INPUT_PIXELS pixels runs channels-last (``last``),
 # the others by rows of the padded image, two passes a tap (``rows``). Measured on the depthwise
-# layers of MobileNetV2, MobileNetV3-Small and ShuffleNetV2 (1 thread, time last / rows): 3 x 3 on
-# 56 x 56 inputs 0.75-0.82 (144 and 24 channels, stride 1 and 2), 28 x 28 0.50-0.65, 14 x 14 and
-# 7 x 7 0.33-0.59, 5 x 5 0.27-0.48; on 112 x 112 inputs the transposing copies into channels-last
-# cost more than the einsum saves: 32 channels 1.17, 96 at stride 2 1.49, 16 at stride 2 1.33.
+# layers of MobileNetV2, MobileNetV3-Small and ShuffleNetV2 (1 thread, time last / rows, several
+# runs on a shared machine): 3 x 3 on 56 x 56 inputs 0.70-0.82 at stride 2, 0.81-1.10 with 144
+# channels at stride 1, 28 x 28 0.48-0.68, 14 x 14 and 7 x 7 0.30-0.59, 5 x 5 0.24-0.48; on 112 x
+# 112 inputs the transposing copies into channels-last cost more than the einsum saves: 32
+# channels 0.97-1.41, 96 at stride 2 1.49-2.46, 16 at stride 2 1.22-1.33.
 _LAST_INPUT_PIXELS = 64 * 64
-_COPY_PIXELS = 256
+_COPY_PIXELS = 256  # the last path copies its sums out by blocks of rows of about this many pixels
 # The rows path works through the channels in chunks whose accumulator takes about this many
 # bytes, so that a chunk's padded input, accumulator and term stay in the core's L2 cache across
 # the kernel's taps: 96 x 112 x 112 stride 2 0.50x the time of one chunk, 144 x 56 x 56 0.84x.
@@ -308,11 +309,12 @@ class _ConvPlan:
       whole rows of OH x Wph contiguous floats per channel; the Wph - OW columns past each output
       row are computed and dropped. The bias is added on the copy out of the accumulator.
     - ``last``: depthwise on small maps, channels-last: the padded image's stride phases as
-      (Hph, Wph, C) (``_phases_last``), and per phase one einsum of the (taps down, taps across, OH, OW * C) view of
-      the taps that read it with their weights repeated along OW, which sums those taps in the
-      weights' order in loops of OW * C (the taps of one phase step evenly through it; the
-      partial sums of phases after the first are added). 0.3-0.8x the time of one einsum over
-      all taps with loops of C, the same bits at stride 1.
+      (Hph, Wph, C) (``_phases_last``), and per phase one einsum of the (taps down, taps
+      across, OH, OW * C) view of the taps that read it with their weights repeated along OW,
+      which sums those taps in the weights' order in loops of OW * C (the taps of one phase
+      step evenly through it; the partial sums of phases after the first are added). 0.3-0.8x
+      the time of one einsum over all taps with loops of C, the same bits at stride 1. The
+      bias is added channels-last, then the sums are copied out.
     - ``columns``: everything else, im2col: the windows copied into a column matrix (C/G x
       kernel, pixels), then one BLAS product per image and group.
 
