@@ -535,6 +535,7 @@ class Method:
             self._steps.append(prepare(self, ins.instrArgs, pc, where, label, operators, len(instructions)))
         _find_load_time(self)
         _find_shape_steps(self)
+        _fuse_epilogues(self)
         _keep_on_device(self)
         _bind_runs(self)
         self._pool.append((self._planned, self._initial, self._bind(self._planned, self._initial)))
@@ -746,8 +747,10 @@ class _Frame(list):
 
 def _describe(step) -> tuple[str, str, dict]:
     """(name, category, arguments) of a step's profile event."""
-    if isinstance(step, (_PreparedStep, _ShapeStep)):
+    if isinstance(step, (_PreparedStep, _ShapeStep, _FusedAway)):
         step = step.kernel
+    if isinstance(step, _KernelPair):  # the pair's time is its first op's (onnxruntime's fused Conv)
+        step = step.first
     if isinstance(step, _KernelStep):
         return step.label or step.op_name, "kernel", {"op": step.op_name}
     if isinstance(step, _DelegateStep):
@@ -879,6 +882,86 @@ def _prepared(m: Method, step: _KernelStep, domain: str, op_type: str) -> _Prepa
     fast = _PreparedStep()
     fast.call, fast.in_slots, fast.kernel, fast.out_slot = call, list(step.in_slots), step, step.out_slots[0]
     return fast
+
+
+class _KernelPair:
+    """The kernel steps of a fused pair (``_fuse_epilogues``), run one after the other where the
+    fused call cannot run; it reads and writes as the first one (the second's step stays in
+    place, ``_FusedAway``)."""
+
+    __slots__ = ("first", "in_slots", "second", "what")
+
+    def __init__(self, first: _KernelStep, second: _KernelStep):
+        self.first, self.second = first, second
+        self.in_slots = list(first.in_slots) + list(second.in_slots[1:])
+        self.what = f"{first.what} with {second.what}"
+
+    def run(self, frame: list) -> None:
+        self.first.run(frame)
+        self.second.run(frame)
+
+    def info(self) -> StepInfo:
+        return self.first.info()
+
+
+class _FusedAway:
+    """The place of a step whose op a fused call before it runs (``_fuse_epilogues``): nothing
+    to run; it lists what the op reads and writes, as the instruction does."""
+
+    __slots__ = ("kernel",)
+
+    def run(self, frame: list) -> None:
+        return None
+
+    def info(self) -> StepInfo:
+        return self.kernel.info()
+
+
+def _fuse_epilogues(m: Method) -> None:
+    """Pair a prepared Conv with the prepared elementwise op right after it (Relu, Clip,
+    HardSwish, HardSigmoid: ``nn._Epilogue``) where that op is the only reader of the conv's
+    result, which is not a result of the method, and the op is no jump's target: the conv's
+    plan applies the op to each part of its output as it writes it, into the op's arena view
+    (``_ConvCall.with_epilogue``), and the op's own step runs nothing (``_FusedAway``). The
+    conv's result is then never written: nothing reads it. Only the CPU executor pairs them;
+    the graph and the .pte keep both ops. The op's other inputs (Clip's bounds) must be
+    constants, so that no arena view the conv writes is one they are read from."""
+    readers: dict[int, int] = {}
+    for step in m._steps:
+        for slot in step.info().reads:
+            readers[slot] = readers.get(slot, 0) + 1
+    results = set(m._output_slots)
+    targets = {s.dest for s in m._steps if isinstance(s, _JumpStep)}
+    for pc in range(len(m._steps) - 1):
+        conv, op = m._steps[pc], m._steps[pc + 1]
+        if type(conv) is not _PreparedStep or type(op) is not _PreparedStep:
+            continue
+        with_epilogue = getattr(conv.call, "with_epilogue", None)
+        mid, extras = conv.out_slot, op.in_slots[1:]
+        if (
+            with_epilogue is None
+            or not op.in_slots
+            or op.in_slots[0] != mid
+            or readers.get(mid) != 1
+            or mid in results
+            or pc + 1 in targets
+            or not all(i and m._planned[i] is None and type(m._initial[i]) is np.ndarray for i in extras)
+        ):
+            continue
+        domain, _, op_type = op.kernel.op_name.partition("::")
+        specs = [(m._initial[i].dtype, m._initial[i].shape) for i in extras]
+        call = (
+            with_epilogue(op_type, op.kernel.attrs, len(conv.in_slots), specs) if domain == "onnx" else None
+        )
+        if call is None:
+            continue
+        fused = _PreparedStep()
+        fused.call, fused.out_slot = call, op.out_slot
+        fused.kernel = _KernelPair(conv.kernel, op.kernel)
+        fused.in_slots = fused.kernel.in_slots
+        m._steps[pc] = fused
+        m._steps[pc + 1] = away = _FusedAway()
+        away.kernel = op.kernel
 
 
 class _BoundRun:
@@ -1099,6 +1182,8 @@ def _bind_runs(m: Method) -> None:
     m._fast_steps = list(m._steps)
     run: list[int] = []
     for pc, step in enumerate([*m._steps, None]):
+        if isinstance(step, _FusedAway):  # nothing to run: a run goes on past it
+            continue
         ok = (
             isinstance(step, _PreparedStep)
             and all(i in certain for i in step.in_slots)
