@@ -1070,7 +1070,7 @@ _SHAPE_OF = {"onnx::Shape", "onnx::Size"}
 
 
 def _find_shape_steps(m: Method) -> None:
-    """The kernel steps (not prepared ones) before the first jump whose results depend only on
+    """The kernel steps (prepared or not) before the first jump whose results depend only on
     the input shapes (``_ShapeStep``). A value's *shape* is known from the input shapes when it
     is a method input no step writes, a constant, or the result of an op whose output shapes
     follow from its inputs' shapes (``ir.SHAPE_FROM_SHAPES``), or from their shapes and the
@@ -1100,7 +1100,7 @@ def _find_shape_steps(m: Method) -> None:
             shape_follows = False
         if shape_follows and single:
             shaped.update(outs)
-        if type(step) is not _KernelStep or not ins or not outs or not single:
+        if type(step) not in (_KernelStep, _PreparedStep) or not ins or not outs or not single:
             continue
         if kernel.op_name in _SHAPE_OF:
             derived = ins[0] in shaped

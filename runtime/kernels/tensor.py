@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from offload.errors import ShapeError
 from offload.ir import DataType
 
-from . import kernel
+from . import kernel, prepared
 from ._util import check_result, normalize_axes, normalize_axis, out_for, unsupported
 
 
@@ -37,7 +38,35 @@ def reshape(ctx, data, shape, *, allowzero):
     if not allowzero:
         # A 0 copies the input's dimension at the same position.
         dims = [data.shape[i] if d == 0 else d for i, d in enumerate(dims)]
-    return np.reshape(data, dims)
+    return _reshaped(ctx, data, dims)
+
+
+def _reshaped(ctx, data, dims):
+    """``data`` reshaped to ``dims``: a view where one exists (np.reshape's result, which later
+    ops read in its layout: a MatMul of a strided view rounds differently from one of a copy).
+    Where np.reshape would copy (a transposed view), the one copy goes straight into the planned
+    output when it has the result's shape, not into a new array the method copies again."""
+    if data.flags.c_contiguous:
+        return np.reshape(data, dims)
+    try:
+        return np.reshape(data, dims, copy=False)
+    except TypeError:  # numpy before 2.1: no copy argument
+        return np.reshape(data, dims)
+    except ValueError:  # a copy is needed, or dims do not fit (np.reshape below names that)
+        out = out_for(ctx, 0, _resolved(dims, data.size), data.dtype)
+    if out is None or out.size != data.size:
+        return np.reshape(data, dims)
+    np.copyto(out.reshape(data.shape), data)
+    return out
+
+
+def _resolved(dims, size: int) -> tuple[int, ...]:
+    """``dims`` with its one -1 (if any) worked out for ``size`` elements; not checked."""
+    dims = [int(d) for d in dims]
+    if dims.count(-1) == 1:
+        known = math.prod(d for d in dims if d != -1)
+        dims[dims.index(-1)] = size // known if known else 0
+    return tuple(dims)
 
 
 @kernel("Flatten")
@@ -232,7 +261,12 @@ def slice_(ctx, data, starts, ends, axes=None, steps=None):
         if st == 0:
             raise unsupported("Slice", "a step of 0")
         index[a] = _slice_bounds(s, e, st, data.shape[a])
-    return data[tuple(index)].copy()
+    view = data[tuple(index)]
+    out = out_for(ctx, 0, view.shape, view.dtype)  # one copy, into the planned output if any
+    if out is None:
+        return view.copy()
+    np.copyto(out, view)
+    return out
 
 
 _PAD_MODES = ("constant", "reflect", "edge", "wrap")  # the same names as numpy.pad's
@@ -485,3 +519,63 @@ def resize(
         info = np.iinfo(X.dtype)
         y = np.clip(np.rint(y), info.min, info.max)
     return np.asarray(y).astype(X.dtype)
+
+
+# ---- prepared calls of data movement (kernels.prepared) -----------------------------------------
+# The values the kernels return, copied once into the output's arena view: a reshape of a
+# C-contiguous input is a view of it (and no copy at all where the memory plan put the output
+# over the input: numpy skips a copy onto itself), a concat numpy's own concatenate into
+# ``out``. Any dtype but Python objects; the output's type as the input's. Transpose has none:
+# its kernel's result is a view, and a MatMul reading a transposed view takes another BLAS path
+# than on a contiguous copy (other rounding), so a copy would change what evaluate computes.
+
+
+def _moved(inputs, output) -> bool:
+    first = inputs[0] if inputs else None
+    return first is not None and output is not None and first[0] == output[0] and first[0].kind != "O"
+
+
+@prepared("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def _reshape_call(attrs, inputs, output):
+    if not _moved(inputs, output) or math.prod(inputs[0][1]) != math.prod(output[1]):
+        return None
+    return _ReshapeCall(tuple(output[1]))
+
+
+class _ReshapeCall:
+    """The input (C-contiguous, so that this is its reshape) as the declared output shape."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape):
+        self.shape = shape
+
+    def __call__(self, out, x, *shape_or_axes):
+        np.copyto(out, x.reshape(self.shape), casting="no")
+
+    def bind(self, out, x, *shape_or_axes):
+        return functools.partial(np.copyto, out, x.reshape(self.shape))
+
+
+@prepared("Concat")
+def _concat_call(attrs, inputs, output):
+    if not _moved(inputs, output) or not all(i is not None and i[0] == output[0] for i in inputs):
+        return None
+    rank = len(output[1])
+    axis = int(attrs["axis"])
+    if not -rank <= axis < rank or any(len(i[1]) != rank for i in inputs):
+        return None
+    return _ConcatCall(axis % rank)
+
+
+class _ConcatCall:
+    __slots__ = ("axis",)
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def __call__(self, out, *xs):
+        np.concatenate(xs, axis=self.axis, out=out, casting="no")
+
+    def bind(self, out, *xs):
+        return functools.partial(np.concatenate, xs, axis=self.axis, out=out, casting="no")

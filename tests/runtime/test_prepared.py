@@ -66,20 +66,29 @@ def test_elementwise_chain_is_prepared_and_bit_equal():
         np.testing.assert_array_equal(method.run({"x": x})["y"], offload.evaluate(program, {"x": x})["y"])
 
 
-def test_a_non_contiguous_input_takes_the_kernel():
-    """Transpose's result is a view the method does not copy into its arena: Add gets a
-    non-C-contiguous array and runs its kernel, with the same result."""
+def test_a_non_contiguous_input_takes_the_kernel(monkeypatch):
+    """Split's results are views of its input (column blocks) that the method does not copy into
+    its arena: Add gets a non-C-contiguous array and runs its kernel, with the same result."""
     program = _model(
         [
-            helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
-            helper.make_node("Add", ["t", "t"], ["y"]),
+            helper.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2),
+            helper.make_node("Add", ["a", "b"], ["y"]),
         ],
         [("x", F32, [4, 6])],
-        [("y", F32, [6, 4])],
+        [("y", F32, [4, 3])],
     )
     method = _method(program)
+    assert _kinds(method)["onnx::Add"] == "prepared"
+    took = []
+    by_kernel = _PreparedStep._by_kernel
+    monkeypatch.setattr(
+        _PreparedStep,
+        "_by_kernel",
+        lambda step, frame, out: (took.append(step), by_kernel(step, frame, out))[1],
+    )
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
-    np.testing.assert_array_equal(method.run({"x": x})["y"], x.T * 2)
+    np.testing.assert_array_equal(method.run({"x": x})["y"], x[:, :3] + x[:, 3:])
+    assert [step.kernel.op_name for step in took] == ["onnx::Add"]
 
 
 @pytest.mark.parametrize(
@@ -238,3 +247,70 @@ def test_relu_and_clip_with_full_operands_equal_numpy():
     six = filled(6, np.float32, (3, 5))
     assert six.shape == (3, 5) and not six.flags.writeable and (six == 6).all()
     assert filled(0, np.int64, (FILLED_LIMIT + 1,)).ndim == 0  # past the limit: the scalar
+
+
+def test_a_channel_shuffle_is_prepared_and_equals_numpy():
+    """ShuffleNet's channel shuffle (Concat, Reshape, Transpose, Reshape, two Slices) and the
+    other reshapes: Concat and the reshapes prepared, each a view or one copy into its arena view
+    (a reshape written over its input: no copy; the one of Transpose's view: one copy), with
+    numpy's values."""
+    i64 = np.int64
+    program = _model(
+        [
+            helper.make_node("Concat", ["x", "z"], ["c"], axis=1),
+            helper.make_node("Reshape", ["c", "s5"], ["r"]),
+            helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+            helper.make_node("Reshape", ["t", "s4"], ["u"]),
+            helper.make_node("Slice", ["u", "lo", "mid", "ax"], ["a"]),
+            helper.make_node("Slice", ["u", "mid", "hi", "ax"], ["b"]),
+            helper.make_node("Unsqueeze", ["a", "ax"], ["a1"]),
+            helper.make_node("Squeeze", ["a1", "ax"], ["a2"]),
+            helper.make_node("Flatten", ["b"], ["y2"], axis=2),
+            helper.make_node("Relu", ["a2"], ["y1"]),
+        ],
+        [("x", F32, [1, 24, 16, 16]), ("z", F32, [1, 24, 16, 16])],
+        [("y1", F32, [1, 24, 16, 16]), ("y2", F32, [24, 256])],
+        [
+            ("s5", np.array([1, 2, 24, 16, 16], i64)),
+            ("s4", np.array([1, -1, 16, 16], i64)),
+            ("lo", np.array([0], i64)),
+            ("mid", np.array([24], i64)),
+            ("hi", np.array([48], i64)),
+            ("ax", np.array([1], i64)),
+        ],
+    )
+    method = _method(program)
+    kinds = _kinds(method)
+    for op in ("Concat", "Reshape", "Unsqueeze", "Squeeze", "Flatten"):
+        assert kinds[f"onnx::{op}"] == "prepared", op
+    rng = np.random.default_rng(3)
+    for _ in range(2):  # the second run through the arena the first one left
+        x, z = (rng.standard_normal((1, 24, 16, 16)).astype(np.float32) for _ in range(2))
+        u = (
+            np.concatenate([x, z], 1)
+            .reshape(1, 2, 24, 16, 16)
+            .transpose(0, 2, 1, 3, 4)
+            .reshape(1, 48, 16, 16)
+        )
+        got = method.run({"x": x, "z": z})
+        np.testing.assert_array_equal(got["y1"], np.maximum(u[:, :24], 0))
+        np.testing.assert_array_equal(got["y2"], u[:, 24:].reshape(24, 256))
+
+
+def test_a_reshape_of_a_transposed_view_copies_it_once_into_its_arena_view():
+    """Transpose on a non-contiguous input takes its kernel, which returns a view; the Reshape
+    after it copies that view straight into its planned output, in the view's row-major order."""
+    program = _model(
+        [
+            helper.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2),
+            helper.make_node("Transpose", ["a"], ["t"], perm=[1, 0]),
+            helper.make_node("Reshape", ["t", "s"], ["y"]),
+        ],
+        [("x", F32, [64, 128])],
+        [("y", F32, [32, 128])],
+        [("s", np.array([32, -1], np.int64))],
+    )
+    method = _method(program)
+    x = np.random.default_rng(4).standard_normal((64, 128)).astype(np.float32)
+    y = method.run({"x": x})["y"]
+    np.testing.assert_array_equal(y, x[:, :64].T.reshape(32, 128))
