@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from offload.errors import ShapeError
+from offload.errors import OffloadError, ShapeError
 
 from . import kernel, prepared
 from ._util import out_for, unsupported
@@ -1119,6 +1119,95 @@ def _pool_calls(out, x, g: _Geom, ufunc, fill, buffers) -> list:
     return calls
 
 
+class _PoolCall:
+    """The prepared call of a 2-D float MaxPool (its Indices output omitted) or AveragePool of
+    static shapes: its numpy calls (``_pool_calls``, then AveragePool's division by the window
+    counts) made once per arena set when bound. Called unbound it keeps the calls it made for
+    the last arrays it got, as ``_ConvCall`` does."""
+
+    __slots__ = ("divisor", "dtype", "fill", "g", "last", "out_shape", "ufunc", "x_shape")
+
+    def __init__(self, x_shape, dtype, g: _Geom, ufunc, divisor=None):
+        self.x_shape, self.dtype, self.g, self.ufunc, self.divisor = (
+            tuple(x_shape),
+            np.dtype(dtype),
+            g,
+            ufunc,
+            divisor,
+        )
+        self.fill = 0 if ufunc is np.add else _lowest(dtype)
+        self.out_shape = self.x_shape[:2] + g.out
+        self.last = None  # (out, x, calls): one tuple, replaced whole (threads)
+
+    def calls(self, out, x, buffers) -> tuple:
+        calls = _pool_calls(out, x, self.g, self.ufunc, self.fill, buffers)
+        if self.divisor is not None:
+            calls.append(functools.partial(np.divide, out, self.divisor, out=out))
+        return tuple(calls)
+
+    def _check(self, out, x) -> None:
+        if x.shape != self.x_shape or out.shape != self.out_shape:
+            raise TypeError("not the declared shapes")
+        if x.dtype != self.dtype or out.dtype != self.dtype:
+            raise TypeError("not the declared types")
+
+    def __call__(self, out, x):
+        last = self.last
+        if last is None or last[0] is not out or last[1] is not x:
+            self._check(out, x)
+            last = self.last = (out, x, self.calls(out, x, _arena_buffers(out)))
+        _run_calls(last[2])
+
+    def bind(self, out, x):
+        self._check(out, x)
+        return functools.partial(_run_calls, self.calls(out, x, _arena_buffers(out)))
+
+
+def _pool_spec(op: str, attrs, inputs, output) -> tuple | None:
+    """(dtype, input shape, geometry) of a pool that a prepared call computes: 2-D, float32 or
+    float64, the output of the input's dtype and of the shape the geometry gives; else None."""
+    if len(inputs) != 1 or inputs[0] is None or output is None:
+        return None
+    (dtype, x_shape), (out_dtype, out_shape) = inputs[0], output
+    if dtype not in (np.float32, np.float64) or out_dtype != dtype or len(x_shape) != 4:
+        return None
+    try:
+        g = _geometry(
+            op,
+            x_shape,
+            attrs["kernel_shape"],
+            attrs["auto_pad"],
+            attrs["dilations"],
+            attrs["pads"],
+            attrs["strides"],
+            attrs["ceil_mode"],
+        )
+    except (OffloadError, ValueError, TypeError):  # the kernel raises the error a user sees
+        return None
+    if tuple(x_shape[:2]) + g.out != tuple(out_shape):
+        return None
+    return dtype, x_shape, g
+
+
+@prepared("MaxPool")
+def _max_pool_prepared(attrs, inputs, output):
+    spec = _pool_spec("MaxPool", attrs, inputs, output)
+    if spec is None or attrs["storage_order"] not in (0, 1):
+        return None
+    dtype, x_shape, g = spec
+    return _PoolCall(x_shape, dtype, g, np.maximum)
+
+
+@prepared("AveragePool")
+def _average_pool_prepared(attrs, inputs, output):
+    spec = _pool_spec("AveragePool", attrs, inputs, output)
+    if spec is None:
+        return None
+    dtype, x_shape, g = spec
+    divisor = _pool_divisor(g, x_shape, attrs["count_include_pad"], attrs["auto_pad"], attrs["pads"], dtype)
+    return _PoolCall(x_shape, dtype, g, np.add, divisor)
+
+
 @kernel("MaxPool")
 def max_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
     if storage_order not in (0, 1):
@@ -1155,22 +1244,42 @@ def _window_counts(g: _Geom, size, pad_end=None):
     return count
 
 
+def _pool_divisor(g: _Geom, x_shape, count_include_pad, auto_pad, pads, dtype):
+    """What AveragePool divides its sums by: the window counts (*out) in the sums' dtype, or one
+    number of it where every window counts as many elements. The kernel and the prepared call
+    divide by the same, so their results agree bit for bit. Measured on 576 x 14 x 14 float32
+    sums: by int64 counts 1.9x the time of by float32 ones (numpy casts them element by element
+    into a float64 quotient), by one float32 number 0.6x."""
+    pad_end = None
+    if count_include_pad:
+        # Padding that ceil_mode adds beyond the explicit pads never counts.
+        size = tuple(x_shape[2:])
+        _, pad_end = _pads("AveragePool", auto_pad, pads, size, g.kernel, g.strides, g.dilations)
+    return _divisor_of(g, tuple(x_shape[2:]), pad_end, np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=256)
+def _divisor_of(g: _Geom, size: tuple, pad_end: tuple | None, dtype: np.dtype):
+    counts = _window_counts(g, size, pad_end)
+    if counts.size and counts.min() == counts.max():
+        return dtype.type(counts.flat[0])
+    divisor = counts.astype(dtype)
+    divisor.flags.writeable = False  # shared by every call of this geometry
+    return divisor
+
+
 @kernel("AveragePool")
 def average_pool(ctx, X, *, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides):
     x = widened(X)
     g = _geometry("AveragePool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
     out = out_for(ctx, 0, x.shape[:2] + g.out, x.dtype)
-    if x.ndim == 4 and x.dtype in (np.float32, np.float64):
+    if x.ndim == 4 and x.dtype in (np.float32, np.float64):  # as the prepared call computes it
         sums = out if out is not None else np.empty(x.shape[:2] + g.out, x.dtype)
         _run_calls(_pool_calls(sums, np.ascontiguousarray(x), g, np.add, 0, _thread_buffers()))
     else:
-        sums = _fold_windows(x, g, np.add, 0, out)
-    pad_end = None
-    if count_include_pad:
-        # Padding that ceil_mode adds beyond the explicit pads never counts.
-        _, pad_end = _pads("AveragePool", auto_pad, pads, x.shape[2:], g.kernel, g.strides, g.dilations)
-    y = np.divide(sums, _window_counts(g, x.shape[2:], pad_end), out=out)
-    return y.astype(X.dtype, copy=False)
+        sums = _fold_windows(x, g, np.add, 0, out)  # a new array, or out
+    divisor = _pool_divisor(g, x.shape, count_include_pad, auto_pad, pads, sums.dtype)
+    return np.divide(sums, divisor, out=sums).astype(X.dtype, copy=False)
 
 
 @kernel("LpPool")

@@ -1,0 +1,105 @@
+"""MaxPool and AveragePool as prepared calls (runtime/kernels/nn.py, _PoolCall): a MaxPool whose
+Indices output is omitted and any 2-D float AveragePool of static shapes run their numpy calls
+straight into the arena, bound once per arena set; values against onnxruntime, and bit for bit
+against the kernel (offload.evaluate); a MaxPool whose Indices are wanted stays a kernel step."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import offload
+from offload.runtime.module import _BoundRun, _KernelStep, _PreparedStep
+
+from .onnx_graphs import model_bytes
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+GEOMETRIES = [
+    dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    dict(kernel_shape=[2, 2], strides=[2, 2]),
+    dict(kernel_shape=[7, 7], strides=[1, 1]),
+    dict(kernel_shape=[3, 2], strides=[1, 2], pads=[2, 0, 1, 1], dilations=[2, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+]
+
+
+def _pool_model(op: str, attrs: dict, shape, wanted_indices=False) -> bytes:
+    outputs = [("y", F32, None)] + ([("i", I64, None)] if wanted_indices else [])
+    # a Relu before the pool: its input is a prepared step's result, so the pool's call is bound
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node(op, ["r"], [n for n, _, _ in outputs], **attrs),
+    ]
+    return model_bytes(nodes, [("x", F32, list(shape))], outputs, opset=19)
+
+
+def _method(data: bytes):
+    return offload.runtime.load(offload.save(offload.load(data))).method("forward")
+
+
+def _pool_step(method):
+    (step,) = [s for s in method._steps if "Pool" in s.info().name]
+    return step
+
+
+@pytest.mark.parametrize("attrs", GEOMETRIES, ids=lambda a: "-".join(f"{k}{v}" for k, v in a.items()))
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "AveragePool-include-pad"])
+def test_a_pool_is_a_prepared_call_and_matches_onnxruntime_and_the_kernel(op, attrs):
+    attrs = dict(attrs)
+    if op == "AveragePool-include-pad":
+        op, attrs["count_include_pad"] = "AveragePool", 1
+    shape = (2, 5, 13, 12)
+    data = _pool_model(op, attrs, shape)
+    method = _method(data)
+    assert isinstance(_pool_step(method), _PreparedStep)
+    assert any(isinstance(s, _BoundRun) for s in method._fast_steps)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    program = offload.load(data)
+    rng = np.random.default_rng(0)
+    for _ in range(2):  # the second run reuses the bound calls
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = method.run({"x": x})["y"]
+        np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(got, offload.evaluate(program, {"x": x})["y"])
+
+
+def test_a_max_pool_whose_indices_are_wanted_stays_a_kernel_step():
+    attrs = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    shape = (1, 4, 9, 9)
+    data = _pool_model("MaxPool", attrs, shape, wanted_indices=True)
+    method = _method(data)
+    assert type(_pool_step(method)) is _KernelStep
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    got = method.run({"x": x})
+    want_y, want_i = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got["y"], want_y)
+    np.testing.assert_array_equal(got["i"], want_i)
+
+
+def test_a_pool_of_a_symbolic_shape_is_prepared_by_the_shape_plan():
+    attrs = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    data = model_bytes(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("MaxPool", ["r"], ["m"], **attrs),
+            helper.make_node("AveragePool", ["m"], ["y"], **attrs),
+        ],
+        [("x", F32, ["n", 3, "h", "w"])],
+        [("y", F32, None)],
+    )
+    method = _method(data)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    for shape in [(1, 3, 17, 12), (1, 3, 17, 12), (2, 3, 8, 9), (2, 3, 8, 9), (1, 3, 17, 12)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(
+            method.run({"x": x})["y"], session.run(None, {"x": x})[0], rtol=1e-6, atol=1e-6
+        )
+    plan = method._shape_plans.entries[((1, 3, 17, 12),)]
+    prepared = [s.kernel.op_name for s in plan.steps if isinstance(s, _PreparedStep)]
+    assert prepared == ["onnx::Relu", "onnx::MaxPool", "onnx::AveragePool"]
