@@ -21,6 +21,8 @@ GEOMETRIES = [
     dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
     dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1]),
     dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    dict(kernel_shape=[3, 3], strides=[2, 2]),
+    dict(kernel_shape=[3, 3], strides=[2, 3], dilations=[2, 2], pads=[1, 0, 0, 2]),
     dict(kernel_shape=[2, 2], strides=[2, 2]),
     dict(kernel_shape=[7, 7], strides=[1, 1]),
     dict(kernel_shape=[3, 2], strides=[1, 2], pads=[2, 0, 1, 1], dilations=[2, 1]),
@@ -47,13 +49,15 @@ def _pool_step(method):
     return step
 
 
+# heights and widths odd and even: without padding, a size that is not a multiple of the stride
+# is folded by views per channel or row (nn._pool_calls)
+@pytest.mark.parametrize("shape", [(2, 5, 13, 12), (1, 3, 10, 11)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("attrs", GEOMETRIES, ids=lambda a: "-".join(f"{k}{v}" for k, v in a.items()))
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "AveragePool-include-pad"])
-def test_a_pool_is_a_prepared_call_and_matches_onnxruntime_and_the_kernel(op, attrs):
+def test_a_pool_is_a_prepared_call_and_matches_onnxruntime_and_the_kernel(op, attrs, shape):
     attrs = dict(attrs)
     if op == "AveragePool-include-pad":
         op, attrs["count_include_pad"] = "AveragePool", 1
-    shape = (2, 5, 13, 12)
     data = _pool_model(op, attrs, shape)
     method = _method(data)
     assert isinstance(_pool_step(method), _PreparedStep)
