@@ -7,7 +7,8 @@ Kernels are the same CPU kernels ``offload.evaluate`` calls, called the same way
 match it bit for bit. A Module may be run from several threads at once: each run of a Method
 takes a set of arenas from the Method's pool (a new set is allocated when every set is in use, so
 a Method holds as many as it has had concurrent runs) and gives it back when its outputs are
-copied out; backends serialize the runs of a delegate handle themselves.
+copied out; backends serialize the runs of a delegate handle themselves. A Method with symbolic
+shapes keeps a plan for each of its last input shapes (``_ShapePlan``), with a pool of its own.
 """
 
 from __future__ import annotations
@@ -1278,8 +1279,8 @@ def _spans(m: Method, steps: list, held: dict) -> dict[int, tuple[int, int]]:
     """Each held value's lifetime, (first write, last read) with both ends inclusive so that a
     step's output never shares bytes with its inputs: method inputs from before the first step,
     method results and values read from the first jump on (in a loop, perhaps again) to the end."""
-    n, limit = len(steps), m._shape_plan_limit
-    first = {v: -1 for v in held if v in set(m._input_slots)}
+    n, limit, inputs = len(steps), m._shape_plan_limit, set(m._input_slots)
+    first = {v: -1 for v in held if v in inputs}
     last: dict[int, int] = {}
     for pc, step in enumerate(steps):
         info = step.info()
