@@ -1301,19 +1301,20 @@ def _place(sizes: dict[int, int], spans: dict[int, tuple[int, int]]) -> tuple[di
     each takes the lowest gap between the values live with it that holds it (first fit), so that a
     value reuses the bytes of one that just died, while they are still in cache. Returns the
     offsets and the arena's size."""
-    placed: list[tuple[int, int, int]] = []  # (offset, end, value)
+    live: list[tuple[int, int, int]] = []  # (offset, end, last read) of the values placed so far
     offsets: dict[int, int] = {}
     top = 0
     for v in sorted(sizes, key=lambda v: (spans[v][0], v)):
-        # placed earlier, so first written no later: live together when it dies at v's start or after
-        busy = sorted((o, e) for o, e, u in placed if spans[u][1] >= spans[v][0])
+        # placed earlier, so first written no later: live with v unless dead before v's start
+        # (and then dead before every later start too)
+        live = [p for p in live if p[2] >= spans[v][0]]
         at = 0
-        for o, e in busy:
+        for o, e, _ in sorted(live):
             if o - at >= sizes[v]:
                 break
             at = max(at, -(-e // _ALIGNMENT) * _ALIGNMENT)
         offsets[v] = at
-        placed.append((at, at + sizes[v], v))
+        live.append((at, at + sizes[v], spans[v][1]))
         top = max(top, at + sizes[v])
     return offsets, -(-top // _ALIGNMENT) * _ALIGNMENT
 

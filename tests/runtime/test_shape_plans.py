@@ -186,3 +186,22 @@ def test_a_value_whose_shape_depends_on_data_is_not_planned():
     assert plan is not None
     prepared = {s.kernel.op_name for s in plan.steps if isinstance(s, _PreparedStep)}
     assert prepared == {"onnx::Relu"}
+
+
+def test_the_plan_arena_never_gives_two_live_values_the_same_bytes():
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        n = int(rng.integers(1, 40))
+        starts = rng.integers(-1, 30, n)
+        spans = {v: (int(a), int(a + rng.integers(0, 10))) for v, a in enumerate(starts)}
+        sizes = {v: int(rng.integers(0, 5000)) for v in range(n)}
+        offsets, total = runtime_module._place(sizes, spans)
+        for v in range(n):
+            assert offsets[v] % 64 == 0 and offsets[v] + sizes[v] <= total
+            for u in range(v):
+                live_together = spans[u][0] <= spans[v][1] and spans[v][0] <= spans[u][1]
+                apart = offsets[u] + sizes[u] <= offsets[v] or offsets[v] + sizes[v] <= offsets[u]
+                assert apart or not live_together or 0 in (sizes[u], sizes[v]), (u, v)
+    # a value written after another's last read takes its bytes
+    offsets, total = runtime_module._place({0: 4096, 1: 4096}, {0: (0, 1), 1: (2, 3)})
+    assert offsets == {0: 0, 1: 0} and total == 4096
