@@ -1111,6 +1111,8 @@ def _pool_calls(out, x, g: _Geom, ufunc, fill, buffers, divisor=None) -> list:
     would cost what the flat fold saves)."""
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = g.kernel, g.strides, g.dilations, g.out
+    if _same_size(g, x.shape) and not np.may_share_memory(out, x):
+        return _same_size_pool_calls(out, x, g, ufunc, buffers, divisor)
     calls = []
     if any(g.begin) or any(g.end) or np.may_share_memory(out, x):
         hp = -(-(h + g.begin[0] + g.end[0]) // sh) * sh
@@ -1157,6 +1159,52 @@ def _pool_calls(out, x, g: _Geom, ufunc, fill, buffers, divisor=None) -> list:
             calls.append(functools.partial(np.divide, out, divisor, out=out))
     else:
         calls.append(functools.partial(np.divide, valid, divisor, out=out))
+    return calls
+
+
+def _same_size(g: _Geom, x_shape) -> bool:
+    """Whether a pool keeps the map's size by padding (k - 1) / 2 on every side of an odd kernel,
+    at stride and dilation 1 (GoogLeNet's 3 x 3 pools)."""
+    return (
+        g.strides == (1, 1)
+        and g.dilations == (1, 1)
+        and all(k % 2 for k in g.kernel)
+        and g.begin == g.end == tuple(k // 2 for k in g.kernel)
+        and g.out == tuple(x_shape[2:])
+    )
+
+
+def _same_size_pool_calls(out, x, g: _Geom, ufunc, buffers, divisor) -> list:
+    """A same-size pool (``_same_size``) with no padding buffer: each fold runs flat over the
+    rows of all channels of x (then over the columns of all rows) as if the map had no edges, and
+    the rows (columns) within k // 2 of an edge, whose windows that read the neighbouring
+    channel's rows (row's elements), are folded again from the taps inside the map. The last fold
+    writes out itself: no copy into a padded buffer nor out of a wider one (on a 576 x 14 x 14
+    3 x 3 average pool each of those two took the time of three flat folds)."""
+    n, c, h, w = x.shape
+    (kh, kw), images = g.kernel, n * c
+    rows = buffers.get(("pool rows",), (images * h, w), x.dtype)
+    return [
+        *_edgeless_fold(ufunc, x.reshape(images, h, w), rows.reshape(images, h, w), kh),
+        *_edgeless_fold(ufunc, rows.reshape(images * h, w, 1), out.reshape(images * h, w, 1), kw),
+        *([functools.partial(np.divide, out, divisor, out=out)] if divisor is not None else []),
+    ]
+
+
+def _edgeless_fold(ufunc, source, acc, k: int) -> list:
+    """``ufunc`` folded over windows of k along axis 1 of source (images, size, rest) into acc of
+    its shape, padded by k // 2: flat over all images, then again from the taps inside the image
+    for the elements within k // 2 of its edges (whose flat windows read the next image's)."""
+    size, step = source.shape[1], prod(source.shape[2:])  # step: from one position to the next
+    radius, line, flat = k // 2, source.reshape(-1), acc.reshape(-1)
+    count = line.size - 2 * radius * step
+    calls = []
+    if count > 0:
+        taps = [line[t * step : t * step + count] for t in range(k)]
+        calls.extend(_fold(ufunc, taps, flat[radius * step : radius * step + count]))
+    for i in sorted(set(range(min(radius, size))) | set(range(max(size - radius, 0), size))):
+        taps = [source[:, i + t - radius] for t in range(k) if 0 <= i + t - radius < size]
+        calls.extend(_fold(ufunc, taps, acc[:, i]))
     return calls
 
 

@@ -107,3 +107,19 @@ def test_a_pool_of_a_symbolic_shape_is_prepared_by_the_shape_plan():
     plan = method._shape_plans.entries[((1, 3, 17, 12),)]
     prepared = [s.kernel.op_name for s in plan.steps if isinstance(s, _PreparedStep)]
     assert prepared == ["onnx::Relu", "onnx::MaxPool", "onnx::AveragePool"]
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 1, 1), (1, 2, 2, 3), (2, 3, 4, 5), (1, 4, 9, 7)], ids=str)
+@pytest.mark.parametrize("kernel", [(3, 3), (5, 5), (3, 5), (1, 3)], ids=str)
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_a_same_size_pool_on_small_maps_matches_onnxruntime(op, kernel, shape):
+    # stride 1 and (k - 1) / 2 padding: folded flat over all channels, the edges again
+    # (nn._same_size_pool_calls); maps smaller than the kernel have edges only
+    pads = [kernel[0] // 2, kernel[1] // 2] * 2
+    data = _pool_model(op, dict(kernel_shape=list(kernel), pads=pads), shape)
+    method = _method(data)
+    assert isinstance(_pool_step(method), _PreparedStep)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for _ in range(2):
+        np.testing.assert_allclose(method.run({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
