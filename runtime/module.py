@@ -553,6 +553,7 @@ class Method:
         _find_load_time(self)
         _find_shape_steps(self)
         _find_shape_plan_steps(self)
+        _fuse_epilogues(self, self._steps)
         _keep_on_device(self)
         self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))
         self._pool.append((self._planned, self._initial, self._bind(self._planned, self._initial)))
@@ -796,8 +797,10 @@ class _Frame(list):
 
 def _describe(step) -> tuple[str, str, dict]:
     """(name, category, arguments) of a step's profile event."""
-    if isinstance(step, (_PreparedStep, _ShapeStep)):
+    if isinstance(step, (_PreparedStep, _ShapeStep, _FusedAway)):
         step = step.kernel
+    if isinstance(step, _KernelPair):  # the pair's time is its first op's (onnxruntime's fused Conv)
+        step = step.first
     if isinstance(step, _KernelStep):
         return step.label or step.op_name, "kernel", {"op": step.op_name}
     if isinstance(step, _DelegateStep):
@@ -937,6 +940,87 @@ def _one_output(step: _KernelStep) -> int | None:
     optional output, such as MaxPool's Indices, is slot 0); None otherwise."""
     slots = step.out_slots
     return slots[0] if slots and slots[0] and not any(slots[1:]) else None
+
+
+class _KernelPair:
+    """The kernel steps of a fused pair (``_fuse_epilogues``), run one after the other where the
+    fused call cannot run; it reads and writes as the first one (the second's step stays in
+    place, ``_FusedAway``)."""
+
+    __slots__ = ("first", "in_slots", "second", "what")
+
+    def __init__(self, first: _KernelStep, second: _KernelStep):
+        self.first, self.second = first, second
+        self.in_slots = list(first.in_slots) + list(second.in_slots[1:])
+        self.what = f"{first.what} with {second.what}"
+
+    def run(self, frame: list) -> None:
+        self.first.run(frame)
+        self.second.run(frame)
+
+    def info(self) -> StepInfo:
+        return self.first.info()
+
+
+class _FusedAway:
+    """The place of a step whose op a fused call before it runs (``_fuse_epilogues``): nothing
+    to run; it lists what the op reads and writes, as the instruction does."""
+
+    __slots__ = ("kernel",)
+
+    def run(self, frame: list) -> None:
+        return None
+
+    def info(self) -> StepInfo:
+        return self.kernel.info()
+
+
+def _fuse_epilogues(m: Method, steps: list) -> None:
+    """Pair a prepared Conv with the prepared elementwise op right after it (Relu, Clip,
+    HardSwish, HardSigmoid: ``nn._Epilogue``) where that op is the only reader of the conv's
+    result, which is not a result of the method, and the op is no jump's target: the conv's
+    plan applies the op to each part of its output as it writes it, into the op's arena view
+    (``_ConvCall.with_epilogue``), and the op's own step runs nothing (``_FusedAway``). The
+    conv's result is then never written: nothing reads it. Only the CPU executor pairs them;
+    the graph and the .pte keep both ops. The op's other inputs (Clip's bounds) must be
+    constants, so that no arena view the conv writes is one they are read from. ``steps`` are the
+    method's, or a shape plan's (``_ShapePlan``), changed in place."""
+    readers: dict[int, int] = {}
+    for step in steps:
+        for slot in step.info().reads:
+            readers[slot] = readers.get(slot, 0) + 1
+    results = set(m._output_slots)
+    targets = {s.dest for s in steps if isinstance(s, _JumpStep)}
+    for pc in range(len(steps) - 1):
+        conv, op = steps[pc], steps[pc + 1]
+        if type(conv) is not _PreparedStep or type(op) is not _PreparedStep:
+            continue
+        with_epilogue = getattr(conv.call, "with_epilogue", None)
+        mid, extras = conv.out_slot, op.in_slots[1:]
+        if (
+            with_epilogue is None
+            or not op.in_slots
+            or op.in_slots[0] != mid
+            or readers.get(mid) != 1
+            or mid in results
+            or pc + 1 in targets
+            or not all(i and m._planned[i] is None and type(m._initial[i]) is np.ndarray for i in extras)
+        ):
+            continue
+        domain, _, op_type = op.kernel.op_name.partition("::")
+        specs = [(m._initial[i].dtype, m._initial[i].shape) for i in extras]
+        call = (
+            with_epilogue(op_type, op.kernel.attrs, len(conv.in_slots), specs) if domain == "onnx" else None
+        )
+        if call is None:
+            continue
+        fused = _PreparedStep()
+        fused.call, fused.out_slot = call, op.out_slot
+        fused.kernel = _KernelPair(conv.kernel, op.kernel)
+        fused.in_slots = fused.kernel.in_slots
+        steps[pc] = fused
+        steps[pc + 1] = away = _FusedAway()
+        away.kernel = op.kernel
 
 
 class _BoundRun:
@@ -1245,6 +1329,7 @@ class _ShapePlan:
             held[out] = seen[out]
             held.update((i, seen[i]) for i in kernel.in_slots if i in inputs and m._planned[i] is None)
         held.update((o, seen[o]) for o in m._shape_plan_held if o in seen and o not in held)
+        _fuse_epilogues(m, steps)
         self.steps = steps
         self.fast_steps, self.bound_runs = _bind_runs(m, steps, _static_inputs(m) | (inputs & set(held)))
         spans = _spans(m, steps, held)
@@ -1391,6 +1476,8 @@ def _bind_runs(m: Method, steps: list, certain_inputs: set[int]) -> tuple[list, 
     fast_steps, bound_runs = list(steps), []
     run: list[int] = []
     for pc, step in enumerate([*steps, None]):
+        if isinstance(step, _FusedAway):  # nothing to run: a run goes on past it
+            continue
         ok = (
             isinstance(step, _PreparedStep)
             and all(i in certain for i in step.in_slots)

@@ -27,8 +27,8 @@ SPEC_KEYS = {
     "fp16_check": FP16_CHECK_SPEC,
     "mixed": MIXED_SPEC,
     "graph": (
-        "0 (default) | 1: capture each specialization's launches as a CUDA graph on its first run and "
-        "replay it after (CuPy stream capture; not yet run on a device, so off by default)"
+        "1 (default) | 0: capture each specialization's kernel launches between cuBLAS calls as CUDA "
+        "graphs on its first run and launch those after (CuPy stream capture); 0: launch by launch"
     ),
     "max_shapes": MAX_SHAPES_SPEC,
     "shapes": SHAPES_SPEC,
@@ -91,7 +91,7 @@ class CUDACompiler(GPUCompiler):
 
     def check_specs(self, specs: list[CompileSpec]) -> None:
         super().check_specs(specs)
-        flag_spec(specs, "graph", False, self.name)
+        flag_spec(specs, "graph", True, self.name)
 
     def preprocess(self, subprogram: Program, compile_specs: list[CompileSpec]) -> PreprocessResult:
         self.check_specs(compile_specs)

@@ -125,7 +125,9 @@ class Specialized:
     host_out: list = field(default_factory=list)
     keep: list = field(default_factory=list)  # int tables the launches use
     control: bool = False  # whether ``launches`` holds If / Loop items (run by ``gpu.control.run``)
-    graph: object = None  # the CUDA graph of ``launches`` (compile spec graph=1); False: not capturable
+    graph: object = (
+        None  # ``launches`` as CUDA graphs and cuBLAS calls (compile spec graph=1); False: not capturable
+    )
 
 
 @dataclass
@@ -233,7 +235,7 @@ class CUDARuntime(BackendRuntime):
                     _upload(device, buffers[i], w, values.dtypes[i], values.storage(i), stream)
                 cache = Specializations(max_shapes(compile_specs, "cuda"), _release)
                 handle = Handle(device, stream, plan, values.dtypes, binaries, host, buffers, cache)
-                handle.graphs = flag_spec(compile_specs, "graph", False, "cuda")
+                handle.graphs = flag_spec(compile_specs, "graph", True, "cuda")
                 for shapes in planned_shapes(plan, compile_specs, "cuda"):
                     cache.get(shapes, lambda shapes=shapes: self._specialize(handle, list(shapes)))
             stream.synchronize()
@@ -354,22 +356,47 @@ def _upload(device: Device, buffer, w: np.ndarray, dtype, storage, stream) -> No
         device.allocator.view(buffer, w.shape, w.dtype).set(w, stream)
 
 
+# Specializations captured as CUDA graphs, refused by capture, and graph launches (compile spec
+# graph=1); counted per process, like ``device.BUILD_STATS``.
+GRAPH_STATS = {"captured": 0, "refused": 0, "replayed": 0}
+
+
+def _segments(launches: list) -> list:
+    """``launches`` in order as runs of kernel launches (a list each, captured as one graph) and
+    the cuBLAS calls between them (CuPy refuses a cuBLAS call while a stream captures)."""
+    segments: list = []
+    for launch in launches:
+        if isinstance(launch, Gemm):
+            segments.append(launch)
+        elif segments and isinstance(segments[-1], list):
+            segments[-1].append(launch)
+        else:
+            segments.append([launch])
+    return segments
+
+
 def replay(spec: Specialized, stream) -> None:
-    """The specialization's launches as one CUDA graph: captured from ``stream`` on the first call
-    (the launches are recorded, not run, while capturing), then launched. A specialization that
-    cannot be captured (a call that allocates or synchronizes while capturing, e.g. a cuBLAS
-    workspace or the fp16 GEMM epilogue's temporaries) runs launch by launch from then on, with
-    one warning."""
+    """The specialization's launches as CUDA graphs: on the first call each run of kernel launches
+    between two cuBLAS calls is captured from ``stream`` as one graph (the launches are recorded,
+    not run, while capturing); then, on every call, the graphs are launched and the cuBLAS calls
+    made in order. A specialization that cannot be captured (a call that allocates or
+    synchronizes while capturing) runs launch by launch from then on, with one warning."""
     if spec.graph is None:
+        steps = []
         try:
-            stream.begin_capture()
-            try:
-                for launch in spec.launches:
-                    launch.run(stream)
-            finally:
-                graph = stream.end_capture()
-        except Exception as e:  # whatever capture refuses: the launches still run, one by one
+            for segment in _segments(spec.launches):
+                if not isinstance(segment, list):
+                    steps.append(segment)
+                    continue
+                stream.begin_capture()
+                try:
+                    for launch in segment:
+                        launch.run(stream)
+                finally:
+                    steps.append(stream.end_capture())
+        except Exception as e:  # whatever capture refuses: nothing ran yet; the launches run one by one
             spec.graph = False
+            GRAPH_STATS["refused"] += 1
             warnings.warn(
                 f"cuda backend: a specialization could not be captured as a CUDA graph "
                 f"({type(e).__name__}: {e}); it runs launch by launch",
@@ -379,8 +406,14 @@ def replay(spec: Specialized, stream) -> None:
             for launch in spec.launches:
                 launch.run(stream)
             return
-        spec.graph = graph
-    spec.graph.launch(stream)
+        spec.graph = steps
+        GRAPH_STATS["captured"] += 1
+    for step in spec.graph:
+        if isinstance(step, Gemm):
+            step.run(stream)
+        else:
+            step.launch(stream)
+    GRAPH_STATS["replayed"] += 1
 
 
 def _launch_profiled(spec: Specialized, stream, run) -> None:

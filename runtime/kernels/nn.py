@@ -22,6 +22,7 @@ from offload.errors import OffloadError, ShapeError
 
 from . import kernel, prepared
 from ._util import out_for, unsupported
+from .elementwise import _CLIP, _hard_passes
 from .linalg import saturate, widened
 
 # ---------------------------------------------------------------------------- geometry
@@ -281,17 +282,15 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
 # call runs back to back. Both the kernel and the prepared call run these same calls, so their
 # results agree bit for bit.
 
-# A depthwise conv whose output has at most _LAST_PIXELS pixels, or at most _LAST_PIXELS_WIDE with
-# at least _LAST_CHANNELS channels, runs channels-last as one einsum over all taps; the others by
-# rows of the padded image, two passes a tap. Measured on MobileNet's and ShuffleNet's layers
-# (3 x 3, 1 thread, time channels-last einsum / rows): 192 x 28 x 28 0.52, 144 x 56 x 56 stride 2
-# 0.15, 72 x 56 x 56 stride 2 0.82; with few channels the rows of C floats are short: 24 x 28 x 28
-# 1.55; on large maps the transposing copy into channels-last costs more than the einsum saves:
-# 144 x 56 x 56 1.23, 96 x 112 x 112 stride 2 2.3 (its copy alone 1.2x the whole rows path),
-# 32 x 112 x 112 3.5. On small maps the einsum against channels-last passes (two a tap):
-# 272 x 14 x 14 0.53, 960 x 7 x 7 0.76, 48 x 14 x 14 0.94.
-_LAST_PIXELS = 14 * 14
-_LAST_PIXELS_WIDE, _LAST_CHANNELS = 28 * 28, 64
+# A depthwise conv whose input has at most _LAST_INPUT_PIXELS pixels runs channels-last (``last``),
+# the others by rows of the padded image, two passes a tap (``rows``). Measured on the depthwise
+# layers of MobileNetV2, MobileNetV3-Small and ShuffleNetV2 (1 thread, time last / rows, several
+# runs on a shared machine): 3 x 3 on 56 x 56 inputs 0.70-0.82 at stride 2, 0.81-1.10 with 144
+# channels at stride 1, 28 x 28 0.48-0.68, 14 x 14 and 7 x 7 0.30-0.59, 5 x 5 0.24-0.48; on 112 x
+# 112 inputs the transposing copies into channels-last cost more than the einsum saves: 32
+# channels 0.97-1.41, 96 at stride 2 1.49-2.46, 16 at stride 2 1.22-1.33.
+_LAST_INPUT_PIXELS = 64 * 64
+_COPY_PIXELS = 256  # the last path copies its sums out by blocks of rows of about this many pixels
 # The rows path works through the channels in chunks whose accumulator takes about this many
 # bytes, so that a chunk's padded input, accumulator and term stay in the core's L2 cache across
 # the kernel's taps: 96 x 112 x 112 stride 2 0.50x the time of one chunk, 144 x 56 x 56 0.84x.
@@ -309,9 +308,13 @@ class _ConvPlan:
       stride 1), so that every tap reads one phase at stride 1: per tap one multiply and one add of
       whole rows of OH x Wph contiguous floats per channel; the Wph - OW columns past each output
       row are computed and dropped. The bias is added on the copy out of the accumulator.
-    - ``last``: depthwise with many channels or on small maps, channels-last: the padded image
-      as (Hp, Wp, C), and one einsum of its (kh, kw, OH, OW, C) window view with the (kh, kw, C)
-      weights, which sums the taps in order in one C loop (no product arrays).
+    - ``last``: depthwise on small maps, channels-last: the padded image's stride phases as
+      (Hph, Wph, C) (``_phases_last``), and per phase one einsum of the (taps down, taps
+      across, OH, OW * C) view of the taps that read it with their weights repeated along OW,
+      which sums those taps in the weights' order in loops of OW * C (the taps of one phase
+      step evenly through it; the partial sums of phases after the first are added). 0.3-0.8x
+      the time of one einsum over all taps with loops of C, the same bits at stride 1. The
+      bias is added channels-last, then the sums are copied out.
     - ``columns``: everything else, im2col: the windows copied into a column matrix (C/G x
       kernel, pixels), then one BLAS product per image and group.
 
@@ -336,27 +339,29 @@ class _ConvPlan:
         self.out_shape = (n, m) + g.out
         cg, mg = c // group, m // group
         padded = any(g.begin) or any(g.end)
-        pixels = prod(g.out)
         if cg == 1 and mg == 1:
-            wide = pixels <= _LAST_PIXELS_WIDE and c >= _LAST_CHANNELS
-            self.path = "last" if pixels <= _LAST_PIXELS or wide else "rows"
+            self.path = "last" if prod(x_shape[2:]) <= _LAST_INPUT_PIXELS else "rows"
         elif g.kernel == (1, 1) and g.strides == (1, 1) and not padded:
             self.path = "pointwise"
         else:
             self.path = "columns"
 
-    def calls(self, out, x, w, b, buffers) -> list:
+    def calls(self, out, x, w, b, buffers, finish=None) -> list:
         """The calls that write the convolution of x with w (and bias b, or None) into out, all
-        of the plan's shapes and dtype; ``buffers`` gives the scratch arrays (``_Buffers``)."""
+        of the plan's shapes and dtype; ``buffers`` gives the scratch arrays (``_Buffers``).
+        ``finish(part)``, when given, makes the calls of an elementwise op applied in place to
+        a part of out once it holds its sums and bias (``_Epilogue``): the rows path finishes
+        each chunk of channels while it is in cache, the others each image or all of out."""
         shared = np.may_share_memory(out, x)  # the planned output may reuse the input's memory
         if self.path in ("rows", "last"):  # these copy all the input before writing (one chunk)
-            return getattr(self, self.path)(out, x, w, b, buffers, shared)
+            return getattr(self, self.path)(out, x, w, b, buffers, shared, finish)
         calls = []
         if shared:
             copy = buffers.get(("input",), self.x_shape, self.dtype)
             calls.append(functools.partial(np.copyto, copy, x))
             x = copy
-        return calls + getattr(self, self.path)(out, x, w, b, buffers)
+        calls += getattr(self, self.path)(out, x, w, b, buffers)
+        return calls + (finish(out) if finish is not None else [])
 
     def pointwise(self, out, x, w, b, buffers) -> list:
         n, c = self.x_shape[:2]
@@ -402,7 +407,7 @@ class _ConvPlan:
             calls.append(functools.partial(np.add, out, b.reshape(1, m, 1, 1), out))
         return calls
 
-    def rows(self, out, x, w, b, buffers, shared) -> list:
+    def rows(self, out, x, w, b, buffers, shared, finish) -> list:
         g = self.g
         n, c = self.x_shape[:2]
         (oh, ow), taps = g.out, prod(g.kernel)
@@ -433,31 +438,99 @@ class _ConvPlan:
                     calls.append(functools.partial(np.copyto, out[i, ch], result))
                 else:
                     calls.append(functools.partial(np.add, result, bias[ch], out[i, ch]))
+                if finish is not None:
+                    calls.extend(finish(out[i, ch]))
         return calls
 
-    def last(self, out, x, w, b, buffers, shared) -> list:
+    def last(self, out, x, w, b, buffers, shared, finish) -> list:
         g = self.g
-        n, c, h, wd = self.x_shape
-        (kh, kw), (oh, ow), (sh, sw), (dh, dw) = g.kernel, g.out, g.strides, g.dilations
-        hp, wp = h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1]
+        n, c = self.x_shape[:2]
+        oh, ow = g.out
         calls = []
-        coef = _weights_as(w.reshape(c, kh, kw).transpose(1, 2, 0), calls)  # (kh, kw, C)
-        pad = buffers.get(("last", g.begin, g.end), (hp, wp, c), self.dtype)
-        interior = pad[g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd].transpose(2, 0, 1)
-        row, col, chan = pad.strides
-        taps = as_strided(
-            pad, (kh, kw, oh, ow, c), (row * dh, col * dw, row * sh, col * sw, chan), writeable=False
-        )
-        acc = buffers.get(("acc",), (oh, ow, c), self.dtype)
+        phases = self._phases_last(buffers)
+        cp = phases.shape[-1]
+        groups = [
+            (view, _padded_copy(coef, cp, calls, w.flags.writeable).reshape(view.shape[:2] + (-1,)))
+            for view, coef in self._tap_grids(phases, w)
+        ]
+        acc = buffers.get(("acc",), (oh, ow * cp), self.dtype)
+        term = buffers.get(("term",), (oh, ow * cp), self.dtype) if len(groups) > 1 else None
+        result = acc.reshape(oh, ow, cp)[:, :, :c].transpose(2, 0, 1)
+        # the bias repeated along OW, added channels-last before the copy out: a transposing add
+        # took 2.5-3x the time of the contiguous add and the transposing copy (384 x 14 x 14)
+        bias = None if b is None else _padded_copy(np.broadcast_to(b, (ow, c)), cp, calls, b.flags.writeable)
         for i in range(n):
-            calls.append(functools.partial(np.copyto, interior, x[i]))
-            calls.append(functools.partial(np.einsum, "ijhwc,ijc->hwc", taps, coef, out=acc))
-            result = acc.transpose(2, 0, 1)
-            if b is None:
-                calls.append(functools.partial(np.copyto, out[i], result))
-            else:
-                calls.append(functools.partial(np.add, result, b.reshape(c, 1, 1), out[i]))
+            calls.extend(self._fill_phases(phases[..., :c].transpose(0, 3, 1, 2), x[i], slice(None)))
+            for k, (view, coef) in enumerate(groups):
+                calls.append(functools.partial(np.einsum, "ijhx,ijx->hx", view, coef, out=term if k else acc))
+                if k:
+                    calls.append(functools.partial(np.add, acc, term, acc))
+            if bias is not None:
+                calls.append(functools.partial(np.add, acc, bias.reshape(-1), acc))
+            # out by blocks of rows: a pixel's channels are a cache line or more apart in acc, and
+            # a copy that steps through all pixels per channel lost them from L1 on maps larger
+            # than 16 x 16 (28 x 28 x 192: 123 us in one copy, 67 by blocks of 256 pixels)
+            rows = max(1, _COPY_PIXELS // ow)
+            for r in range(0, oh, rows):
+                calls.append(functools.partial(np.copyto, out[i, :, r : r + rows], result[:, r : r + rows]))
+            if finish is not None:
+                calls.extend(finish(out[i]))
         return calls
+
+    def _phases_last(self, buffers):
+        """The stride phases of the padded image channels-last, (sh * sw, Hph, Wph, C + pad):
+        phase a * sw + b holds padded[a::sh, b::sw] (a single phase at stride 1). The pad
+        channels are zeros, with zero weights and bias: where C floats are a multiple of 256
+        bytes, one cache line more makes a pixel's channels an odd number of lines, so that the
+        transposing copies in and out, which step by a pixel's channels, spread over all the
+        cache's sets (384 x 14 x 14: the copy out took 98 us at 384 channels, 18 at 240)."""
+        g = self.g
+        c, h, wd = self.x_shape[1:]
+        (sh, sw) = g.strides
+        hph = -(-(h + g.begin[0] + g.end[0]) // sh)
+        wph = -(-(wd + g.begin[1] + g.end[1]) // sw)
+        item = self.dtype.itemsize
+        pad = 64 // item if c * item % 256 == 0 and c * item >= 512 else 0
+        shape = (sh * sw, hph, wph, c + pad)
+        return buffers.get(("last", g.begin, g.end, g.strides), shape, self.dtype)
+
+    def _tap_grids(self, phases, w) -> list:
+        """Per stride phase that taps read, in the order of their first tap: the taps' windows
+        as one read-only view (taps down, taps across, OH, OW * (C + pad)) and their weights as a view
+        of the same shape but OH: (taps down, taps across, OW * C), each weight repeated OW
+        times. The taps of one phase are the kernel rows ki with ki * dh = a (mod sh) and the
+        columns likewise, each an arithmetic progression, so that their offsets in the phase
+        are too: one einsum sums them, in the weights' order within the phase."""
+        g = self.g
+        c = self.x_shape[1]
+        (kh, kw), (oh, ow), (sh, sw), (dh, dw) = g.kernel, g.out, g.strides, g.dilations
+        wph, cp = phases.shape[2:]
+        weights = w.reshape(c, kh, kw)
+        item = phases.itemsize
+        order = []
+        for ki, kj in np.ndindex(kh, kw):
+            phase = ((ki * dh) % sh, (kj * dw) % sw)
+            if phase not in order:
+                order.append(phase)
+        grids = []
+        for a, bb in order:
+            rows = [ki for ki in range(kh) if (ki * dh) % sh == a]
+            cols = [kj for kj in range(kw) if (kj * dw) % sw == bb]
+            # the next tap in the same phase is sh / gcd(dh, sh) rows on: offsets step evenly
+            rstep = rows[1] - rows[0] if len(rows) > 1 else 1
+            cstep = cols[1] - cols[0] if len(cols) > 1 else 1
+            r0, t0 = rows[0] * dh // sh, cols[0] * dw // sw
+            start = phases[a * sw + bb, r0:, t0:]
+            view = as_strided(
+                start,
+                (len(rows), len(cols), oh, ow * cp),
+                (rstep * dh // sh * wph * cp * item, cstep * dw // sw * cp * item, wph * cp * item, item),
+                writeable=False,
+            )
+            picked = weights[:, rows[0] :: rstep, cols[0] :: cstep][:, : len(rows), : len(cols)]
+            coef = np.broadcast_to(picked.transpose(1, 2, 0)[:, :, None, :], (len(rows), len(cols), ow, c))
+            grids.append((view, coef))
+        return grids
 
     # -- padding and stride phases
 
@@ -535,6 +608,18 @@ class _ConvPlan:
             r, t = divmod(at, wph)
             taps.append(phases[phase, :, r : r + oh, t : t + ow])
         return taps
+
+
+def _padded_copy(view, channels: int, calls: list, writeable: bool) -> np.ndarray:
+    """A copy of a view (..., C) of the weights or bias with zeros after its C channels up to
+    ``channels``, copied as _weights_as copies (again at each run where ``writeable``: a
+    broadcast view is read-only whatever the weights)."""
+    copy = np.zeros(view.shape[:-1] + (channels,), view.dtype)
+    part = copy[..., : view.shape[-1]]
+    part[...] = view
+    if writeable:
+        calls.append(functools.partial(np.copyto, part, view))
+    return copy
 
 
 def _weights_as(view, calls: list) -> np.ndarray:
@@ -621,18 +706,79 @@ def _planned_conv(x, w, b, g: _Geom, group: int, dest=None):
     return out
 
 
+class _Epilogue(NamedTuple):
+    """The elementwise op that reads a Conv's result and nothing else reads, applied by the
+    conv's plan to each part of its output in place (``_ConvPlan.calls``): the calls of the op's
+    own prepared call (runtime/kernels/elementwise.py), so that the results are those of the two
+    steps bit for bit, without a step of its own or a pass over the whole output from memory.
+    The CPU executor pairs the two steps (runtime/module.py, ``_fuse_epilogues``); the graph
+    keeps both ops, so the GPU backends see the graph unchanged."""
+
+    op: str  # Relu | Clip | HardSwish | HardSigmoid
+    alpha: float = 0.0
+    beta: float = 0.0
+
+    def calls(self, part, extras: tuple, buffers) -> list:
+        """The op's calls on ``part`` of the output, its other inputs ``extras`` (Clip's 0-d
+        bounds)."""
+        if self.op == "Relu":  # a full operand of zeros, as the prepared Relu: numpy's fast loop
+            zeros = buffers.get(("zeros",), part.shape, part.dtype)
+            return [functools.partial(np.maximum, part, zeros, out=part)]
+        if self.op == "Clip":
+            lo, hi = extras
+            return [functools.partial(_CLIP, part, lo, hi, part)]
+        swish = self.op == "HardSwish"
+        temp = buffers.get(("epilogue",), part.shape, part.dtype) if swish else None
+        return [_hard_passes(part, part, self.alpha, self.beta, swish, temp)]
+
+
+def _epilogue(op_type: str, attrs: dict, extras: list, dtype) -> _Epilogue | None:
+    """The _Epilogue of an op with inputs beyond the conv's result of specs ``extras``, or None
+    where its prepared call is not one that runs in place per part (Clip's bounds not 0-d)."""
+    if op_type == "Relu" and not extras:
+        return _Epilogue("Relu")
+    if op_type == "Clip" and len(extras) == 2 and all(e == (dtype, ()) for e in extras):
+        return _Epilogue("Clip")
+    if op_type in ("HardSwish", "HardSigmoid") and not extras:
+        return _Epilogue(op_type, attrs.get("alpha", 1 / 6), attrs.get("beta", 0.5))
+    return None
+
+
 class _ConvCall:
     """The prepared call of a 2-D float Conv whose shapes are static: its plan's calls, made once
     per arena set when bound. Called unbound (its input the result of a kernel), it keeps the
     calls it made for the last arrays it got: a method stores kernel results in the same arena
     views at every run, so they are made once there too (ShuffleNet's convs after Slice and
-    Reshape: 56 of them took 2-3 ms a run to make their calls)."""
+    Reshape: 56 of them took 2-3 ms a run to make their calls). With an ``epilogue`` its output
+    is the epilogue op's and the op's other inputs follow the conv's (``with_epilogue``)."""
 
-    __slots__ = ("last", "plan")
+    __slots__ = ("epilogue", "last", "n_conv", "plan")
 
-    def __init__(self, plan: _ConvPlan):
-        self.plan = plan
-        self.last = None  # (out, x, w, b, calls): one tuple, replaced whole (threads)
+    def __init__(self, plan: _ConvPlan, epilogue: _Epilogue | None = None, n_conv: int = 3):
+        self.plan, self.epilogue, self.n_conv = plan, epilogue, n_conv
+        self.last = None  # (out, args, calls): one tuple, replaced whole (threads)
+
+    def with_epilogue(self, op_type: str, attrs: dict, n_conv: int, extras: list) -> _ConvCall | None:
+        """This conv followed by ``op_type`` (its first input this conv's result, its others of
+        specs ``extras``) as one call, or None where that op is not one a plan applies."""
+        epilogue = _epilogue(op_type, attrs, extras, self.plan.dtype)
+        return None if epilogue is None else _ConvCall(self.plan, epilogue, n_conv)
+
+    def _calls(self, out, args) -> tuple:
+        conv, extras = args[: self.n_conv], args[self.n_conv :]
+        x, w, b = conv if len(conv) == 3 else (*conv, None)
+        self._check(out, x, w, b)
+        buffers = _arena_buffers(out)  # another thread may run this set later, never two at once
+        finish = None
+        if self.epilogue is not None:
+            if any(e.dtype != self.plan.dtype or e.ndim for e in extras):
+                raise TypeError("not the declared types")
+            epilogue = self.epilogue
+
+            def finish(part):
+                return epilogue.calls(part, extras, buffers)
+
+        return tuple(self.plan.calls(out, x, w, b, buffers, finish))
 
     def _check(self, out, x, w, b) -> None:
         plan = self.plan
@@ -643,17 +789,19 @@ class _ConvCall:
         if b is not None and b.shape != (plan.w_shape[0],):
             raise TypeError("not the declared bias shape")
 
-    def __call__(self, out, x, w, b=None):
+    def __call__(self, out, *args):
         last = self.last
-        if last is None or last[0] is not out or last[1] is not x or last[2] is not w or last[3] is not b:
-            self._check(out, x, w, b)
-            # the arena set's buffers: another thread may run this set later, never two at once
-            last = self.last = (out, x, w, b, tuple(self.plan.calls(out, x, w, b, _arena_buffers(out))))
-        _run_calls(last[4])
+        if (
+            last is None
+            or last[0] is not out
+            or len(args) != len(last[1])
+            or any(a is not k for a, k in zip(args, last[1]))
+        ):
+            last = self.last = (out, args, self._calls(out, args))
+        _run_calls(last[2])
 
-    def bind(self, out, x, w, b=None):
-        self._check(out, x, w, b)
-        return functools.partial(_run_calls, tuple(self.plan.calls(out, x, w, b, _arena_buffers(out))))
+    def bind(self, out, *args):
+        return functools.partial(_run_calls, self._calls(out, args))
 
 
 @prepared("Conv")

@@ -355,28 +355,127 @@ def _run_on_cuda(program, feeds, tmp_path, specs=None):
     return lowered, module.run(feeds)
 
 
-@pytest.mark.parametrize("specs", [None, {"cuda": {"arch": "sm_80,sm_90"}}])
+# The opencl tests' calls (about 1,850) in this many tests, so that ``pytest -n`` spreads them.
+CHUNKS = 16
+
+
+class _OpenCLOnly(Exception):
+    """A test that reads the OpenCL runtime's own plan and handle: nothing to run on cuda."""
+
+
+def cuda_helpers(mod, calls: list, specs=None, graph_checks: bool = False) -> dict:
+    """The model helpers of the opencl test module ``mod`` with cuda in place of opencl, each
+    program run appended to ``calls``: every delegate must run on the CUDA device; the shared
+    ``check`` holds the outputs to onnxruntime's at no less than 1e-5 (the GPU's exp, tanh … and
+    contracted multiply-adds differ from PoCL's in the last bits); test_opencl_fp16's
+    ``run_fp16`` lowers with its own precision specs (``SPECS``), so its fp16 tests run as fp16.
+    ``graph_checks``: each program is run three times — its inputs, other inputs, its inputs
+    again — and the third run (a replay of the CUDA graph captured on the first) must equal the
+    first bit for bit."""
+    specs = (specs or {}).get("cuda", {})
+    if hasattr(mod, "SPECS"):
+        specs = {**mod.SPECS["opencl"], **specs}
+
+    def run_on_cuda(program, feeds, tmp_path=None, partitions=None, passes="none"):
+        calls.append(program)
+        lowered = offload.to_backend(program, "cuda", compile_specs={"cuda": specs}, passes=passes)
+        module = runtime.load(offload.save(lowered))
+        (name,) = module.method_names
+        delegates = module.method(name).delegates
+        assert delegates and all(d.backend == "cuda" and d.runs_on == "backend" for d in delegates), delegates
+        if partitions is not None:
+            assert len(delegates) == partitions, delegates
+        got = module.run(feeds)
+        if graph_checks:
+            module.run(
+                {n: np.asarray(v * 0.5 if v.dtype.kind == "f" else v, v.dtype) for n, v in feeds.items()}
+            )
+            again = module.run(feeds)
+            for k, v in got.items():
+                assert np.array_equal(again[k], v, equal_nan=v.dtype.kind in "fc"), f"replay of {k}"
+        return lowered, got
+
+    def check(program, feeds, tmp_path=None, rtol=1e-5, atol=1e-6, whole=False):
+        want = reference(program, feeds)
+        lowered, got = run_on_cuda(program, feeds, partitions=1 if whole else None)
+        if whole:
+            assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
+        for k, v in want.items():
+            assert got[k].dtype == v.dtype and got[k].shape == v.shape, (k, got[k].dtype, got[k].shape)
+            np.testing.assert_allclose(got[k], v, rtol=max(rtol, 1e-5), atol=max(atol, 1e-5))
+        return got
+
+    def opencl_only(*args, **kwargs):
+        raise _OpenCLOnly
+
+    helpers = {"run_on_opencl": run_on_cuda, "plan_and_handle": opencl_only, "handle": opencl_only}
+    if hasattr(mod, "run_fp16"):  # its own check calls run_fp16
+        helpers["run_fp16"] = lambda program, feeds, tmp_path: run_on_cuda(program, feeds, partitions=1)
+    else:
+        helpers["check"] = check
+    return helpers
+
+
+def run_opencl_tests(chunk: int, specs=None, graph_checks: bool = False) -> tuple[int, list[str]]:
+    """The opencl tests' calls of one chunk through ``cuda_helpers``: how many ran a model
+    through them, and the failures of those. A test that ran none (it reads the OpenCL plan or
+    device itself, or is skipped) is not counted."""
+    from .test_cuda_nvrtc import call_with_helpers, opencl_test_calls
+
+    ran, failures, calls = 0, [], []
+    for name, mod, fn, kwargs in opencl_test_calls()[chunk::CHUNKS]:
+        before = len(calls)
+        try:
+            call_with_helpers(mod, fn, kwargs, cuda_helpers(mod, calls, specs, graph_checks))
+        except (_OpenCLOnly, pytest.skip.Exception):
+            continue
+        except (Exception, pytest.fail.Exception) as e:
+            if len(calls) > before:
+                failures.append(f"{name}: {type(e).__name__}: {str(e)[:400]}")
+        ran += len(calls) > before
+    return ran, failures
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.parametrize("specs", [None, {"cuda": {"arch": "sm_80,sm_90", "graph": "0"}}])
 @pytest.mark.cuda
 @pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
-def test_opencl_test_models_on_cuda(specs, tmp_path):
-    """Every model the opencl tests here check, through cuda (JIT, and stored cubins / PTX)."""
+def test_opencl_tests_on_cuda(specs, chunk):
+    """The opencl tests, each through cuda on the device (JIT with CUDA graphs, the default; and
+    stored cubins / PTX launched kernel by kernel), with their own references and assertions."""
     if specs and not nvrtc.available():
         pytest.skip(nvrtc.IMPORT_ERROR)
-    from .test_cuda_nvrtc import opencl_test_models
+    ran, failures = run_opencl_tests(chunk, specs)
+    assert ran > 0
+    assert not failures, f"{len(failures)} of {ran} opencl tests fail on cuda:\n" + "\n".join(failures[:30])
 
-    failures = []
-    for name, program, feeds, rtol, atol in opencl_test_models():
-        if feeds is None:
-            continue
-        try:
-            want = reference(program, feeds)
-            _, got = _run_on_cuda(program, feeds, tmp_path, specs)
-            for k, v in want.items():
-                assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
-                np.testing.assert_allclose(got[k], v, rtol=max(rtol, 1e-5), atol=max(atol, 1e-5))
-        except Exception as e:
-            failures.append(f"{name}: {type(e).__name__}: {str(e)[:300]}")
-    assert not failures, f"{len(failures)} models differ on cuda:\n" + "\n".join(failures[:20])
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.cuda
+@pytest.mark.skipif(not AVAILABLE, reason="no CUDA device")
+def test_opencl_tests_replayed_as_cuda_graphs(chunk, monkeypatch):
+    """graph=1: the opencl tests through cuda with each specialization captured as a CUDA graph on
+    its first run and replayed after (a replay must read the inputs copied in before it); a
+    specialization that capture refuses must still give the right values. Prints what capture
+    refused and why."""
+    from offload.delegates.cuda import runtime as cuda_runtime
+
+    refusals = []
+
+    class _Warnings:
+        @staticmethod
+        def warn(message, *args, **kwargs):
+            refusals.append(str(message))
+
+    monkeypatch.setattr(cuda_runtime, "warnings", _Warnings)
+    before = dict(cuda_runtime.GRAPH_STATS)
+    ran, failures = run_opencl_tests(chunk, {"cuda": {"graph": "1"}}, graph_checks=True)
+    stats = {k: cuda_runtime.GRAPH_STATS[k] - before[k] for k in before}
+    print(stats, *sorted(set(refusals)), sep="\n")
+    assert not failures, f"{len(failures)} of {ran} opencl tests fail as cuda graphs:\n" + "\n".join(
+        failures[:30]
+    )
+    assert stats["captured"] > 0 and stats["replayed"] > stats["captured"]
 
 
 @pytest.mark.parametrize(
@@ -625,14 +724,49 @@ def _spec(launches):
 
 
 def test_a_graph_is_captured_once_and_replayed():
-    from offload.delegates.cuda.runtime import replay
+    from offload.delegates.cuda.runtime import GRAPH_STATS, replay
 
     launches, stream = [_Launch(0), _Launch(1)], _Stream()
     spec = _spec(launches)
+    before = dict(GRAPH_STATS)
     for _ in range(3):
         replay(spec, stream)
     assert stream.captured == [0, 1] and stream.graph_launches == 3
+    assert {k: GRAPH_STATS[k] - before[k] for k in before} == {"captured": 1, "refused": 0, "replayed": 3}
     assert [launch.runs for launch in launches] == [0, 0]  # captured, never run one by one
+
+
+def test_cublas_calls_run_between_the_graphs_of_the_launches_around_them():
+    # CuPy refuses cuBLAS calls while a stream captures: kernels 0, 1 | GEMM | kernel 2 are two
+    # graphs with the GEMM made between their launches, in order, on every run
+    from offload.delegates.cuda.runtime import Gemm, replay
+
+    order = []
+
+    class _Gemm(Gemm):
+        def __init__(self):
+            self.runs = 0
+
+        def run(self, stream):
+            assert not stream.capturing
+            order.append("gemm")
+
+    class _Graph:
+        def __init__(self, captured):
+            self.captured = captured
+
+        def launch(self, s):
+            order.append(tuple(self.captured))
+
+    stream = _Stream()
+    stream.end_capture = lambda: (setattr(stream, "capturing", False), _Graph(stream.captured[:]))[1]
+    stream.begin_capture = lambda: (setattr(stream, "capturing", True), stream.captured.clear())
+    launches = [_Launch(0), _Launch(1), _Gemm(), _Launch(2)]
+    spec = _spec(launches)
+    for _ in range(2):
+        replay(spec, stream)
+    assert order == [(0, 1), "gemm", (2,)] * 2
+    assert [launch.runs for launch in launches if isinstance(launch, _Launch)] == [0, 0, 0]
 
 
 def test_a_specialization_that_cannot_be_captured_runs_launch_by_launch_and_warns_once():

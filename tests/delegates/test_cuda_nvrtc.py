@@ -99,26 +99,22 @@ def _param_sets(fn) -> list[dict]:
     ]
 
 
-@lru_cache(maxsize=1)
-def opencl_test_models() -> tuple:
-    """(test id, program, feeds, rtol, atol) of every model the opencl tests here hand to
-    ``check`` / ``run_on_opencl`` / ``plan_and_handle``: each test function is called with its
-    parameters and those helpers replaced by one that records the model and stops the test."""
+HELPERS = ("check", "run_on_opencl", "plan_and_handle")
+
+
+def opencl_test_calls() -> list[tuple]:
+    """(test id, module, test function, keyword arguments) of every call of an opencl test
+    function here with its parametrize values (``tmp_path`` a fresh folder) whose module uses one
+    of the model helpers ``HELPERS``; tests that need other fixtures are left out."""
     import tempfile
     from pathlib import Path
 
-    captured = []
-
-    def capture(name):
-        def stub(program, feeds=None, tmp_path=None, rtol=1e-5, atol=1e-6, *args, **kwargs):
-            captured.append((name, program, feeds, rtol, atol))
-            raise _Captured
-
-        return stub
-
+    calls = []
     tmp = Path(tempfile.mkdtemp(prefix="offload-cuda-models-"))
     for path in sorted(glob.glob(os.path.join(HERE, "test_opencl*.py"))):
         mod = importlib.import_module(f"tests.delegates.{os.path.basename(path)[:-3]}")
+        if not any(n in mod.__dict__ for n in HELPERS):
+            continue
         for attr, fn in sorted(vars(mod).items()):
             if not attr.startswith("test_") or not inspect.isfunction(fn):
                 continue
@@ -128,25 +124,46 @@ def opencl_test_models() -> tuple:
                     continue  # other fixtures: not a model test
                 if "tmp_path" in params:
                     kwargs = {**kwargs, "tmp_path": tmp}
-                saved = {
-                    n: mod.__dict__[n]
-                    for n in ("check", "run_on_opencl", "plan_and_handle")
-                    if n in mod.__dict__
-                }
                 name = f"{mod.__name__.rsplit('.', 1)[1]}::{attr}[{'-'.join(map(str, kwargs.values()))}]"
-                try:
-                    for n in saved:
-                        setattr(mod, n, capture(name))
-                    with warnings.catch_warnings(), np.errstate(all="ignore"):
-                        warnings.simplefilter("ignore")
-                        fn(**kwargs)
-                except (KeyboardInterrupt, SystemExit):
-                    raise
-                except BaseException:  # _Captured, pytest.skip, or a test needing what the stub did not give
-                    pass
-                finally:
-                    for n, v in saved.items():
-                        setattr(mod, n, v)
+                calls.append((name, mod, fn, kwargs))
+    return calls
+
+
+def call_with_helpers(mod, fn, kwargs, helpers: dict) -> None:
+    """``fn(**kwargs)`` with the model helpers of ``mod`` replaced by ``helpers`` (restored after)."""
+    saved = {n: mod.__dict__[n] for n in helpers if n in mod.__dict__}
+    try:
+        for n in saved:
+            setattr(mod, n, helpers[n])
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            fn(**kwargs)
+    finally:
+        for n, v in saved.items():
+            setattr(mod, n, v)
+
+
+@lru_cache(maxsize=1)
+def opencl_test_models() -> tuple:
+    """(test id, program, feeds, rtol, atol) of every model the opencl tests here hand to
+    ``check`` / ``run_on_opencl`` / ``plan_and_handle``: each test function is called with its
+    parameters and those helpers replaced by one that records the model and stops the test."""
+    captured = []
+
+    def capture(name):
+        def stub(program, feeds=None, tmp_path=None, rtol=1e-5, atol=1e-6, *args, **kwargs):
+            captured.append((name, program, feeds, rtol, atol))
+            raise _Captured
+
+        return stub
+
+    for name, mod, fn, kwargs in opencl_test_calls():
+        try:
+            call_with_helpers(mod, fn, kwargs, dict.fromkeys(HELPERS, capture(name)))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # _Captured, pytest.skip, or a test needing what the stub did not give
+            pass
     return tuple(captured)
 
 

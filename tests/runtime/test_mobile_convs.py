@@ -12,21 +12,29 @@ from onnx import TensorProto, helper, numpy_helper
 
 import offload
 from offload.runtime.kernels.nn import _ConvCall
-from offload.runtime.module import _BoundRun, _PreparedStep
+from offload.runtime.module import _BoundRun, _KernelPair, _PreparedStep
 
 F32 = TensorProto.FLOAT
 
 # (channels in, height, width, channels out, group, kernel, strides, pads, dilations, path)
 CASES = [
-    (32, 23, 19, 32, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "rows"),
-    (24, 29, 31, 24, 24, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "rows"),
-    (16, 33, 30, 16, 16, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), "rows"),
-    (8, 30, 27, 8, 8, (3, 3), (1, 2), (0, 1, 2, 1), (2, 1), "rows"),
-    (12, 61, 59, 12, 12, (3, 5), (3, 3), (1, 2, 0, 1), (1, 2), "rows"),
+    (32, 67, 71, 32, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "rows"),
+    (24, 69, 71, 24, 24, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "rows"),
+    (16, 73, 70, 16, 16, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), "rows"),
+    (8, 70, 67, 8, 8, (3, 3), (1, 2), (0, 1, 2, 1), (2, 1), "rows"),
+    (12, 81, 79, 12, 12, (3, 5), (3, 3), (1, 2, 0, 1), (1, 2), "rows"),
+    (32, 23, 19, 32, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "last"),
+    (24, 29, 31, 24, 24, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "last"),
+    (16, 33, 30, 16, 16, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), "last"),
+    (8, 30, 27, 8, 8, (3, 3), (1, 2), (0, 1, 2, 1), (2, 1), "last"),
+    (12, 61, 59, 12, 12, (3, 5), (3, 3), (1, 2, 0, 1), (1, 2), "last"),
     (40, 7, 9, 40, 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "last"),
     (36, 13, 11, 36, 36, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), "last"),
     (20, 9, 8, 20, 20, (3, 3), (2, 1), (1, 0, 1, 2), (1, 2), "last"),
     (144, 27, 27, 144, 144, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "last"),
+    # channels of a multiple of 256 bytes: channels-last with a cache line of zero channels more
+    (128, 9, 11, 128, 128, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "last"),
+    (192, 15, 13, 192, 192, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), "last"),
     (24, 11, 13, 40, 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "pointwise"),
     (24, 9, 7, 36, 3, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "pointwise"),
     (17, 1, 1, 9, 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "pointwise"),
@@ -192,7 +200,11 @@ def test_mobile_activations_match_onnxruntime():
     data = model.SerializeToString()
     program = offload.load(data)
     method = offload.runtime.load(offload.save(program)).method("forward")
-    prepared = {s.kernel.op_name for s in method._steps if isinstance(s, _PreparedStep)}
+    prepared = set()
+    for s in method._steps:
+        if isinstance(s, _PreparedStep):
+            k = s.kernel
+            prepared |= {k.first.op_name, k.second.op_name} if isinstance(k, _KernelPair) else {k.op_name}
     for op in ("HardSwish", "Clip", "GlobalAveragePool", "Conv", "HardSigmoid", "Mul"):
         assert f"onnx::{op}" in prepared, op
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
@@ -293,7 +305,7 @@ def test_average_pool_matches_onnxruntime(kernel, strides, pads, ceil, include):
         np.testing.assert_allclose(method.run({"x": x})["y"], expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[5]], ids=["rows", "last"])
+@pytest.mark.parametrize("case", [CASES[0], CASES[5], CASES[15]], ids=["rows", "last", "last-padded"])
 def test_depthwise_weights_computed_per_run(case):
     """Weights that the graph computes (here Neg of an input) change between runs: the plan's
     transposed copy of them is refreshed at every run, bound or not."""
