@@ -492,7 +492,9 @@ class _ConvPlan:
         item = self.dtype.itemsize
         pad = 64 // item if c * item % 256 == 0 and c * item >= 512 else 0
         shape = (sh * sw, hph, wph, c + pad)
-        return buffers.get(("last", g.begin, g.end, g.strides), shape, self.dtype)
+        # keyed by the image's size too: sizes that round up to the same phases have their borders
+        # in different rows (what one conv writes would be another's padding)
+        return buffers.get(("last", g.begin, g.end, g.strides, (h, wd)), shape, self.dtype)
 
     def _tap_grids(self, phases, w) -> list:
         """Per stride phase that taps read, in the order of their first tap: the taps' windows
@@ -558,7 +560,7 @@ class _ConvPlan:
         hp, wp = h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1]
         hph, wph = -(-hp // sh), -(-wp // sw)
         count = sh * sw * c * hph * wph
-        key = ("phases", g.begin, g.end, g.strides)
+        key = ("phases", g.begin, g.end, g.strides, (h, wd))  # (h, wd): as in _phases_last
         flat = buffers.get(key, (count + wph,), self.dtype)
         phases = flat[:count].reshape(sh * sw, c, hph, wph)
         if calls is not None:
@@ -1265,7 +1267,8 @@ def _pool_calls(out, x, g: _Geom, ufunc, fill, buffers, divisor=None) -> list:
     if any(g.begin) or any(g.end) or np.may_share_memory(out, x):
         hp = -(-(h + g.begin[0] + g.end[0]) // sh) * sh
         wp = -(-(w + g.begin[1] + g.end[1]) // sw) * sw
-        xp = buffers.get(("pool", g.begin, g.end), (n, c, hp, wp), x.dtype, fill)
+        # keyed by the map's size too: sizes that round up alike have their borders elsewhere
+        xp = buffers.get(("pool", g.begin, g.end, (h, w)), (n, c, hp, wp), x.dtype, fill)
         interior = xp[:, :, g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + w]
         calls.append(functools.partial(np.copyto, interior, x))
     else:

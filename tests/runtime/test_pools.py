@@ -123,3 +123,29 @@ def test_a_same_size_pool_on_small_maps_matches_onnxruntime(op, kernel, shape):
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     for _ in range(2):
         np.testing.assert_allclose(method.run({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1])),
+        ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1], count_include_pad=1)),
+        ("Conv", dict(group=4, strides=[2, 2], pads=[1, 1, 1, 1])),  # depthwise: by stride phases
+    ],
+    ids=["MaxPool", "AveragePool", "depthwise-Conv"],
+)
+def test_sizes_whose_padded_buffers_round_alike_keep_their_own_padding(op, attrs):
+    # Padding buffers are shared by the ops of one geometry on a thread (nn._Buffers); at stride 2
+    # a 12- and a 13-row map round up to the same 14 padded rows, and the 13-row map writes its
+    # last row where the 12-row one reads padding: the buffer is keyed by the map's size too.
+    w = np.random.default_rng(4).standard_normal((4, 1, 3, 3)).astype(np.float32)
+    inits = [("w", w)] if op == "Conv" else []
+    node = helper.make_node(op, ["x", "w"] if op == "Conv" else ["x"], ["y"], **attrs)
+    data = model_bytes([node], [("x", F32, [1, 4, "h", "w"])], [("y", F32, None)], inits)
+    program = offload.load(data)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for size in (12, 13, 12, 11, 12):
+        x = (rng.standard_normal((1, 4, size, size)) + 3).astype(np.float32)  # padding reads 0 or -inf
+        want = session.run(None, {"x": x})[0]
+        np.testing.assert_allclose(offload.evaluate(program, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
