@@ -7,7 +7,8 @@ Kernels are the same CPU kernels ``offload.evaluate`` calls, called the same way
 match it bit for bit. A Module may be run from several threads at once: each run of a Method
 takes a set of arenas from the Method's pool (a new set is allocated when every set is in use, so
 a Method holds as many as it has had concurrent runs) and gives it back when its outputs are
-copied out; backends serialize the runs of a delegate handle themselves.
+copied out; backends serialize the runs of a delegate handle themselves. A Method with symbolic
+shapes keeps a plan for each of its last input shapes (``_ShapePlan``), with a pool of its own.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import operator
 import os
 import re
 import threading
+import weakref
 from collections.abc import Mapping
+from math import prod
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -153,6 +156,12 @@ class Module:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _hold_arena(self, arena: np.ndarray) -> None:
+        """Count ``arena`` as one whose arrays ``_detach`` copies out, while it lives (the arena
+        sets of a shape plan go with the plan)."""
+        self._arena_ids.add(id(arena))
+        weakref.finalize(arena, self._arena_ids.discard, id(arena))
 
     def _detach(self, value):
         """``value`` with any array that lives in an arena copied out (arenas are reused)."""
@@ -309,6 +318,14 @@ class Method:
         self._load_time: list[_KernelStep] | None = None
         self._load_time_lock = threading.Lock()
         self._shape_steps = False  # whether any step keeps results by input shapes (_find_shape_steps)
+        # Values whose shapes follow from the input shapes (_find_shape_steps), and the kernel steps
+        # a shape plan may prepare (_find_shape_plan_steps); the plans by input shapes.
+        self._shaped: set[int] = set()
+        self._shape_plan_steps: list[int] = []
+        self._shape_plan_held: list[int] = []
+        self._shape_plan_limit = 0
+        self._shape_plan_notes: list[tuple[int, ...]] = []  # by instruction: what a first run notes
+        self._shape_plans = _ShapePlans()
         self._callees: set[int] = set()
         self._fallbacks: set[int] = set()  # fallback plans of delegates that run on a backend
         self._delegates: dict[int, dl.Delegate] = {}
@@ -535,9 +552,10 @@ class Method:
             self._steps.append(prepare(self, ins.instrArgs, pc, where, label, operators, len(instructions)))
         _find_load_time(self)
         _find_shape_steps(self)
-        _fuse_epilogues(self)
+        _find_shape_plan_steps(self)
+        _fuse_epilogues(self, self._steps)
         _keep_on_device(self)
-        _bind_runs(self)
+        self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))
         self._pool.append((self._planned, self._initial, self._bind(self._planned, self._initial)))
 
     def _index(self, i, where: str, what: str) -> int:
@@ -619,14 +637,20 @@ class Method:
         if self._load_time is not None:
             self._compute_load_time()
         self.allocated_results = 0
-        arena_set = self._acquire()
+        # (a sequence input has no shape: no op that shape steps follow reads one)
+        shapes = (
+            tuple(getattr(a, "shape", None) for a in args)
+            if self._shape_steps or self._shape_plan_steps
+            else None
+        )
+        plan, seen = self._shape_plans.find(self, shapes) if self._shape_plan_steps else (None, None)
+        arena_set = plan.acquire() if plan is not None else self._acquire()
         planned, initial, bound = arena_set
         start = now() if profile is not None else 0
         try:
             frame = _Frame(initial)
             frame.planned, frame.bound, frame.options, frame.profile = planned, bound, options, profile
-            # (a sequence input has no shape: no op that shape steps follow reads one)
-            frame.shapes = tuple(getattr(a, "shape", None) for a in args) if self._shape_steps else None
+            frame.shapes = shapes if self._shape_steps else None
             for slot, value in zip(self._input_slots, args):
                 view = planned[slot]
                 if view is None:
@@ -637,24 +661,40 @@ class Method:
                     self._store(frame, slot, value)
             # Floating-point exceptions are IEEE results here (inf, nan, 0), as in other runtimes.
             with np.errstate(all="ignore"):
-                if options is None and profile is None:  # the hot loop: nothing to check or record
-                    steps, pc, n = self._fast_steps, 0, len(self._fast_steps)
+                if options is None and profile is None and seen is None:  # the hot loop
+                    steps = plan.fast_steps if plan is not None else self._fast_steps
+                    pc, n = 0, len(steps)
                     while pc < n:
                         nxt = steps[pc].run(frame)
                         pc = pc + 1 if nxt is None else nxt
                 else:
-                    self._run_watched(frame, options, profile)
+                    steps = plan.steps if plan is not None else self._steps
+                    self._run_watched(frame, options, profile, steps, seen)
+            if seen is not None:  # the first run at these input shapes: the next one plans them
+                self._shape_plans.seen(shapes, seen)
             return [self.module._detach(frame[i]) for i in self._output_slots]
         finally:
             with self._pool_lock:
-                self._pool.append(arena_set)
+                (plan.pool if plan is not None else self._pool).append(arena_set)
             if profile is not None:
                 profile.add(f"plan {self.name}", "plan", start, now())
 
-    def _run_watched(self, frame: _Frame, options: RunOptions | None, profile: Profile | None) -> None:
+    def _run_watched(
+        self,
+        frame: _Frame,
+        options: RunOptions | None,
+        profile: Profile | None,
+        steps: list,
+        seen: dict | None = None,
+    ) -> None:
         """The chain with ``options`` checked before every instruction and, when profiling, an
-        event per instruction (its time on this thread)."""
-        steps, pc, n = self._steps, 0, len(self._steps)
+        event per instruction (its time on this thread). With ``seen``, the dtype and shape of
+        each value a shape plan may hold go into it as the steps write them (_ShapePlans)."""
+        pc, n = 0, len(steps)
+        if seen is not None:
+            for slot in self._input_slots:
+                _note(seen, slot, frame[slot])
+            notes = self._shape_plan_notes
         while pc < n:
             if options is not None:
                 options.check(self.where)
@@ -664,6 +704,9 @@ class Method:
             if profile is not None:
                 name, cat, args = _describe(step)
                 profile.add(name, cat, start, now(), pc=pc, **args)
+            if seen is not None:
+                for slot in notes[pc]:
+                    _note(seen, slot, frame[slot])
             pc = pc + 1 if nxt is None else nxt
 
     def _compute_load_time(self) -> None:
@@ -696,21 +739,28 @@ class Method:
         with self._pool_lock:
             if self._pool:
                 return self._pool.pop()
+        planned, initial = self._new_arenas()
+        return planned, initial, self._bind(planned, initial)
+
+    def _new_arenas(self) -> tuple[list, list]:
+        """Planned views into new arenas by value, and the initial frame that holds them."""
         arenas = {k: np.zeros(a.nbytes, np.uint8) for k, a in self._arenas.items()}
-        self.module._arena_ids.update(id(a) for a in arenas.values())
+        for a in arenas.values():
+            self.module._hold_arena(a)
         planned, initial = [None] * len(self._values), list(self._initial)
         for i, (memory_id, offset) in self._layout.items():
             view = self._planned[i]
             planned[i] = initial[i] = (
                 arenas[memory_id][offset : offset + view.nbytes].view(view.dtype).reshape(view.shape)
             )
-        return planned, initial, self._bind(planned, initial)
+        return planned, initial
 
-    def _bind(self, planned: list, initial: list) -> list[list]:
-        """Each _BoundRun's calls with the arrays of one arena set fixed in them."""
+    def _bind(self, planned: list, initial: list, bound_runs: list | None = None) -> list[list]:
+        """Each _BoundRun's calls (the method's, or ``bound_runs``) with the arrays of one arena
+        set fixed in them."""
         return [
             [kernels.bind(s.call, planned[s.out_slot], [initial[i] for i in s.in_slots]) for s in run]
-            for run in self._bound_runs
+            for run in (self._bound_runs if bound_runs is None else bound_runs)
         ]
 
     def _store(self, frame: list, slot: int, value) -> None:
@@ -861,9 +911,10 @@ class _PreparedStep:
 def _prepared(m: Method, step: _KernelStep, domain: str, op_type: str) -> _PreparedStep | None:
     """The prepared form of ``step`` where its op has one and every type is static here."""
     factory = kernels.find_prepared(domain, op_type)
-    if factory is None or len(step.out_slots) != 1 or not step.out_slots[0] or not step.in_slots:
+    slot = _one_output(step)
+    if factory is None or slot is None or not step.in_slots:
         return None
-    out = m._planned[step.out_slots[0]]
+    out = m._planned[slot]
     if out is None or any(isinstance(a, SubPlan) for a in step.attrs.values()):
         return None
     specs = []
@@ -880,8 +931,15 @@ def _prepared(m: Method, step: _KernelStep, domain: str, op_type: str) -> _Prepa
     if call is None:
         return None
     fast = _PreparedStep()
-    fast.call, fast.in_slots, fast.kernel, fast.out_slot = call, list(step.in_slots), step, step.out_slots[0]
+    fast.call, fast.in_slots, fast.kernel, fast.out_slot = call, list(step.in_slots), step, slot
     return fast
+
+
+def _one_output(step: _KernelStep) -> int | None:
+    """The slot of a kernel step's first output where no other output exists (an omitted
+    optional output, such as MaxPool's Indices, is slot 0); None otherwise."""
+    slots = step.out_slots
+    return slots[0] if slots and slots[0] and not any(slots[1:]) else None
 
 
 class _KernelPair:
@@ -917,7 +975,7 @@ class _FusedAway:
         return self.kernel.info()
 
 
-def _fuse_epilogues(m: Method) -> None:
+def _fuse_epilogues(m: Method, steps: list) -> None:
     """Pair a prepared Conv with the prepared elementwise op right after it (Relu, Clip,
     HardSwish, HardSigmoid: ``nn._Epilogue``) where that op is the only reader of the conv's
     result, which is not a result of the method, and the op is no jump's target: the conv's
@@ -925,15 +983,16 @@ def _fuse_epilogues(m: Method) -> None:
     (``_ConvCall.with_epilogue``), and the op's own step runs nothing (``_FusedAway``). The
     conv's result is then never written: nothing reads it. Only the CPU executor pairs them;
     the graph and the .pte keep both ops. The op's other inputs (Clip's bounds) must be
-    constants, so that no arena view the conv writes is one they are read from."""
+    constants, so that no arena view the conv writes is one they are read from. ``steps`` are the
+    method's, or a shape plan's (``_ShapePlan``), changed in place."""
     readers: dict[int, int] = {}
-    for step in m._steps:
+    for step in steps:
         for slot in step.info().reads:
             readers[slot] = readers.get(slot, 0) + 1
     results = set(m._output_slots)
-    targets = {s.dest for s in m._steps if isinstance(s, _JumpStep)}
-    for pc in range(len(m._steps) - 1):
-        conv, op = m._steps[pc], m._steps[pc + 1]
+    targets = {s.dest for s in steps if isinstance(s, _JumpStep)}
+    for pc in range(len(steps) - 1):
+        conv, op = steps[pc], steps[pc + 1]
         if type(conv) is not _PreparedStep or type(op) is not _PreparedStep:
             continue
         with_epilogue = getattr(conv.call, "with_epilogue", None)
@@ -959,8 +1018,8 @@ def _fuse_epilogues(m: Method) -> None:
         fused.call, fused.out_slot = call, op.out_slot
         fused.kernel = _KernelPair(conv.kernel, op.kernel)
         fused.in_slots = fused.kernel.in_slots
-        m._steps[pc] = fused
-        m._steps[pc + 1] = away = _FusedAway()
+        steps[pc] = fused
+        steps[pc + 1] = away = _FusedAway()
         away.kernel = op.kernel
 
 
@@ -1076,8 +1135,11 @@ def _find_shape_steps(m: Method) -> None:
     follow from its inputs' shapes (``ir.SHAPE_FROM_SHAPES``), or from their shapes and the
     values at some positions that are themselves known (``ir.SHAPE_FROM_VALUES``). A value is
     *known* from the input shapes when it is Shape or Size of such a value, or the result of a
-    deterministic ONNX op (``ir.computed_once``) of constants and known values. Known results
-    are neither inputs nor results of the method, and have one writer each."""
+    deterministic ONNX op (``ir.computed_once``) of constants and known values; a prepared step
+    of known values stays one (a bound call costs less than storing a kept result), its results
+    known all the same (the exported transformer's sizes are products of them). Known results
+    are neither inputs nor results of the method, and have one writer each. The values whose
+    shape is known go to ``m._shaped`` (what shape plans hold, ``_ShapePlan``)."""
     limit, writers, known = _straight_line(m)
     inputs, results = set(m._input_slots), set(m._output_slots)
     if m._load_time:
@@ -1116,8 +1178,230 @@ def _find_shape_steps(m: Method) -> None:
             continue
         known.update(outs)
         shaped.update(outs)
-        m._steps[pc] = _ShapeStep(kernel)
-        m._shape_steps = True
+        if type(step) is _KernelStep:
+            m._steps[pc] = _ShapeStep(kernel)
+            m._shape_steps = True
+    m._shaped = shaped
+
+
+# ---- shape plans ---------------------------------------------------------------------------------
+#
+# An exported model with a symbolic batch, image size or sequence length declares most values
+# without static shapes, so they get no arena place and their kernels run as kernels: each
+# allocates its result and a Conv makes its plan's calls again for the new arrays (about 50 us of
+# Python a call on the exported convnets, more than the arithmetic of a 32 x 32 image). But a
+# value whose shape follows from the input shapes (``_find_shape_steps``) has the same shape at
+# every run with the same input shapes. A *shape plan* is the method for one tuple of input
+# shapes: the run that first meets them notes the dtype and shape of each such value; the next
+# run with them makes the plan, in which every kernel step that has a prepared call for those
+# types becomes one (``_PreparedStep``), writing into a place of the plan's own arena (placed by
+# the values' lifetimes, as the file's arenas are), its runs bound as the method's are. Runs with
+# those shapes then take arena sets of the plan.
+
+# Shape plans a method keeps (the most recently used): each holds an arena set per concurrent run.
+SHAPE_PLANS = 8
+_ALIGNMENT = 64
+
+
+def _find_shape_plan_steps(m: Method) -> None:
+    """The kernel steps before the first jump that a shape plan may prepare: an op with a
+    prepared call and one output, which has no arena place, follows from the input shapes
+    (``m._shaped``), has one writer and is not a method input; each input a planned value, a
+    constant, or a value that follows from the input shapes. And the outputs of the other kernel
+    steps there that a shape plan may give a place (the same conditions, not a method result): a
+    kernel writes its result there, or the method copies it in, so that the prepared call that
+    reads it sees the same array at every run (a Conv's calls are made for its arrays)."""
+    limit, writers, _ = _straight_line(m)
+    inputs, results = set(m._input_slots), set(m._output_slots)
+    found, held = [], []
+    for pc, step, kernel, domain, op_type in _kernel_steps(m, limit):
+        if type(step) is _KernelStep:
+            held.extend(
+                o
+                for o in kernel.out_slots
+                if o
+                and m._planned[o] is None
+                and o in m._shaped
+                and writers.get(o) == 1
+                and o not in inputs
+                and o not in results
+            )
+        out = _one_output(kernel)
+        if (
+            type(step) is not _KernelStep
+            or out is None
+            or not kernel.in_slots
+            or kernels.find_prepared("" if domain == "onnx" else domain, op_type) is None
+            or m._planned[out] is not None
+            or out not in m._shaped
+            or writers.get(out) != 1
+            or out in inputs
+            or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
+        ):
+            continue
+        if all(
+            i
+            and (
+                m._planned[i] is not None
+                or isinstance(m._initial[i], np.ndarray)
+                or (m._initial[i] is None and i in m._shaped)
+            )
+            for i in kernel.in_slots
+        ):
+            found.append(pc)
+    m._shape_plan_steps = found
+    m._shape_plan_held = held
+    m._shape_plan_limit = limit
+    m._shape_plan_notes = [tuple(v for v in s.info().writes if v in m._shaped) for s in m._steps]
+
+
+def _note(seen: dict, slot: int, value) -> None:
+    if type(value) is np.ndarray:
+        seen[slot] = (value.dtype, value.shape)
+
+
+class _ShapePlans:
+    """A method's shape plans by input shapes, the most recently used last. An entry is what the
+    first run with those shapes noted (the next run makes the plan from it), the plan, or None
+    where the plan would hold no value (the method's own steps run)."""
+
+    __slots__ = ("entries", "lock")
+
+    def __init__(self):
+        self.entries: dict[tuple, dict | _ShapePlan | None] = {}
+        self.lock = threading.Lock()
+
+    def find(self, m: Method, shapes: tuple | None) -> tuple[_ShapePlan | None, dict | None]:
+        """(the plan for ``shapes`` or None, a dict for the run to note its values in or None)."""
+        if shapes is None or None in shapes:  # a sequence input: its shape says nothing
+            return None, None
+        with self.lock:
+            if shapes not in self.entries:
+                return None, {}
+            entry = self.entries.pop(shapes)
+            self.entries[shapes] = entry  # the most recently used last
+        if not isinstance(entry, dict):
+            return entry, None
+        plan = _ShapePlan(m, entry)
+        if not plan.layout:
+            plan = None
+        with self.lock:
+            if shapes in self.entries:
+                self.entries[shapes] = plan
+        return plan, None
+
+    def seen(self, shapes: tuple, noted: dict) -> None:
+        with self.lock:
+            if shapes not in self.entries:
+                self.entries[shapes] = noted
+                while len(self.entries) > SHAPE_PLANS:
+                    del self.entries[next(iter(self.entries))]
+
+
+class _ShapePlan:
+    """A method's steps for one tuple of input shapes: ``steps`` with the kernel steps that have
+    prepared calls for the noted types made _PreparedSteps, ``fast_steps`` with their runs bound
+    (``_bind_runs``), and ``layout``, the place in the plan's arena of each value they write and of
+    each method input they read (slot → (offset, dtype, shape)). Arena sets (the file's arenas and
+    one of the plan's) are made as runs need them and kept in ``pool``."""
+
+    __slots__ = ("bound_runs", "fast_steps", "layout", "method", "nbytes", "pool", "steps")
+
+    def __init__(self, m: Method, seen: dict):
+        self.method = m
+        self.pool: list[tuple[list, list, list]] = []
+        steps = list(m._steps)
+        inputs = set(m._input_slots)
+        held: dict[int, tuple] = {}  # slot → (dtype, shape) of the values the plan's arena holds
+        for pc in m._shape_plan_steps:
+            kernel = steps[pc]
+            out = kernel.out_slots[0]
+            specs = [_known_spec(m, i, seen) for i in kernel.in_slots]
+            if out not in seen or None in specs:
+                continue
+            domain, _, op_type = kernel.op_name.partition("::")
+            factory = kernels.find_prepared("" if domain == "onnx" else domain, op_type)
+            call = factory(kernel.attrs, specs, seen[out])
+            if call is None:
+                continue
+            step = steps[pc] = _PreparedStep()
+            step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
+            held[out] = seen[out]
+            held.update((i, seen[i]) for i in kernel.in_slots if i in inputs and m._planned[i] is None)
+        held.update((o, seen[o]) for o in m._shape_plan_held if o in seen and o not in held)
+        _fuse_epilogues(m, steps)
+        self.steps = steps
+        self.fast_steps, self.bound_runs = _bind_runs(m, steps, _static_inputs(m) | (inputs & set(held)))
+        spans = _spans(m, steps, held)
+        sizes = {v: int(np.dtype(d).itemsize) * prod(s) for v, (d, s) in held.items()}
+        offsets, self.nbytes = _place(sizes, spans)
+        self.layout = {v: (offsets[v], np.dtype(d), tuple(s)) for v, (d, s) in held.items()}
+
+    def acquire(self) -> tuple[list, list, list]:
+        """An arena set of this plan that no other run holds (a new one when all are taken)."""
+        m = self.method
+        with m._pool_lock:
+            if self.pool:
+                return self.pool.pop()
+        planned, initial = m._new_arenas()
+        arena = np.zeros(self.nbytes, np.uint8)
+        m.module._hold_arena(arena)
+        for slot, (offset, dtype, shape) in self.layout.items():
+            nbytes = dtype.itemsize * prod(shape)
+            planned[slot] = initial[slot] = arena[offset : offset + nbytes].view(dtype).reshape(shape)
+        return planned, initial, m._bind(planned, initial, self.bound_runs)
+
+
+def _known_spec(m: Method, i: int, seen: dict) -> tuple | None:
+    """(dtype, shape) of input slot ``i`` of a prepared call in a shape plan, or None."""
+    known = m._planned[i] if m._planned[i] is not None else m._initial[i]
+    if isinstance(known, np.ndarray):
+        return known.dtype, known.shape
+    return seen.get(i) if known is None else None
+
+
+def _spans(m: Method, steps: list, held: dict) -> dict[int, tuple[int, int]]:
+    """Each held value's lifetime, (first write, last read) with both ends inclusive so that a
+    step's output never shares bytes with its inputs: method inputs from before the first step,
+    method results and values read from the first jump on (in a loop, perhaps again) to the end."""
+    n, limit, inputs = len(steps), m._shape_plan_limit, set(m._input_slots)
+    first = {v: -1 for v in held if v in inputs}
+    last: dict[int, int] = {}
+    for pc, step in enumerate(steps):
+        info = step.info()
+        for v in info.reads:
+            if v in held:
+                last[v] = max(last.get(v, -1), pc if pc < limit else n)
+        for v in info.writes:
+            if v in held:
+                first.setdefault(v, pc)
+    for v in m._output_slots:
+        if v in held:
+            last[v] = n
+    return {v: (first[v], max(first[v], last.get(v, first[v]))) for v in held}
+
+
+def _place(sizes: dict[int, int], spans: dict[int, tuple[int, int]]) -> tuple[dict[int, int], int]:
+    """Offsets in one arena for values live over ``spans``: in the order they are first written,
+    each takes the lowest gap between the values live with it that holds it (first fit), so that a
+    value reuses the bytes of one that just died, while they are still in cache. Returns the
+    offsets and the arena's size."""
+    live: list[tuple[int, int, int]] = []  # (offset, end, last read) of the values placed so far
+    offsets: dict[int, int] = {}
+    top = 0
+    for v in sorted(sizes, key=lambda v: (spans[v][0], v)):
+        # placed earlier, so first written no later: live with v unless dead before v's start
+        # (and then dead before every later start too)
+        live = [p for p in live if p[2] >= spans[v][0]]
+        at = 0
+        for o, e, _ in sorted(live):
+            if o - at >= sizes[v]:
+                break
+            at = max(at, -(-e // _ALIGNMENT) * _ALIGNMENT)
+        offsets[v] = at
+        live.append((at, at + sizes[v], spans[v][1]))
+        top = max(top, at + sizes[v])
+    return offsets, -(-top // _ALIGNMENT) * _ALIGNMENT
 
 
 def _find_load_time(m: Method) -> None:
@@ -1153,22 +1437,12 @@ def _find_load_time(m: Method) -> None:
     m._load_time = found or None
 
 
-def _bind_runs(m: Method) -> None:
-    """Group the prepared steps whose inputs are certain: constants, method inputs with arena
-    views (copied into them whatever their layout, ``_call``), and the outputs of prepared steps
-    before them (always in their arena views). Runs do not span a jump target."""
-    writers: dict[int, int] = {}
-    for step in m._steps:
-        for slot in step.info().writes:
-            writers[slot] = writers.get(slot, 0) + 1
-    inputs = set(m._input_slots)
+def _static_inputs(m: Method) -> set[int]:
+    """The method inputs with arena views of their declared static type: every run copies the
+    input into its view (``_call``), so the view holds an array of that type."""
     certain = set()
-    for i, value in enumerate(m._initial):
-        if m._planned[i] is None and type(value) is np.ndarray and value.flags.c_contiguous:
-            certain.add(i)
-    for i in inputs:
+    for i in m._input_slots:
         view, declared = m._planned[i], value_type(m._values[i])
-        certain.discard(i)
         if (
             view is not None
             and isinstance(declared, TensorType)
@@ -1177,11 +1451,31 @@ def _bind_runs(m: Method) -> None:
             and tuple(declared.shape) == view.shape
         ):
             certain.add(i)
+    return certain
+
+
+def _bind_runs(m: Method, steps: list, certain_inputs: set[int]) -> tuple[list, list[list[_PreparedStep]]]:
+    """Group the prepared steps whose inputs are certain: constants, the method inputs of
+    ``certain_inputs`` (with arena views, copied into them whatever their layout, ``_call``), and
+    the outputs of prepared steps before them (always in their arena views). Runs do not span a
+    jump target. Returns ``steps`` with each run replaced by a _BoundRun at its first index, and
+    the runs' steps."""
+    writers: dict[int, int] = {}
+    for step in steps:
+        for slot in step.info().writes:
+            writers[slot] = writers.get(slot, 0) + 1
+    inputs = set(m._input_slots)
+    certain = set()
+    for i, value in enumerate(m._initial):
+        if m._planned[i] is None and type(value) is np.ndarray and value.flags.c_contiguous:
+            certain.add(i)
+    certain -= inputs
+    certain |= certain_inputs
     certain -= set(writers)
-    targets = {s.dest for s in m._steps if isinstance(s, _JumpStep)}
-    m._fast_steps = list(m._steps)
+    targets = {s.dest for s in steps if isinstance(s, _JumpStep)}
+    fast_steps, bound_runs = list(steps), []
     run: list[int] = []
-    for pc, step in enumerate([*m._steps, None]):
+    for pc, step in enumerate([*steps, None]):
         if isinstance(step, _FusedAway):  # nothing to run: a run goes on past it
             continue
         ok = (
@@ -1192,14 +1486,15 @@ def _bind_runs(m: Method) -> None:
         )
         if run and (not ok or pc in targets):
             bound = _BoundRun()
-            bound.k, bound.end, bound.steps = len(m._bound_runs), run[-1] + 1, [m._steps[j] for j in run]
-            m._bound_runs.append(bound.steps)
-            m._fast_steps[run[0]] = bound
+            bound.k, bound.end, bound.steps = len(bound_runs), run[-1] + 1, [steps[j] for j in run]
+            bound_runs.append(bound.steps)
+            fast_steps[run[0]] = bound
             run = []
         if isinstance(step, _PreparedStep) and writers.get(step.out_slot) == 1:
             certain.add(step.out_slot)
         if ok:
             run.append(pc)
+    return fast_steps, bound_runs
 
 
 def _missing_kernel(name: str, where: str):

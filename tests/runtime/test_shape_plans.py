@@ -1,0 +1,219 @@
+"""Shape plans: a method whose values have symbolic shapes (an exported model's batch, image
+size or sequence length) makes, at the second run with the same input shapes, a plan for them:
+prepared calls writing into an arena of its own, bound as a static method's are
+(runtime/module.py, _ShapePlan). Values are checked against onnxruntime (or numpy), at repeated
+shapes, new ones, shapes coming back, and from threads running different shapes at once."""
+
+from __future__ import annotations
+
+import threading
+import tracemalloc
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import offload
+from offload.runtime import module as runtime_module
+from offload.runtime.module import _KernelPair, _PreparedStep, _ShapePlan
+
+from .onnx_graphs import model_bytes
+
+F32 = TensorProto.FLOAT
+RTOL = ATOL = 1e-5
+
+
+def _convnet() -> bytes:
+    """A small convnet with a symbolic batch and image size: Conv + Relu, a depthwise stride-2
+    Conv + HardSwish, a squeeze-excite gate (GlobalAveragePool, Sigmoid, Mul), a 1 x 1 Conv and a
+    residual Add."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], group=8, strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["c2"], ["h"]),
+        helper.make_node("GlobalAveragePool", ["h"], ["g"]),
+        helper.make_node("Sigmoid", ["g"], ["s"]),
+        helper.make_node("Mul", ["h", "s"], ["m"]),
+        helper.make_node("Conv", ["m", "w3"], ["c3"]),
+        helper.make_node("Add", ["c3", "h"], ["y"]),
+    ]
+    inits = [
+        ("w1", rng.standard_normal((8, 3, 3, 3)).astype(np.float32)),
+        ("b1", rng.standard_normal(8).astype(np.float32)),
+        ("w2", rng.standard_normal((8, 1, 3, 3)).astype(np.float32)),
+        ("b2", rng.standard_normal(8).astype(np.float32)),
+        ("w3", rng.standard_normal((8, 8, 1, 1)).astype(np.float32)),
+    ]
+    return model_bytes(nodes, [("x", F32, ["n", 3, "h", "w"])], [("y", F32, ["n", 8, "oh", "ow"])], inits)
+
+
+def _method(data: bytes):
+    return offload.runtime.load(offload.save(offload.load(data))).method("forward")
+
+
+def _prepared_ops(steps) -> list[str]:
+    """The op types the prepared steps run, both of a fused Conv and its activation."""
+    out = []
+    for s in steps:
+        if isinstance(s, _PreparedStep):
+            kernels = [s.kernel.first, s.kernel.second] if isinstance(s.kernel, _KernelPair) else [s.kernel]
+            out.extend(k.op_name.split("::")[1] for k in kernels)
+    return sorted(out)
+
+
+def _plan(method, shapes: tuple) -> _ShapePlan | None:
+    entry = method._shape_plans.entries.get(shapes)
+    return entry if isinstance(entry, _ShapePlan) else None
+
+
+def test_a_repeated_shape_runs_prepared_calls_and_matches_onnxruntime():
+    data = _convnet()
+    method = _method(data)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    kept = []  # earlier results: a later run at the same shape must not write over them
+    for shape in [(1, 16, 16), (1, 16, 16), (2, 9, 13), (1, 16, 16), (2, 9, 13), (2, 9, 13), (1, 16, 16)]:
+        n, h, w = shape
+        x = rng.standard_normal((n, 3, h, w)).astype(np.float32)
+        got = method.run({"x": x})["y"]
+        (want,) = session.run(None, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+        kept.append((got, want))
+    for got, want in kept:
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    for shape in [(1, 3, 16, 16), (2, 3, 9, 13)]:
+        plan = _plan(method, (shape,))
+        assert plan is not None, shape
+        assert _prepared_ops(plan.steps) == sorted(
+            ["Conv", "Relu", "Conv", "HardSwish", "GlobalAveragePool", "Sigmoid", "Mul", "Conv", "Add"]
+        )
+        # a Conv and its activation run as one call in the plan as in a static method
+        assert (
+            sum(isinstance(s, _PreparedStep) and isinstance(s.kernel, _KernelPair) for s in plan.steps) == 2
+        )
+        assert plan.bound_runs  # the calls are bound to the plan's arena
+
+
+def test_a_first_shape_runs_the_kernels_and_a_plan_follows_at_the_second_run():
+    data = _convnet()
+    method = _method(data)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(2).standard_normal((1, 3, 11, 7)).astype(np.float32)
+    key = (x.shape,)
+    (want,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(method.run({"x": x})["y"], want, rtol=RTOL, atol=ATOL)
+    assert isinstance(method._shape_plans.entries[key], dict)  # what the first run noted
+    np.testing.assert_allclose(method.run({"x": x})["y"], want, rtol=RTOL, atol=ATOL)
+    assert _plan(method, key) is not None
+
+
+def test_a_steady_run_allocates_no_intermediate():
+    """At a repeated shape the intermediates live in the plan's arena: what a run allocates is
+    about its result's copy (64 KiB), not the 256 KiB of the first Conv's output (without the
+    plan: 840 KiB)."""
+    method = _method(_convnet())
+    x = np.random.default_rng(3).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    for _ in range(3):
+        y = method.run({"x": x})["y"]
+    tracemalloc.start()
+    try:
+        method.run({"x": x})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < y.nbytes + 16384, (peak, y.nbytes)
+
+
+def test_threads_running_different_shapes_get_their_own_plans():
+    data = _convnet()
+    method = _method(data)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    shapes = [(1, 12, 12), (2, 8, 10), (1, 12, 12), (3, 6, 5)]  # two threads share a shape
+    cases = []
+    for k, (n, h, w) in enumerate(shapes):
+        x = np.random.default_rng(10 + k).standard_normal((n, 3, h, w)).astype(np.float32)
+        cases.append((x, session.run(None, {"x": x})[0]))
+    errors = []
+
+    def work(x, want) -> None:
+        for _ in range(40):
+            got = method.run({"x": x})["y"]
+            if not np.allclose(got, want, rtol=RTOL, atol=ATOL):
+                errors.append(x.shape)
+                return
+
+    threads = [threading.Thread(target=work, args=case) for case in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert _plan(method, ((1, 3, 12, 12),)) is not None
+
+
+def test_more_shapes_than_the_plans_kept_stay_right(monkeypatch):
+    monkeypatch.setattr(runtime_module, "SHAPE_PLANS", 2)
+    data = _convnet()
+    method = _method(data)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    for size in [5, 6, 7, 5, 6, 7, 8, 5, 5]:
+        x = rng.standard_normal((1, 3, size, size + 1)).astype(np.float32)
+        for _ in range(2):
+            np.testing.assert_allclose(
+                method.run({"x": x})["y"], session.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL
+            )
+        assert len(method._shape_plans.entries) <= 2
+
+
+def test_a_value_whose_shape_depends_on_data_is_not_planned():
+    # NonZero's result has as many columns as x has nonzeros: at one input shape, a Relu of it
+    # changes shape from run to run, so it stays a kernel step.
+    data = model_bytes(
+        [
+            helper.make_node("NonZero", ["x"], ["nz"]),
+            helper.make_node("Cast", ["nz"], ["c"], to=F32),
+            helper.make_node("Neg", ["c"], ["neg"]),
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Add", ["neg", "one"], ["y"]),
+        ],
+        [("x", F32, ["n"])],
+        [("y", F32, None), ("r", F32, ["n"])],
+        [("one", np.array(1.0, np.float32))],
+    )
+    method = _method(data)
+    for x in (
+        [1, 0, 2, 0, 3, 0],
+        [0, 0, 0, 0, 0, 4],
+        [5, 6, 0, 7, 8, 9],
+        [0, 0, 0, 0, 0, 0],
+        [1, 2, 3, 4, 5, 6],
+    ):
+        x = np.array(x, np.float32)
+        got = method.run({"x": x})
+        np.testing.assert_array_equal(got["y"], 1 - np.stack(np.nonzero(x)).astype(np.float32))
+        np.testing.assert_array_equal(got["r"], np.maximum(x, 0))
+    plan = _plan(method, ((6,),))
+    assert plan is not None
+    assert _prepared_ops(plan.steps) == ["Relu"]
+
+
+def test_the_plan_arena_never_gives_two_live_values_the_same_bytes():
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        n = int(rng.integers(1, 40))
+        starts = rng.integers(-1, 30, n)
+        spans = {v: (int(a), int(a + rng.integers(0, 10))) for v, a in enumerate(starts)}
+        sizes = {v: int(rng.integers(0, 5000)) for v in range(n)}
+        offsets, total = runtime_module._place(sizes, spans)
+        for v in range(n):
+            assert offsets[v] % 64 == 0 and offsets[v] + sizes[v] <= total
+            for u in range(v):
+                live_together = spans[u][0] <= spans[v][1] and spans[v][0] <= spans[u][1]
+                apart = offsets[u] + sizes[u] <= offsets[v] or offsets[v] + sizes[v] <= offsets[u]
+                assert apart or not live_together or 0 in (sizes[u], sizes[v]), (u, v)
+    # a value written after another's last read takes its bytes
+    offsets, total = runtime_module._place({0: 4096, 1: 4096}, {0: (0, 1), 1: (2, 3)})
+    assert offsets == {0: 0, 1: 0} and total == 4096
