@@ -145,6 +145,8 @@ SHAPE_FROM_VALUES: dict[str, tuple[int, ...]] = {
     "ReduceMax": (1,),
     "ReduceMin": (1,),
     "Split": (1,),
+    "Resize": (1, 2, 3),  # roi, scales, sizes (Resize-10: scales at 1)
+    "Upsample": (1,),
 }
 
 

@@ -217,3 +217,28 @@ def test_the_plan_arena_never_gives_two_live_values_the_same_bytes():
     # a value written after another's last read takes its bytes
     offsets, total = runtime_module._place({0: 4096, 1: 4096}, {0: (0, 1), 1: (2, 3)})
     assert offsets == {0: 0, 1: 0} and total == 4096
+
+
+def test_a_resize_by_constant_scales_is_planned_with_what_follows():
+    """Resize's output shape follows from its input's shape and the values of its scales
+    (ir.SHAPE_FROM_VALUES): in a plan the Conv after it is prepared too (a segmenter's decoder)."""
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("Resize", ["x", "", "scales"], ["u"], mode="linear"),
+        helper.make_node("Conv", ["u", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    inits = [
+        ("scales", np.array([1, 1, 2, 2], np.float32)),
+        ("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+    ]
+    data = model_bytes(nodes, [("x", F32, ["n", 3, "h", "w"])], [("y", F32, ["n", 4, "oh", "ow"])], inits)
+    method = _method(data)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for shape in [(1, 3, 7, 9), (1, 3, 7, 9), (2, 3, 5, 4), (2, 3, 5, 4), (1, 3, 7, 9)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(
+            method.run({"x": x})["y"], session.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL
+        )
+    plan = _plan(method, ((1, 3, 7, 9),))
+    assert plan is not None and _prepared_ops(plan.steps) == ["Conv", "Relu"]
