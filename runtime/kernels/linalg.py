@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from . import kernel
+from . import kernel, prepared
 from ._util import out_for
 
 
@@ -35,6 +37,29 @@ def _product_out(ctx, a, b):
 def matmul(ctx, A, B):
     a, b = widened(A), widened(B)
     return _matmul(A, B, _product_out(ctx, a, b))
+
+
+@prepared("MatMul")
+def _matmul_call(attrs, inputs, output):
+    """MatMul of 2-D float32 or float64 operands of the output's type: the kernel's own call,
+    numpy's matmul into the arena view (``_product_out``). Stacked products are left to the
+    kernel: numpy's matmul into a given output rounded some of them differently from the one it
+    allocates (ONNX's grouped-query attention cases), and .pte runs must equal evaluate's."""
+    if len(inputs) != 2 or output is None or output[0] not in (np.float32, np.float64):
+        return None
+    if not all(i is not None and i[0] == output[0] and len(i[1]) == 2 for i in inputs):
+        return None
+    return _MatMulCall()
+
+
+class _MatMulCall:
+    __slots__ = ()
+
+    def __call__(self, out, a, b):
+        np.matmul(a, b, out=out, casting="no")
+
+    def bind(self, out, a, b):
+        return functools.partial(np.matmul, a, b, out=out)
 
 
 @kernel("Gemm")

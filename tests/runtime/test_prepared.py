@@ -314,3 +314,29 @@ def test_a_reshape_of_a_transposed_view_copies_it_once_into_its_arena_view():
     x = np.random.default_rng(4).standard_normal((64, 128)).astype(np.float32)
     y = method.run({"x": x})["y"]
     np.testing.assert_array_equal(y, x[:, :64].T.reshape(32, 128))
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, prepared",
+    [((16, 32), (32, 8), True), ((1, 32), (32, 8), True), ((2, 3, 16, 32), (2, 3, 32, 8), False)],
+)
+def test_matmul_of_matrices_is_prepared_with_the_kernels_bits(a_shape, b_shape, prepared):
+    """MatMul of 2-D operands: a prepared call (stacked ones: the kernel), bit for bit what the
+    kernel gives (offload.evaluate) and within float32 of numpy in float64."""
+    rng = np.random.default_rng(6)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    out_shape = np.matmul(np.zeros(a_shape), np.zeros(b_shape)).shape
+    program = _model(
+        [helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+        [("a", F32, list(a_shape))],
+        [("y", F32, list(out_shape))],
+        [("b", b)],
+    )
+    method = _method(program)
+    assert _kinds(method)["onnx::MatMul"] == ("prepared" if prepared else "kernel")
+    for _ in range(2):
+        a = rng.standard_normal(a_shape).astype(np.float32)
+        got = method.run({"a": a})["y"]
+        np.testing.assert_array_equal(got, offload.evaluate(program, {"a": a})["y"])
+        want = np.maximum(np.matmul(a.astype(np.float64), b.astype(np.float64)), 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
