@@ -125,9 +125,7 @@ class Specialized:
     host_out: list = field(default_factory=list)
     keep: list = field(default_factory=list)  # int tables the launches use
     control: bool = False  # whether ``launches`` holds If / Loop items (run by ``gpu.control.run``)
-    graph: object = (
-        None  # ``launches`` as CUDA graphs and cuBLAS calls (compile spec graph=1); False: not capturable
-    )
+    graph: object = None  # graphs and cuBLAS calls of ``launches`` (spec graph=1); False: not capturable
 
 
 @dataclass
@@ -142,7 +140,7 @@ class Handle:
     specializations: Specializations
     lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per handle
     fp32: Fp32Rerun | None = None  # fp16_check (``gpu/precision.py``)
-    graphs: bool = False  # compile spec graph=1: replay each specialization as a CUDA graph
+    graphs: bool = True  # compile spec graph (1, the default): replay each specialization as CUDA graphs
 
 
 class CUDABuilder(PlanValues):
