@@ -8,11 +8,13 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import offload
 from offload.runtime.kernels.nn import _ConvCall
 from offload.runtime.module import _BoundRun, _KernelPair, _PreparedStep
+
+from .onnx_graphs import model_bytes
 
 F32 = TensorProto.FLOAT
 
@@ -52,13 +54,13 @@ def _conv_model(case, bias: bool, batch: int = 1, reshaped: bool = False) -> byt
     does not know in advance (a kernel's result): the Conv is not bound."""
     c, h, w, m, group, kernel, strides, pads, dilations, _ = case
     rng = np.random.default_rng(hash(case) % 2**32)
-    inits = [numpy_helper.from_array(rng.standard_normal((m, c // group, *kernel)).astype(np.float32), "w")]
+    inits = [("w", rng.standard_normal((m, c // group, *kernel)).astype(np.float32))]
     inputs = ["r", "w"]
     if bias:
-        inits.append(numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b"))
+        inits.append(("b", rng.standard_normal(m).astype(np.float32)))
         inputs.append("b")
     if reshaped:
-        inits.append(numpy_helper.from_array(np.array([batch, c, h, w], np.int64), "shape"))
+        inits.append(("shape", np.array([batch, c, h, w], np.int64)))
         nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"])]
     else:
         nodes = [helper.make_node("Neg", ["x"], ["r"])]
@@ -74,16 +76,7 @@ def _conv_model(case, bias: bool, batch: int = 1, reshaped: bool = False) -> byt
             dilations=dilations,
         )
     )
-    graph = helper.make_graph(
-        nodes,
-        "conv",
-        [helper.make_tensor_value_info("x", F32, [batch, c, h, w])],
-        [helper.make_tensor_value_info("y", F32, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
+    return model_bytes(nodes, [("x", F32, [batch, c, h, w])], [("y", F32, None)], inits, opset=17)
 
 
 def _prepared_conv(method) -> _PreparedStep:
@@ -145,25 +138,19 @@ def test_depthwise_float64_and_float16(dtype):
         c, h, w, m, group, kernel, _, pads, _, _ = case
         rng = np.random.default_rng(3)
         weights = rng.standard_normal((m, 1, *kernel)).astype(dtype)
-        graph = helper.make_graph(
+        data = model_bytes(
             [
                 helper.make_node("Neg", ["x"], ["r"]),
                 helper.make_node("Conv", ["r", "w"], ["y"], group=group, pads=pads),
             ],
-            "conv",
-            [helper.make_tensor_value_info("x", onnx_type, [1, c, h, w])],
-            [helper.make_tensor_value_info("y", onnx_type, None)],
-            [numpy_helper.from_array(weights, "w")],
+            [("x", onnx_type, [1, c, h, w])],
+            [("y", onnx_type, None)],
+            [("w", weights)],
+            opset=17,
         )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
         x = rng.standard_normal((1, c, h, w)).astype(dtype)
         expected = _direct_depthwise(-x, weights, pads)
-        got = (
-            offload.runtime.load(offload.save(offload.load(model.SerializeToString())))
-            .method("forward")
-            .run({"x": x})["y"]
-        )
+        got = offload.runtime.load(offload.save(offload.load(data))).method("forward").run({"x": x})["y"]
         assert got.dtype == dtype
         tol = 1e-12 if dtype == np.float64 else 2e-3
         np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
@@ -175,9 +162,9 @@ def test_mobile_activations_match_onnxruntime():
     rng = np.random.default_rng(4)
     c = 24
     inits = [
-        numpy_helper.from_array(np.array(0, np.float32), "lo"),
-        numpy_helper.from_array(np.array(6, np.float32), "hi"),
-        numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.3).astype(np.float32), "w"),
+        ("lo", np.array(0, np.float32)),
+        ("hi", np.array(6, np.float32)),
+        ("w", (rng.standard_normal((c, c, 1, 1)) * 0.3).astype(np.float32)),
     ]
     nodes = [
         helper.make_node("Neg", ["x"], ["n"]),
@@ -188,16 +175,7 @@ def test_mobile_activations_match_onnxruntime():
         helper.make_node("HardSigmoid", ["sq"], ["gate"], alpha=1 / 6, beta=0.5),
         helper.make_node("Mul", ["r6", "gate"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "se",
-        [helper.make_tensor_value_info("x", F32, [1, c, 13, 11])],
-        [helper.make_tensor_value_info("y", F32, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    data = model.SerializeToString()
+    data = model_bytes(nodes, [("x", F32, [1, c, 13, 11])], [("y", F32, None)], inits, opset=17)
     program = offload.load(data)
     method = offload.runtime.load(offload.save(program)).method("forward")
     prepared = set()
@@ -239,22 +217,13 @@ def test_max_pool_matches_onnxruntime(kernel, strides, pads, dilations, ceil, re
         dilations=dilations,
         ceil_mode=ceil,
     )
-    inits = [numpy_helper.from_array(np.array(shape, np.int64), "shape")]
+    inits = [("shape", np.array(shape, np.int64))]
     first = (
         helper.make_node("Reshape", ["x", "shape"], ["r"])
         if reshaped
         else helper.make_node("Neg", ["x"], ["r"])
     )
-    graph = helper.make_graph(
-        [first, pool],
-        "pool",
-        [helper.make_tensor_value_info("x", F32, shape)],
-        [helper.make_tensor_value_info("y", F32, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    data = model.SerializeToString()
+    data = model_bytes([first, pool], [("x", F32, shape)], [("y", F32, None)], inits, opset=17)
     program = offload.load(data)
     method = offload.runtime.load(offload.save(program)).method("forward")
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
@@ -278,26 +247,17 @@ def test_max_pool_matches_onnxruntime(kernel, strides, pads, dilations, ceil, re
 def test_average_pool_matches_onnxruntime(kernel, strides, pads, ceil, include):
     """AveragePool's sums folded one axis after the other, divided by the window counts."""
     shape = [1, 5, 15, 13]
-    graph = helper.make_graph(
-        [
-            helper.make_node(
-                "AveragePool",
-                ["x"],
-                ["y"],
-                kernel_shape=kernel,
-                strides=strides,
-                pads=pads,
-                ceil_mode=ceil,
-                count_include_pad=include,
-            )
-        ],
-        "pool",
-        [helper.make_tensor_value_info("x", F32, shape)],
-        [helper.make_tensor_value_info("y", F32, None)],
+    pool = helper.make_node(
+        "AveragePool",
+        ["x"],
+        ["y"],
+        kernel_shape=kernel,
+        strides=strides,
+        pads=pads,
+        ceil_mode=ceil,
+        count_include_pad=include,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
-    model.ir_version = 9
-    data = model.SerializeToString()
+    data = model_bytes([pool], [("x", F32, shape)], [("y", F32, None)], opset=19)
     x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
     expected = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
@@ -310,7 +270,7 @@ def test_depthwise_weights_computed_per_run(case):
     """Weights that the graph computes (here Neg of an input) change between runs: the plan's
     transposed copy of them is refreshed at every run, bound or not."""
     c, h, w, m, group, kernel, strides, pads, dilations, _ = case
-    graph = helper.make_graph(
+    data = model_bytes(
         [
             helper.make_node("Neg", ["x"], ["r"]),
             helper.make_node("Neg", ["k"], ["wk"]),
@@ -318,16 +278,10 @@ def test_depthwise_weights_computed_per_run(case):
                 "Conv", ["r", "wk"], ["y"], group=group, strides=strides, pads=pads, dilations=dilations
             ),
         ],
-        "conv",
-        [
-            helper.make_tensor_value_info("x", F32, [1, c, h, w]),
-            helper.make_tensor_value_info("k", F32, [m, 1, *kernel]),
-        ],
-        [helper.make_tensor_value_info("y", F32, None)],
+        [("x", F32, [1, c, h, w]), ("k", F32, [m, 1, *kernel])],
+        [("y", F32, None)],
+        opset=17,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    data = model.SerializeToString()
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(7)
