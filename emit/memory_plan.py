@@ -6,8 +6,10 @@ form loops; a value that is live across a loop's back edge lives for the whole l
 
 The one exception is an *overwrite*: an instruction whose kernel may write its output over an
 input (an elementwise op, ``plan.WRITES_OVER``) where that input is read for the last time by it
-and has the output's size. The two values then share one place, their lifetimes joined, as
-onnxruntime's allocation planner reuses an input buffer for an in-place kernel's output.
+and has at least the output's size. The two values then share one place (the output at its
+start), their lifetimes joined, as onnxruntime's allocation planner reuses an input buffer for an
+in-place kernel's output; a pool's smaller output may start where its input does too, its
+kernel reading all of the input before writing any of the output (plan.SHRINKS_OVER).
 """
 
 from __future__ import annotations
@@ -88,24 +90,46 @@ def place(
 ) -> tuple[dict[int, int], int]:
     """Greedy best fit, largest first: each value takes the smallest gap (between the values it
     overlaps in time) that holds it, else goes above them. Returns (offsets, arena size)."""
-    order = sorted(sizes, key=lambda v: (-sizes[v], spans[v][0], v))
-    placed: list[tuple[int, int, int]] = []  # (offset, size, value)
+    return _place_groups({v: [(sizes[v], *spans[v])] for v in sizes}, alignment)
+
+
+def _place_groups(
+    groups: Mapping[int, list[tuple[int, int, int]]], alignment: int = ALIGNMENT
+) -> tuple[dict[int, int], int]:
+    """``place`` for groups of values that start at one offset (an output written over its
+    input): ``groups[g]`` lists each member's ``(size, first, last)``, so that a group takes at
+    each instruction only what its members live there take (ZFNet's first conv output, 4.6 MB,
+    holds only its pool's 1.1 MB output after the pool). Largest group first, each at the start
+    of the smallest gap that holds its largest member, every member clear of the values live with
+    it, else above them all."""
+
+    def largest(g):
+        return max(size for size, _, _ in groups[g])
+
+    order = sorted(groups, key=lambda g: (-largest(g), min(f for _, f, _ in groups[g]), g))
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last) of placed members
     offsets: dict[int, int] = {}
     arena = 0
-    for v in order:
-        size, (first, last) = sizes[v], spans[v]
-        busy = sorted((o, s) for o, s, u in placed if spans[u][0] <= last and first <= spans[u][1] and s > 0)
-        best, best_gap, top = None, None, 0
-        for o, s in busy:
-            start = _align(top, alignment)
-            gap = o - start
-            if gap >= size and (best_gap is None or gap < best_gap):
-                best, best_gap = start, gap
-            top = max(top, o + s)
-        offset = best if best is not None else _align(top, alignment)
-        offsets[v] = offset
-        placed.append((offset, size, v))
-        arena = max(arena, _align(offset + size, alignment))
+    for g in order:
+        members, size = groups[g], largest(g)
+        # per member, the byte ranges of the placed members live with it
+        clear = [
+            [(o, o + s) for o, s, f, e in placed if s > 0 and f <= last and first <= e]
+            for _, first, last in members
+        ]
+        busy = sorted({r for c in clear for r in c})
+        best, best_gap = None, None
+        for start in sorted({0, *(_align(e, alignment) for _, e in busy)}):
+            if any(lo < start + s and start < hi for (s, _, _), c in zip(members, clear) for lo, hi in c):
+                continue
+            above = [lo for lo, _ in busy if lo >= start + size]
+            if not above:  # the top: taken when no gap holds the group
+                best = start if best is None else best
+            elif best_gap is None or min(above) - start < best_gap:
+                best, best_gap = start, min(above) - start
+        offsets[g] = best
+        placed.extend((best, s, f, e) for s, f, e in members)
+        arena = max(arena, _align(best + size, alignment))
     return offsets, arena
 
 
@@ -121,16 +145,15 @@ def plan(
 
     ``overwrites`` are ``(pc, output, input)``: instruction ``pc`` may write ``output`` over
     ``input``; they share a place where ``input``'s lifetime ends at ``pc``, ``output``'s starts
-    there and both have the same size."""
+    there and is no larger than ``input``."""
     spans = lifetimes(accesses, list(loops), live_out)
     # A planned value the chain never writes (dead code) still needs a place; give it the start.
     spans = {v: spans.get(v, (0, 0)) for v in sizes}
     owner = _share(sizes, spans, overwrites)
-    groups: dict[int, tuple[int, int]] = {}
+    groups: dict[int, list[tuple[int, int, int]]] = {}
     for v, o in owner.items():
-        first, last = groups.get(o, spans[v])
-        groups[o] = (min(first, spans[v][0]), max(last, spans[v][1]))
-    offsets, arena = place({o: sizes[o] for o in groups}, groups, alignment)
+        groups.setdefault(o, []).append((sizes[v], *spans[v]))
+    offsets, arena = _place_groups(groups, alignment)
     offsets = {v: offsets[owner[v]] for v in sizes}
     return MemoryPlan(offsets, dict(sizes), spans, arena)
 
@@ -143,7 +166,7 @@ def _share(
     owner = {v: v for v in sizes}
     taken: set[int] = set()  # inputs already written over (one output each)
     for pc, out, src in sorted(overwrites):
-        if out not in sizes or src not in sizes or src in taken or sizes[out] != sizes[src]:
+        if out not in sizes or src not in sizes or src in taken or sizes[out] > sizes[src]:
             continue
         if spans[src][1] != pc or spans[out][0] != pc or owner[out] != out:
             continue

@@ -81,6 +81,11 @@ WRITES_OVER: dict[str, tuple[int, ...]] = {
     "onnx::Identity": (0,),
 }
 RESHAPES = {"onnx::Reshape", "onnx::Flatten", "onnx::Squeeze", "onnx::Unsqueeze"}
+# Pools whose output, smaller than their input (a stride above 1), may start where the input
+# does: their CPU kernels' first fold reads all of the input into a buffer of their own before
+# they write any of the output (runtime/kernels/nn.py, ``_pool_calls``). MaxPool only with its
+# Indices omitted (one output). ZFNet's first MaxPool then pools its LRN's output in place of it.
+SHRINKS_OVER = {"onnx::MaxPool", "onnx::AveragePool"}
 # Below this size an output keeps its own place: a ufunc whose output is its input checks the
 # overlap at every call (numpy 2.4: a 1,000-op chain on 16 floats 0.65 us/op against 0.42), and
 # what sharing saves there is a few bytes of arena and a copy of as many.
@@ -603,20 +608,28 @@ class PlanBuilder:
     def _overwrites(self, ix, sizes: dict[int, int]) -> list[tuple[int, int, int]]:
         """``(pc, output, input)`` for each kernel call that may write its one output over an
         input of the same static tensor type (``WRITES_OVER``; of any shape for ``RESHAPES``,
-        the sizes being equal), of at least ``MIN_OVERWRITE_BYTES``; the memory plan decides."""
+        the sizes being equal; a smaller one for ``SHRINKS_OVER``), of at least
+        ``MIN_OVERWRITE_BYTES``; the memory plan decides."""
         out = []
         for pc, ins in enumerate(self.instrs):
-            positions = WRITES_OVER.get(ins.operator[0]) if isinstance(ins, _Kernel) else None
-            if not positions or len(ins.writes) != 1:
+            if not isinstance(ins, _Kernel) or len(ins.writes) != 1:
                 continue
+            op = ins.operator[0]
             result = ins.writes[0]
-            for k in positions:
-                source = ins.args[k] if k < len(ins.args) else NULL
+            if sizes.get(ix(result), 0) < MIN_OVERWRITE_BYTES:
+                continue
+            if op in SHRINKS_OVER:
+                source = ins.args[0] if ins.args else NULL
                 if (
                     isinstance(source, Value)
-                    and sizes.get(ix(result), 0) >= MIN_OVERWRITE_BYTES
-                    and _same_static_type(source, result, ins.operator[0] in RESHAPES)
+                    and _same_static_type(source, result, any_shape=True)
+                    and sizes[ix(result)] < sizes.get(ix(source), 0)
                 ):
+                    out.append((pc, ix(result), ix(source)))
+                continue
+            for k in WRITES_OVER.get(op, ()):
+                source = ins.args[k] if k < len(ins.args) else NULL
+                if isinstance(source, Value) and _same_static_type(source, result, op in RESHAPES):
                     out.append((pc, ix(result), ix(source)))
         return out
 

@@ -1264,7 +1264,9 @@ def _pool_calls(out, x, g: _Geom, ufunc, fill, buffers, divisor=None) -> list:
     if _same_size(g, x.shape) and not np.may_share_memory(out, x):
         return _same_size_pool_calls(out, x, g, ufunc, buffers, divisor)
     calls = []
-    if any(g.begin) or any(g.end) or np.may_share_memory(out, x):
+    # The first fold reads all of x into ``rows``; out, written after, may start where x does
+    # (the memory plan puts a pool's smaller output there: emit/plan.py SHRINKS_OVER).
+    if any(g.begin) or any(g.end):
         hp = -(-(h + g.begin[0] + g.end[0]) // sh) * sh
         wp = -(-(w + g.begin[1] + g.end[1]) // sw) * sw
         # keyed by the map's size too: sizes that round up alike have their borders elsewhere

@@ -14,7 +14,7 @@ import offload
 from offload import runtime
 from offload.emit import memory_plan as mp
 from offload.emit import summarize
-from offload.emit.plan import RESHAPES, WRITES_OVER
+from offload.emit.plan import RESHAPES, SHRINKS_OVER, WRITES_OVER
 from offload.schemas import pte
 
 vi = helper.make_tensor_value_info
@@ -61,14 +61,27 @@ def test_an_output_takes_the_place_of_an_input_read_for_the_last_time():
     assert p.arena_size == 128
 
 
-def test_no_overwrite_of_an_input_read_later_or_of_another_size():
+def test_no_overwrite_of_an_input_read_later_or_by_a_larger_output():
     # 0: a = f(x); 1: b = relu(a); 2: c = g(b, a): a is still read at 2
     accesses = [([9], [1]), ([1], [2]), ([2, 1], [3])]
     p = mp.plan({1: 64, 2: 64, 3: 64}, accesses, loops=[], live_out=[3], overwrites=[(1, 2, 1)])
     assert p.offsets[1] != p.offsets[2]
     accesses = [([9], [1]), ([1], [2]), ([2], [3])]
-    p = mp.plan({1: 64, 2: 32, 3: 64}, accesses, loops=[], live_out=[3], overwrites=[(1, 2, 1)])
+    p = mp.plan({1: 32, 2: 64, 3: 64}, accesses, loops=[], live_out=[3], overwrites=[(1, 2, 1)])
     assert p.offsets[1] != p.offsets[2]
+
+
+def test_a_smaller_output_starts_where_its_input_did_and_frees_the_rest():
+    # 0: a = conv(x) [256]; 1: p = pool(a) [64], written over a; 2: c = g(p) [128]; 3: d = h(c)
+    # After 1 only p's 64 bytes of a's place are taken: c fits in the rest of it.
+    accesses = [([9], [1]), ([1], [2]), ([2], [3]), ([3], [4])]
+    sizes = {1: 256, 2: 64, 3: 128, 4: 16}
+    p = mp.plan(sizes, accesses, loops=[], live_out=[4], overwrites=[(1, 2, 1)])
+    assert p.offsets[2] == p.offsets[1] == 0
+    assert p.offsets[3] == 64 and p.arena_size == 256
+    # without the overwrite: a and p live together at 1, p and c at 2
+    q = mp.plan(sizes, accesses, loops=[], live_out=[4])
+    assert q.arena_size == 320
 
 
 def test_no_overwrite_inside_a_loop_whose_input_crosses_the_back_edge():
@@ -102,9 +115,10 @@ def _interference(method) -> set[frozenset]:
     pairs = set()
     for pc, st in enumerate(steps):
         after = live_out(pc)
+        positions = (0,) if st.name in SHRINKS_OVER else WRITES_OVER.get(st.name, ())
         over = {
             st.reads[k]
-            for k in WRITES_OVER.get(st.name, ())
+            for k in positions
             if k < len(st.reads) and len(st.writes) == 1 and st.reads[k] not in after
         }
         for w in st.writes:
@@ -118,7 +132,13 @@ def _interference(method) -> set[frozenset]:
 
 
 def _same(a: np.ndarray, b: np.ndarray, op: str) -> bool:
-    return a.dtype == b.dtype and (a.size == b.size if op in RESHAPES else a.shape == b.shape)
+    """Whether op's output b may take its input a's place: both of one dtype; of one shape, of
+    one size for a reshape, a smaller output starting where the input does for a pool."""
+    if a.dtype != b.dtype:
+        return False
+    if op in SHRINKS_OVER:
+        return b.size < a.size and b.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    return a.size == b.size if op in RESHAPES else a.shape == b.shape
 
 
 def _assert_no_live_overlap(module) -> int:

@@ -119,3 +119,85 @@ def test_output_written_over_its_input_matches_onnxruntime(op, position):
     for _ in range(2):  # the first run binds the calls; the second runs them bound
         np.testing.assert_allclose(method.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(method.run({"x": x}, profile=Profile())["y"], want, rtol=1e-5, atol=1e-6)
+
+
+# Pools whose smaller output may start where their input did (emit/plan.py SHRINKS_OVER):
+# (op, input shape, attributes, dtype); outputs of at least MIN_OVERWRITE_BYTES. 4-D float pools run as prepared calls (the padding
+# buffer or not), others by the kernel's folds.
+POOLS = {
+    "max-3x3-s2": ("MaxPool", [1, 24, 33, 33], {"kernel_shape": [3, 3], "strides": [2, 2]}, F32),
+    "max-2x2-s2-padded": (
+        "MaxPool",
+        [2, 8, 30, 31],
+        {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 0, 1, 1]},
+        F32,
+    ),
+    "max-ceil": ("MaxPool", [1, 24, 35, 35], {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, F32),
+    "max-1d": ("MaxPool", [2, 16, 600], {"kernel_shape": [3], "strides": [2]}, F32),
+    "max-int8": ("MaxPool", [1, 64, 48, 48], {"kernel_shape": [3, 3], "strides": [2, 2]}, TensorProto.INT8),
+    "average-3x3-s2": ("AveragePool", [1, 24, 33, 33], {"kernel_shape": [3, 3], "strides": [2, 2]}, F32),
+    "average-padded": (
+        "AveragePool",
+        [1, 24, 32, 32],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        F32,
+    ),
+    "average-1d": ("AveragePool", [2, 16, 600], {"kernel_shape": [4], "strides": [3]}, F32),
+}
+
+
+@pytest.mark.parametrize("case", sorted(POOLS))
+def test_pool_output_written_over_its_input_matches_onnxruntime(case):
+    op, shape, attrs, dtype = POOLS[case]
+    # "a" (planned, read for the last time by the pool) is Abs(x): of the pool's input type.
+    graph = helper.make_graph(
+        [helper.make_node("Abs", ["x"], ["a"]), helper.make_node(op, ["a"], ["y"], **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", dtype, shape)],
+        [helper.make_tensor_value_info("y", dtype, None)],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    data = m.SerializeToString()
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    pool = [s for s in method.instructions if s.name == f"onnx::{op}"][-1]
+    a, y = method.planned[pool.reads[0]], method.planned[pool.writes[0]]
+    assert a.ctypes.data == y.ctypes.data and y.nbytes < a.nbytes, "the pool's output got its own place"
+
+    rng = np.random.default_rng(len(case))
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    if np_dtype.kind == "f":
+        x = rng.standard_normal(shape).astype(np_dtype)
+    else:
+        x = rng.integers(-127, 128, shape).astype(np_dtype)
+    (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for _ in range(2):  # the first run binds the calls; the second runs them bound
+        np.testing.assert_allclose(method.run({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(method.run({"x": x}, profile=Profile())["y"], want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_pool_with_indices_keeps_its_own_place():
+    # MaxPool's Indices are computed from the input after the values are written.
+    graph = helper.make_graph(
+        [
+            helper.make_node("Abs", ["x"], ["a"]),
+            helper.make_node("MaxPool", ["a"], ["y", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F32, [1, 8, 32, 32])],
+        [
+            helper.make_tensor_value_info("y", F32, None),
+            helper.make_tensor_value_info("i", TensorProto.INT64, None),
+        ],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    data = m.SerializeToString()
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    pool = [s for s in method.instructions if s.name == "onnx::MaxPool"][-1]
+    assert not np.shares_memory(method.planned[pool.reads[0]], method.planned[pool.writes[0]])
+    x = np.random.default_rng(1).standard_normal((1, 8, 32, 32)).astype(np.float32)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = method.run({"x": x})
+    np.testing.assert_array_equal(got["y"], want[0])
+    np.testing.assert_array_equal(got["i"], want[1])
