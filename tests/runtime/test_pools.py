@@ -27,6 +27,9 @@ GEOMETRIES = [
     dict(kernel_shape=[7, 7], strides=[1, 1]),
     dict(kernel_shape=[3, 2], strides=[1, 2], pads=[2, 0, 1, 1], dilations=[2, 1]),
     dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+    # the stem pool (nn._stem) on even maps: no padding buffer, first rows and columns folded again
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0]),
 ]
 
 
@@ -50,8 +53,10 @@ def _pool_step(method):
 
 
 # heights and widths odd and even: without padding, a size that is not a multiple of the stride
-# is folded by views per channel or row (nn._pool_calls)
-@pytest.mark.parametrize("shape", [(2, 5, 13, 12), (1, 3, 10, 11)], ids=lambda s: "x".join(map(str, s)))
+# is folded by views per channel or row (nn._pool_calls); both even for the stem pool
+@pytest.mark.parametrize(
+    "shape", [(2, 5, 13, 12), (1, 3, 10, 11), (2, 3, 12, 14)], ids=lambda s: "x".join(map(str, s))
+)
 @pytest.mark.parametrize("attrs", GEOMETRIES, ids=lambda a: "-".join(f"{k}{v}" for k, v in a.items()))
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "AveragePool-include-pad"])
 def test_a_pool_is_a_prepared_call_and_matches_onnxruntime_and_the_kernel(op, attrs, shape):
