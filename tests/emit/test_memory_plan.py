@@ -84,6 +84,18 @@ def test_a_smaller_output_starts_where_its_input_did_and_frees_the_rest():
     assert q.arena_size == 320
 
 
+def test_a_smaller_output_keeps_its_own_place_where_sharing_would_cost_more():
+    # 0: a = f(x) [64]; 1: p = pool(a) [16], may write over a; 2: t = g(p) [32], unread;
+    # 3: b = h(p, p) [64]; 4: c = k(b) [32]. p held at a's start pushes b above it (112 bytes);
+    # on its own p goes above b and the arena is the live bound (b and c at 4: 64 + 32 = 96).
+    accesses = [([9], [1]), ([1], [2]), ([2], [3]), ([2, 2], [4]), ([4], [5])]
+    sizes = {1: 64, 2: 16, 3: 32, 4: 64, 5: 32}
+    spans = mp.lifetimes(accesses, [], [5])
+    assert mp._place_shared(sizes, spans, [(1, 2, 1)], mp.ALIGNMENT)[1] == 112
+    p = mp.plan(sizes, accesses, loops=[], live_out=[5], overwrites=[(1, 2, 1)])
+    assert p.arena_size == 96 and p.offsets[2] != p.offsets[1]
+
+
 def test_no_overwrite_inside_a_loop_whose_input_crosses_the_back_edge():
     # 0: a = ...; 1: b = relu(a) in a loop 1..2 that jumps back from 2: a lives for the loop
     accesses = [([], [1]), ([1], [2]), ([2], [])]
