@@ -46,46 +46,7 @@ def _reduction(op: str, reduce):
 
 
 def _sum(x, ax):
-    rows = _trailing_rows(x, ax)
-    if rows is not None:
-        return np.dot(rows, _ones(rows.shape[1], x.dtype)).reshape(_kept_shape(x.shape, ax))
     return np.sum(x, axis=ax, keepdims=True, dtype=x.dtype)
-
-
-# Up to this many summed elements per output, a float sum over trailing axes is a product with
-# a vector of ones (one BLAS call, each row's dot product SIMD-accumulated): ShuffleNet's mean over
-# 1024 x 7 x 7 took 8 µs so against 59 by np.sum, whose per-row setup dominates short rows. Longer
-# rows keep numpy's pairwise sum, whose rounding error grows with log(n) rather than n.
-_DOT_SUM_MAX = 4096
-
-
-def _trailing_rows(x: np.ndarray, ax: tuple[int, ...]) -> np.ndarray | None:
-    """C-contiguous float32/float64 x as rows [other elements, reduced elements] when ``ax`` are
-    its last axes, at least 2 x 2 and rows of at most _DOT_SUM_MAX; else None."""
-    if x.dtype not in (np.float32, np.float64) or not ax or ax != tuple(range(x.ndim - len(ax), x.ndim)):
-        return None
-    k = math.prod(x.shape[a] for a in ax)
-    if not 2 <= k <= _DOT_SUM_MAX or x.size < 2 * k or not x.flags.c_contiguous:
-        return None
-    return x.reshape(-1, k)
-
-
-def _kept_shape(shape: tuple[int, ...], ax: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(1 if i in ax else d for i, d in enumerate(shape))
-
-
-_ONES: dict[tuple[int, np.dtype], np.ndarray] = {}
-
-
-def _ones(k: int, dtype: np.dtype) -> np.ndarray:
-    key = (k, np.dtype(dtype))
-    ones = _ONES.get(key)
-    if ones is None:
-        if len(_ONES) >= 64:
-            _ONES.clear()
-        ones = _ONES[key] = np.ones(k, dtype)
-        ones.flags.writeable = False
-    return ones
 
 
 def _mean(x, ax):
@@ -93,7 +54,7 @@ def _mean(x, ax):
     if x.dtype.kind in "iub":
         # Integer means truncate, as a cast of the exact mean would.
         return np.trunc(np.sum(x, axis=ax, keepdims=True, dtype=np.float64) / count)
-    return _sum(x, ax) / x.dtype.type(count)
+    return np.sum(x, axis=ax, keepdims=True, dtype=x.dtype) / x.dtype.type(count)
 
 
 def _extreme(x, ax, largest: bool):
