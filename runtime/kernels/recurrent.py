@@ -911,22 +911,26 @@ class _Outputs:
 
 class _Workspace:
     """A prepared call's own frame (X, sequence lengths and output views set per call), step
-    buffers and the derived weights they were made for, per thread."""
+    buffers and the derived weights they were made for, per thread; for the output views of
+    ``key`` (their ids), the copies that write them (``_PreparedCall._outputs``)."""
 
-    __slots__ = ("derived", "frame", "outputs", "steps")
+    __slots__ = ("copies", "derived", "frame", "h0_zero", "key", "outputs", "results", "steps")
 
 
 class _PreparedCall:
     """A plain RNN, GRU or LSTM call prepared for its inputs' types: the frame (shapes, checks of
     X and the attributes) made once; the derived weights of the last read-only W, R and B it met
     (a .pte's constants, the same arrays at every run: an identity check instead of _kept's
-    lookup) and, per thread, the step buffers kept by the call itself; results written into the
-    arena's views given (``outs``), outputs no one reads not computed. Initial states and
-    sequence lengths are read at every call, checked as the kernel checks them (a ShapeError
-    here sends the method to the kernel, which raises it). The same step loops and output
-    writes as the kernel's, so the same bits. Per call this spares about 15 µs of Python
-    (warm; 100 µs after a pause, as the benchmark times) of the kernel's 30-60: the frame, the
-    kept-weights and workspace lookups, the method's context and storing of each result."""
+    lookup) and, per thread, the step buffers kept by the call itself (_Workspace). Where every
+    sequence runs the whole length, the outputs that steps read are copied from the buffers
+    into their arena views by copies made once per set of views, and a zero initial state
+    (omitted) is not written again while the last call's was one too (no step writes it); else
+    the kernel's way with this frame (``_run_lstm``, ``_run_plain``). Initial states and sequence
+    lengths are read at every call, checked as the kernel checks them (a ShapeError here sends
+    the method to the kernel, which raises it). The same step loops, and copies of the same
+    values, as the kernel's: the same bits. What this spares per call is Python (each piece of
+    it some µs after a pause, as the benchmark times runs): the frame, the kept-weights and
+    workspace lookups, the method's context and storing of each result, the outputs' checks."""
 
     def __init__(self, op: str, linear_before_reset: int, frame: _Frame):
         self.op, self.linear_before_reset, self.frame = op, linear_before_reset, frame
@@ -945,14 +949,60 @@ class _PreparedCall:
         ws = getattr(self.local, "ws", None)
         if ws is None or ws.derived is not derived:
             ws = self._workspace(derived)
-        fr = ws.frame
+        fr, steps = ws.frame, ws.steps
         fr.X = X
         fr.x = X.transpose(1, 0, 2) if fr.layout else X
         fr.sequence_lengths(sequence_lens)
-        ws.outputs.views = outs
+        if fr.lens is not None or fr.seq == 0:
+            ws.outputs.views, ws.h0_zero = outs, False
+            if self.op == "LSTM":
+                return _run_lstm(fr, steps, initial_h, initial_c)
+            return _run_plain(fr, steps, initial_h)
+        if initial_h is not None:
+            ws.h0_zero = False
+            fr.rows(initial_h, "initial_h", steps.h0)
+        elif not ws.h0_zero:
+            steps.h0[...] = 0
+            ws.h0_zero = True
         if self.op == "LSTM":
-            return _run_lstm(fr, ws.steps, initial_h, initial_c)
-        return _run_plain(fr, ws.steps, initial_h)
+            fr.rows(initial_c, "initial_c", steps.c)
+            steps.run(fr, None)
+        else:
+            steps.run(fr)
+        if tuple(map(id, outs)) != ws.key:
+            self._outputs(ws, outs)
+        for dst, src in ws.copies:
+            np.copyto(dst, src)
+        return ws.results
+
+    def _outputs(self, ws: _Workspace, outs: list) -> None:
+        """The copies that write ``outs`` from the buffers (as _Frame.sequence and final do
+        where every sequence runs the whole length), and the results to return."""
+        fr, hs = ws.frame, ws.steps.hs
+        S, N, D, H = fr.seq, fr.batch, fr.dirs, fr.hidden
+        h4 = fr.steps(hs)
+        shapes = [(S, D, N, H), (D, N, H), (D, N, H)]
+        copies = []
+        for i, view in enumerate(outs):
+            if view is None:
+                continue
+            shape = shapes[i]
+            if fr.layout:
+                perm, back = _TO_LAYOUT_1[len(shape)]
+                if view.shape != tuple(shape[p] for p in perm):
+                    raise TypeError(f"{self.op}: output {i} of shape {view.shape}")
+                out = view.transpose(back)
+            else:
+                out = view
+            if out.shape != shape or view.dtype != fr.dtype or not view.flags.c_contiguous:
+                raise TypeError(f"{self.op}: output {i} {view.dtype}{list(view.shape)}")
+            if i == 0:
+                for d, reverse in enumerate(fr.reverses):
+                    copies.append((out[:, d], h4[S:0:-1, :, d] if reverse else h4[1:, :, d]))
+            else:
+                rows = hs[S] if i == 1 else ws.steps.c
+                copies.append((out, rows[:, : D * H].reshape(N, D, H).transpose(1, 0, 2)))
+        ws.copies, ws.results, ws.key = copies, tuple(outs), tuple(map(id, outs))
 
     def _derive(self, W, R, B) -> tuple:
         self.frame.check_weights(W, R, B)
@@ -967,6 +1017,7 @@ class _PreparedCall:
         ws.frame = fr = copy.copy(self.frame)
         fr.ctx = ws.outputs = _Outputs()
         ws.steps = _steps(self.op, self.linear_before_reset, fr, derived)
+        ws.h0_zero, ws.key = False, None
         self.local.ws = ws
         return ws
 
