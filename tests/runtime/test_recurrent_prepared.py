@@ -196,3 +196,25 @@ def test_exported_nets_in_shape_plans(name):
         for out, w in zip(session.get_outputs(), session.run(None, feeds)):
             np.testing.assert_allclose(got[out.name], w, rtol=1e-5, atol=1e-5, err_msg=f"{shapes} {out.name}")
     assert len(refused) == 2
+
+
+@pytest.mark.parametrize(
+    "op, direction, kwargs",
+    [
+        ("LSTM", "bidirectional", {"N": 3, "lens": [5, 2, 0], "init": True}),
+        ("LSTM", "forward", {"H": 40}),
+        ("GRU", "reverse", {"N": 2, "init": True, "layout": 1}),
+        ("GRU", "bidirectional", {"H": 40, "linear_before_reset": 1}),
+        ("RNN", "bidirectional", {"init": True}),
+    ],
+)
+def test_prepared_equals_evaluate_bit_for_bit(op, direction, kwargs):
+    # The prepared call runs the kernel's step loops and copies: a .pte run gives evaluate's bits.
+    m, feeds = model(op, direction, T=5, **kwargs)
+    want = offload.evaluate(offload.load(m.SerializeToString()), feeds)
+    method = load(m)
+    assert len(refuse_kernel(method._steps)) == 1
+    for _ in range(2):
+        got = method.run(feeds)
+        for name in OUTPUTS[op]:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
