@@ -325,6 +325,7 @@ class Method:
         self._shape_plan_held: list[int] = []
         self._shape_plan_limit = 0
         self._shape_plan_notes: list[tuple[int, ...]] = []  # by instruction: what a first run notes
+        self._shape_plan_outputs: list[int] = []  # kernel steps of several outputs (_prepare_outputs_steps)
         self._shape_plans = _ShapePlans()
         self._callees: set[int] = set()
         self._fallbacks: set[int] = set()  # fallback plans of delegates that run on a backend
@@ -553,6 +554,7 @@ class Method:
         _find_load_time(self)
         _find_shape_steps(self)
         _find_shape_plan_steps(self)
+        _prepare_outputs_steps(self)
         _fuse_epilogues(self, self._steps)
         _keep_on_device(self)
         self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))
@@ -797,7 +799,7 @@ class _Frame(list):
 
 def _describe(step) -> tuple[str, str, dict]:
     """(name, category, arguments) of a step's profile event."""
-    if isinstance(step, (_PreparedStep, _ShapeStep, _FusedAway)):
+    if isinstance(step, (_PreparedStep, _PreparedOutputsStep, _ShapeStep, _FusedAway)):
         step = step.kernel
     if isinstance(step, _KernelPair):  # the pair's time is its first op's (onnxruntime's fused Conv)
         step = step.first
@@ -933,6 +935,120 @@ def _prepared(m: Method, step: _KernelStep, domain: str, op_type: str) -> _Prepa
     fast = _PreparedStep()
     fast.call, fast.in_slots, fast.kernel, fast.out_slot = call, list(step.in_slots), step, slot
     return fast
+
+
+class _PreparedOutputsStep:
+    """A kernel call of an op with several outputs prepared for its types (``kernels.
+    prepared_outputs``): its inputs go straight into the op's call, which writes the outputs that
+    steps or the method's results read (``wanted``) into their arena views and leaves the others.
+    An input that is not an array (of any layout) or None, or a call that raises (another type or
+    shape than declared, or a value the kernel's checks refuse), takes the kernel's way."""
+
+    __slots__ = ("call", "in_slots", "kernel", "out_slots", "wanted")
+
+    def run(self, frame: list) -> None:
+        args = [frame[i] for i in self.in_slots]
+        for a in args:
+            if a is not None and type(a) is not np.ndarray:
+                return self.kernel.run(frame)
+        planned = frame.planned
+        try:
+            results = self.call(
+                [planned[s] if w else None for s, w in zip(self.out_slots, self.wanted)], *args
+            )
+        except Exception:
+            return self.kernel.run(frame)
+        for slot, wanted, value in zip(self.out_slots, self.wanted, results):
+            if wanted:
+                frame[slot] = value
+        return None
+
+    def info(self) -> StepInfo:
+        return self.kernel.info()
+
+
+def _prepared_outputs(m: Method, kernel: _KernelStep, specs: list, outs: dict) -> _PreparedOutputsStep | None:
+    """The prepared form of a kernel step of an op with several outputs, for its inputs' types
+    ``specs`` ((dtype, shape), None for an omitted input) and the types of its outputs that have
+    places ``outs`` (slot → (dtype, shape)); None where the op has no such call, or an output that
+    a step or the method's results read has no place."""
+    domain, _, op_type = kernel.op_name.partition("::")
+    factory = kernels.find_prepared_outputs("" if domain == "onnx" else domain, op_type)
+    if factory is None or any(isinstance(a, SubPlan) for a in kernel.attrs.values()):
+        return None
+    read = set(m._output_slots)
+    for step in m._steps:
+        read.update(step.info().reads)
+    wanted = [bool(o) and o in read for o in kernel.out_slots]
+    if any(w and o not in outs for o, w in zip(kernel.out_slots, wanted)):
+        return None
+    call = factory(kernel.attrs, specs, [outs[o] if w else None for o, w in zip(kernel.out_slots, wanted)])
+    if call is None:
+        return None
+    step = _PreparedOutputsStep()
+    step.call, step.in_slots, step.kernel = call, list(kernel.in_slots), kernel
+    step.out_slots, step.wanted = list(kernel.out_slots), wanted
+    return step
+
+
+def _prepare_outputs_steps(m: Method) -> None:
+    """Kernel steps of ops with several outputs (``kernels.prepared_outputs``) whose inputs and
+    outputs have static types here become _PreparedOutputsSteps; and the ones before the first
+    jump whose outputs follow from the input shapes and have one writer each go to
+    ``m._shape_plan_outputs`` (what a shape plan may prepare, as _find_shape_plan_steps does for
+    ops of one output)."""
+    limit, writers, _ = _straight_line(m)
+    inputs = set(m._input_slots)
+    found = []
+    for pc, step in enumerate(m._steps):
+        if type(step) is not _KernelStep or not step.in_slots:
+            continue
+        domain, _, op_type = step.op_name.partition("::")
+        if kernels.find_prepared_outputs("" if domain == "onnx" else domain, op_type) is None:
+            continue
+        specs = [_static_spec(m, i) for i in step.in_slots]
+        outs = {
+            o: (m._planned[o].dtype, m._planned[o].shape)
+            for o in step.out_slots
+            if o and m._planned[o] is not None
+        }
+        if all(s is not False for s in specs):
+            prepared = _prepared_outputs(m, step, specs, outs)
+            if prepared is not None:
+                m._steps[pc] = prepared
+                continue
+        outs_free = [o for o in step.out_slots if o]
+        if (
+            pc < limit
+            and outs_free
+            and all(
+                m._planned[o] is None and o in m._shaped and writers.get(o) == 1 and o not in inputs
+                for o in outs_free
+            )
+            and all(
+                i == 0
+                or m._planned[i] is not None
+                or isinstance(m._initial[i], np.ndarray)
+                or (m._initial[i] is None and i in m._shaped)
+                for i in step.in_slots
+            )
+        ):
+            found.append(pc)
+    m._shape_plan_outputs = found
+
+
+def _static_spec(m: Method, i: int):
+    """(dtype, shape) of input slot ``i`` where it is static at load, None for an omitted input
+    (slot 0), False where not known."""
+    if i == 0:
+        return None
+    known = m._planned[i] if m._planned[i] is not None else m._initial[i]
+    if isinstance(known, np.ndarray):
+        return known.dtype, known.shape
+    declared = value_type(m._values[i])
+    if not isinstance(declared, TensorType) or not declared.is_static or known is not None:
+        return False
+    return declared.dtype.numpy, tuple(declared.shape)
 
 
 def _one_output(step: _KernelStep) -> int | None:
@@ -1328,6 +1444,17 @@ class _ShapePlan:
             step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
             held[out] = seen[out]
             held.update((i, seen[i]) for i in kernel.in_slots if i in inputs and m._planned[i] is None)
+        for pc in m._shape_plan_outputs:
+            kernel = steps[pc]
+            specs = [None if i == 0 else _known_spec(m, i, seen) for i in kernel.in_slots]
+            outs = {o: seen[o] for o in kernel.out_slots if o in seen}
+            if any(s is None for i, s in zip(kernel.in_slots, specs) if i):
+                continue
+            step = _prepared_outputs(m, kernel, specs, outs)
+            if step is None:
+                continue
+            steps[pc] = step
+            held.update((o, outs[o]) for o, w in zip(step.out_slots, step.wanted) if w)
         held.update((o, seen[o]) for o in m._shape_plan_held if o in seen and o not in held)
         _fuse_epilogues(m, steps)
         self.steps = steps

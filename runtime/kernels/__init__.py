@@ -25,6 +25,14 @@ KERNELS: dict[tuple[str, str], Callable] = {}
 # type (a constant, or another prepared call's arena view), the method binds each call to its
 # arrays once per arena set (``bind``) and runs them back to back.
 PREPARED: dict[tuple[str, str], Callable] = {}
+# Prepared calls of ops with several outputs (``@prepared_outputs``): ``factory(attrs, inputs,
+# outputs)``, inputs as above (None also for an omitted optional input), ``outputs`` a (numpy
+# dtype, shape) pair per output, None for one that no one reads; returns ``call(outs, *inputs)``
+# (``outs`` the outputs' arena views, None for those no one reads) returning a tuple with each
+# read output (in its view) and None for the others, or None where it has no call. The method
+# calls it on arrays of any layout (or None) and calls the kernel instead where it raises, so the
+# call may leave its checks of the inputs' values to the kernel's errors.
+PREPARED_OUTPUTS: dict[tuple[str, str], Callable] = {}
 
 # Modules that register kernels; imported on first lookup.
 _MODULES = (
@@ -69,6 +77,18 @@ def prepared(*names: str, domain: str = ""):
     def wrap(factory):
         for n in names:
             PREPARED[(domain, n)] = factory
+        return factory
+
+    return wrap
+
+
+def prepared_outputs(*names: str, domain: str = ""):
+    """Register the decorated factory as the prepared-call maker of the named ops with several
+    outputs (``PREPARED_OUTPUTS``)."""
+
+    def wrap(factory):
+        for n in names:
+            PREPARED_OUTPUTS[(domain, n)] = factory
         return factory
 
     return wrap
@@ -154,6 +174,11 @@ def find(domain: str, op_type: str) -> Callable | None:
 def find_prepared(domain: str, op_type: str) -> Callable | None:
     _load_all()
     return PREPARED.get(("" if domain == "ai.onnx" else domain, op_type))
+
+
+def find_prepared_outputs(domain: str, op_type: str) -> Callable | None:
+    _load_all()
+    return PREPARED_OUTPUTS.get(("" if domain == "ai.onnx" else domain, op_type))
 
 
 def all_kernels() -> dict[tuple[str, str], Callable]:

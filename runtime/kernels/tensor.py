@@ -525,9 +525,10 @@ def resize(
 # The values the kernels return, copied once into the output's arena view: a reshape of a
 # C-contiguous input is a view of it (and no copy at all where the memory plan put the output
 # over the input: numpy skips a copy onto itself), a concat numpy's own concatenate into
-# ``out``. Any dtype but Python objects; the output's type as the input's. Transpose has none:
-# its kernel's result is a view, and a MatMul reading a transposed view takes another BLAS path
-# than on a contiguous copy (other rounding), so a copy would change what evaluate computes.
+# ``out``. Any dtype but Python objects; the output's type as the input's. Transpose has one only
+# where it moves axes of size 1 alone (``_transpose_call``): elsewhere its kernel's result is a
+# view, and a MatMul reading a transposed view takes another BLAS path than on a contiguous copy
+# (other rounding), so a copy would change what evaluate computes.
 
 
 def _moved(inputs, output) -> bool:
@@ -555,6 +556,24 @@ class _ReshapeCall:
 
     def bind(self, out, x, *shape_or_axes):
         return functools.partial(np.copyto, out, x.reshape(self.shape))
+
+
+@prepared("Transpose")
+def _transpose_call(attrs, inputs, output):
+    # A permutation that keeps the axes longer than 1 in their order (the exported recurrent
+    # nets' [1, seq, n] ↔ [seq, 1, n] at batch 1) leaves every element where it is: the kernel's
+    # view is C-contiguous and the method copied it into the arena view already; this is that
+    # copy, as a reshape, without the kernel step.
+    if not _moved(inputs, output):
+        return None
+    shape, rank = tuple(inputs[0][1]), len(inputs[0][1])
+    perm = attrs.get("perm")
+    perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
+    if sorted(perm) != list(range(rank)) or tuple(shape[p] for p in perm) != tuple(output[1]):
+        return None
+    if [p for p in perm if shape[p] != 1] != [a for a in range(rank) if shape[a] != 1]:
+        return None
+    return _ReshapeCall(tuple(output[1]))
 
 
 @prepared("Concat")
