@@ -33,21 +33,42 @@ def _product_out(ctx, a, b):
     return out_for(ctx, 0, (a.shape[0], b.shape[1]), a.dtype)
 
 
+def _rows(a, b):
+    """A stacked float a [..., M, K] times a matrix b [K, N] as one product of a's rows, a view
+    [... * M, K], where a is C-contiguous and of b's type; else None. numpy's matmul makes a
+    product per matrix of the stack: the exported recurrent nets' heads, [16, 1, 48] by [48, 5],
+    were 16 products of one row each (as onnxruntime does, one product of 16 rows instead)."""
+    if a.ndim < 3 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind != "f" or not a.flags.c_contiguous:
+        return None
+    return a.reshape(-1, a.shape[-1]) if a.size else None
+
+
 @kernel("MatMul")
 def matmul(ctx, A, B):
     a, b = widened(A), widened(B)
+    rows = _rows(a, b)
+    if rows is not None:
+        shape = a.shape[:-1] + b.shape[1:]
+        out = out_for(ctx, 0, shape, a.dtype)
+        y = np.matmul(rows, b, out=None if out is None else out.reshape(rows.shape[0], -1))
+        return (y.reshape(shape) if out is None else out).astype(A.dtype, copy=False)
     return _matmul(A, B, _product_out(ctx, a, b))
 
 
 @prepared("MatMul")
 def _matmul_call(attrs, inputs, output):
-    """MatMul of 2-D float32 or float64 operands of the output's type: the kernel's own call,
-    numpy's matmul into the arena view (``_product_out``). Stacked products are left to the
-    kernel: numpy's matmul into a given output rounded some of them differently from the one it
-    allocates (ONNX's grouped-query attention cases), and .pte runs must equal evaluate's."""
+    """MatMul of float32 or float64 operands of the output's type, the left one a matrix or a
+    stack of them and the right one a matrix: the kernel's own call, numpy's matmul into the
+    arena view (``_product_out``, a stack by its rows: ``_rows``). Products of two stacks are
+    left to the kernel: numpy's matmul into a given output rounded some of them differently from
+    the one it allocates (ONNX's grouped-query attention cases), and .pte runs must equal
+    evaluate's."""
     if len(inputs) != 2 or output is None or output[0] not in (np.float32, np.float64):
         return None
-    if not all(i is not None and i[0] == output[0] and len(i[1]) == 2 for i in inputs):
+    if not all(i is not None and i[0] == output[0] for i in inputs):
+        return None
+    (_, a_shape), (_, b_shape) = inputs
+    if len(b_shape) != 2 or len(a_shape) < 2 or (len(a_shape) > 2 and 0 in a_shape):
         return None
     return _MatMulCall()
 
@@ -56,9 +77,13 @@ class _MatMulCall:
     __slots__ = ()
 
     def __call__(self, out, a, b):
+        if a.ndim > 2:
+            a, out = a.reshape(-1, a.shape[-1]), out.reshape(-1, out.shape[-1])
         np.matmul(a, b, out=out, casting="no")
 
     def bind(self, out, a, b):
+        if a.ndim > 2:
+            a, out = a.reshape(-1, a.shape[-1]), out.reshape(-1, out.shape[-1])
         return functools.partial(np.matmul, a, b, out=out)
 
 
