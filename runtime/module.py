@@ -554,6 +554,7 @@ class Method:
         _find_shape_steps(self)
         _find_shape_plan_steps(self)
         _fuse_epilogues(self, self._steps)
+        _fuse_channel_shuffles(self, self._steps)
         _keep_on_device(self)
         self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))
         self._pool.append((self._planned, self._initial, self._bind(self._planned, self._initial)))
@@ -1021,6 +1022,112 @@ def _fuse_epilogues(m: Method, steps: list) -> None:
         steps[pc] = fused
         steps[pc + 1] = away = _FusedAway()
         away.kernel = op.kernel
+
+
+class _KernelChain:
+    """The kernel steps of a fused run of steps (``_fuse_channel_shuffles``), run one after the
+    other where the fused call cannot run; it reads as the first one (the others' steps stay in
+    place, ``_FusedAway``)."""
+
+    __slots__ = ("in_slots", "kernels", "op_name", "what")
+
+    def __init__(self, kernels_: list):
+        self.kernels = kernels_
+        self.in_slots = list(kernels_[0].in_slots)
+        self.op_name = kernels_[0].op_name  # the first op's, where the fused step stands
+        self.what = " then ".join(k.what for k in kernels_)
+
+    def run(self, frame: list) -> None:
+        for k in self.kernels:
+            k.run(frame)
+
+    def info(self) -> StepInfo:
+        return self.kernels[0].info()
+
+
+def _step_kernel(step) -> _KernelStep | None:
+    """The kernel step of a kernel or prepared step; None for any other step."""
+    if type(step) is _PreparedStep:
+        return step.kernel if type(step.kernel) is _KernelStep else None
+    return step if type(step) is _KernelStep else None
+
+
+def _static_spec(m: Method, slot: int) -> tuple | None:
+    """(dtype, shape) of a value with a static declared tensor type, or None."""
+    declared = value_type(m._values[slot]) if slot else None
+    if not isinstance(declared, TensorType) or not declared.is_static:
+        return None
+    return np.dtype(declared.dtype.numpy), tuple(declared.shape)
+
+
+def _fuse_channel_shuffles(m: Method, steps: list) -> None:
+    """Make ShuffleNet's channel shuffle one prepared call (``kernels.shuffle.ChannelShuffle``):
+
+        c = Concat(x1, x2, ..., axis=1)            (N, C, H, W), float
+        r = Reshape(c, (N, g, C / g, H, W))
+        t = Transpose(r, perm=(0, 2, 1, 3, 4))
+        y = Reshape(t, (N, C, H, W))
+
+    becomes one step at the Concat's place that writes y from x1, x2, ... (the other three run
+    nothing, ``_FusedAway``), where c, r and t each have one reader, the next op, are no results
+    of the method, and no jump lands inside. Only the CPU executor fuses them, and only in the
+    method's own steps (shape plans keep the four: their arena places follow the steps' reads
+    and writes, and the fused step writes y three steps early); the graph and the .pte keep the
+    four ops. ``steps`` are changed in place.
+
+    Not fused: another perm or rank (not the shuffle), a Concat on another axis, a reshape that
+    does not split the channels into (g, C / g) or merge them back, an intermediate that is also
+    a result or read elsewhere (it would never be written), types that are not static."""
+    from .kernels.shuffle import ChannelShuffle
+
+    readers: dict[int, int] = {}
+    for step in steps:
+        for slot in step.info().reads:
+            readers[slot] = readers.get(slot, 0) + 1
+    results = set(m._output_slots)
+    targets = {s.dest for s in steps if isinstance(s, _JumpStep)}
+    for pc in range(len(steps) - 3):
+        ks = [_step_kernel(s) for s in steps[pc : pc + 4]]
+        if None in ks or [k.op_name for k in ks] != [
+            "onnx::Concat",
+            "onnx::Reshape",
+            "onnx::Transpose",
+            "onnx::Reshape",
+        ]:
+            continue
+        concat, split, transpose, merge = ks
+        mids = [concat.out_slots[0], split.out_slots[0], transpose.out_slots[0]]
+        outs = [k.out_slots for k in ks]
+        if (
+            any(len(o) != 1 for o in outs)
+            or [split.in_slots[0], transpose.in_slots[0], merge.in_slots[0]] != mids
+            or any(readers.get(s) != 1 or s in results for s in mids)
+            or any(p in targets for p in range(pc + 1, pc + 4))
+            or int(concat.attrs.get("axis", 0)) not in (1, -3)
+            or [int(p) for p in transpose.attrs.get("perm") or ()] != [0, 2, 1, 3, 4]
+        ):
+            continue
+        y = merge.out_slots[0]
+        specs = [_static_spec(m, s) for s in [*concat.in_slots, mids[0], mids[1], y]]
+        if None in specs or m._planned[y] is None:
+            continue
+        *ins, (dtype, joined), (_, grouped), (_, shuffled) = specs
+        if dtype.kind != "f" or len(joined) != 4 or shuffled != joined or len(grouped) != 5:
+            continue
+        n, c, h, w = joined
+        g = grouped[1]
+        if grouped != (n, g, c // g, h, w) or g * (c // g) != c or not ins:
+            continue
+        if any(d != dtype or len(s) != 4 or (s[0], s[2], s[3]) != (n, h, w) for d, s in ins):
+            continue
+        fused = _PreparedStep()
+        fused.call = ChannelShuffle(tuple(s[1] for _, s in ins), (n, h, w), dtype, g)
+        fused.kernel = _KernelChain(ks)
+        fused.in_slots, fused.out_slot = list(concat.in_slots), y
+        steps[pc] = fused
+        for i in range(1, 4):
+            steps[pc + i] = away = _FusedAway()
+            away.kernel = ks[i]
 
 
 class _BoundRun:
