@@ -554,6 +554,7 @@ class Method:
         _find_shape_steps(self)
         _find_shape_plan_steps(self)
         _fuse_epilogues(self, self._steps)
+        _fuse_depthwise_pointwise(self, self._steps)
         _fuse_channel_shuffles(self, self._steps)
         _keep_on_device(self)
         self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))
@@ -948,10 +949,11 @@ class _KernelPair:
     fused call cannot run; it reads and writes as the first one (the second's step stays in
     place, ``_FusedAway``)."""
 
-    __slots__ = ("first", "in_slots", "second", "what")
+    __slots__ = ("first", "in_slots", "op_name", "second", "what")
 
     def __init__(self, first: _KernelStep, second: _KernelStep):
         self.first, self.second = first, second
+        self.op_name = first.op_name
         self.in_slots = list(first.in_slots) + list(second.in_slots[1:])
         self.what = f"{first.what} with {second.what}"
 
@@ -1024,10 +1026,64 @@ def _fuse_epilogues(m: Method, steps: list) -> None:
         away.kernel = op.kernel
 
 
+def _fuse_depthwise_pointwise(m: Method, steps: list) -> None:
+    """Make a depthwise Conv and the pointwise Conv that alone reads its result one prepared call
+    (``nn._ConvChain``; each may carry its epilogue, ``_fuse_epilogues`` runs first):
+
+        d = Conv(x, w1, b1, group=C)   [then Relu / Clip / HardSwish / HardSigmoid, fused]
+        y = Conv(d, w2, b2)            1 x 1, one group [then its epilogue op, fused]
+
+    becomes one step at the first conv's place that writes y (the second conv's step runs
+    nothing, ``_FusedAway``): the pointwise product reads the depthwise sums channels-last where
+    the first conv's plan made them, so that d is never copied out (nor written). Only where the
+    first conv takes the ``last`` path, d has one reader, the second conv, as its input, is no
+    result of the method, and no jump lands between the two; the second conv's other inputs are
+    constants (no arena view the chain writes is one they are read from). Only the CPU executor
+    fuses them, in the method's own steps and in shape plans alike (the fused step reads what the
+    first conv read and writes y, which nothing between the two reads or writes); the graph and
+    the .pte keep both."""
+    from .kernels.nn import _ConvChain
+
+    readers: dict[int, int] = {}
+    for step in steps:
+        for slot in step.info().reads:
+            readers[slot] = readers.get(slot, 0) + 1
+    results = set(m._output_slots)
+    targets = {s.dest for s in steps if isinstance(s, _JumpStep)}
+    for pc, first in enumerate(steps):
+        if type(first) is not _PreparedStep:
+            continue
+        q = pc + 1
+        while q < len(steps) and type(steps[q]) is _FusedAway:
+            q += 1
+        if q >= len(steps) or type(steps[q]) is not _PreparedStep:
+            continue
+        second, mid = steps[q], first.out_slot
+        if (
+            not _ConvChain.fits(first.call, second.call)
+            or second.in_slots[0] != mid
+            or readers.get(mid) != 1
+            or mid in results
+            or any(p in targets for p in range(pc + 1, q + 1))
+            or not all(
+                i and m._planned[i] is None and type(m._initial[i]) is np.ndarray for i in second.in_slots[1:]
+            )
+        ):
+            continue
+        fused = _PreparedStep()
+        fused.call = _ConvChain(first.call, second.call, len(first.in_slots))
+        fused.kernel = _KernelChain([first.kernel, second.kernel])
+        fused.in_slots = list(first.in_slots) + list(second.in_slots[1:])
+        fused.out_slot = second.out_slot
+        steps[pc] = fused
+        steps[q] = away = _FusedAway()
+        away.kernel = second.kernel
+
+
 class _KernelChain:
-    """The kernel steps of a fused run of steps (``_fuse_channel_shuffles``), run one after the
-    other where the fused call cannot run; it reads as the first one (the others' steps stay in
-    place, ``_FusedAway``)."""
+    """The kernel steps of a fused run of steps (``_fuse_depthwise_pointwise``,
+    ``_fuse_channel_shuffles``), run one after the other where the fused call cannot run; it
+    reads as the first one (the others' steps stay in place, ``_FusedAway``)."""
 
     __slots__ = ("in_slots", "kernels", "op_name", "what")
 
@@ -1437,6 +1493,7 @@ class _ShapePlan:
             held.update((i, seen[i]) for i in kernel.in_slots if i in inputs and m._planned[i] is None)
         held.update((o, seen[o]) for o in m._shape_plan_held if o in seen and o not in held)
         _fuse_epilogues(m, steps)
+        _fuse_depthwise_pointwise(m, steps)
         self.steps = steps
         self.fast_steps, self.bound_runs = _bind_runs(m, steps, _static_inputs(m) | (inputs & set(held)))
         spans = _spans(m, steps, held)

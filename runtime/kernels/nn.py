@@ -442,7 +442,7 @@ class _ConvPlan:
                     calls.extend(finish(out[i, ch]))
         return calls
 
-    def last(self, out, x, w, b, buffers, shared, finish) -> list:
+    def last(self, out, x, w, b, buffers, shared, finish, consume=None) -> list:
         g = self.g
         n, c = self.x_shape[:2]
         oh, ow = g.out
@@ -467,6 +467,10 @@ class _ConvPlan:
                     calls.append(functools.partial(np.add, acc, term, acc))
             if bias is not None:
                 calls.append(functools.partial(np.add, acc, bias.reshape(-1), acc))
+            if consume is not None:  # the sums read where they are (``_ConvChain``)
+                calls.extend(finish(acc) if finish is not None else [])
+                calls.extend(consume(i, result))
+                continue
             # out by blocks of rows: a pixel's channels are a cache line or more apart in acc, and
             # a copy that steps through all pixels per channel lost them from L1 on maps larger
             # than 16 x 16 (28 x 28 x 192: 123 us in one copy, 67 by blocks of 256 pixels)
@@ -767,10 +771,16 @@ class _ConvCall:
         return None if epilogue is None else _ConvCall(self.plan, epilogue, n_conv)
 
     def _calls(self, out, args) -> tuple:
+        buffers = _arena_buffers(out)  # another thread may run this set later, never two at once
+        x, w, b, finish = self.parts(out, args, buffers)
+        return tuple(self.plan.calls(out, x, w, b, buffers, finish))
+
+    def parts(self, out, args, buffers) -> tuple:
+        """(x, w, b or None, finish or None) of this call's arguments, checked against the plan
+        (``out`` too unless None); ``finish(part)`` makes the epilogue's calls on a part."""
         conv, extras = args[: self.n_conv], args[self.n_conv :]
         x, w, b = conv if len(conv) == 3 else (*conv, None)
         self._check(out, x, w, b)
-        buffers = _arena_buffers(out)  # another thread may run this set later, never two at once
         finish = None
         if self.epilogue is not None:
             if any(e.dtype != self.plan.dtype or e.ndim for e in extras):
@@ -780,16 +790,94 @@ class _ConvCall:
             def finish(part):
                 return epilogue.calls(part, extras, buffers)
 
-        return tuple(self.plan.calls(out, x, w, b, buffers, finish))
+        return x, w, b, finish
 
     def _check(self, out, x, w, b) -> None:
         plan = self.plan
-        if x.shape != plan.x_shape or w.shape != plan.w_shape or out.shape != plan.out_shape:
+        # x is None where the conv reads another conv's sums where they are (``_ConvChain``)
+        if (x is not None and x.shape != plan.x_shape) or w.shape != plan.w_shape:
             raise TypeError("not the declared shapes")
-        if x.dtype != plan.dtype or w.dtype != plan.dtype or (b is not None and b.dtype != plan.dtype):
+        if out is not None and out.shape != plan.out_shape:
+            raise TypeError("not the declared shapes")
+        if (
+            (x is not None and x.dtype != plan.dtype)
+            or w.dtype != plan.dtype
+            or (b is not None and b.dtype != plan.dtype)
+        ):
             raise TypeError("not the declared types")
         if b is not None and b.shape != (plan.w_shape[0],):
             raise TypeError("not the declared bias shape")
+
+    def __call__(self, out, *args):
+        last = self.last
+        if (
+            last is None
+            or last[0] is not out
+            or len(args) != len(last[1])
+            or any(a is not k for a, k in zip(args, last[1]))
+        ):
+            last = self.last = (out, args, self._calls(out, args))
+        _run_calls(last[2])
+
+    def bind(self, out, *args):
+        return functools.partial(_run_calls, self._calls(out, args))
+
+
+class _ConvChain:
+    """A depthwise Conv on the ``last`` path (with its epilogue, if any) whose result only a
+    pointwise Conv of one group reads, as one prepared call: the pointwise product reads the
+    depthwise sums where they are, channels-last in the accumulator, as the transposed operand
+    of its BLAS product, (M, C) @ (C, pixels) with the pixels Cp floats apart; the depthwise
+    result is never copied out to its own tensor (a transposing copy of all of it). A product
+    with a transposed operand gives OpenBLAS's bits of the contiguous one (the same kernel and
+    blocking, only the packing reads differently), and the epilogue is elementwise, so the
+    result is the two steps' bit for bit (tests/runtime/test_conv_chain.py checks it against
+    offload.evaluate). The CPU executor pairs the two steps (runtime/module.py,
+    ``_fuse_depthwise_pointwise``); the graph keeps both. Its arguments are the depthwise
+    call's (x, weights, bias, epilogue inputs), then the pointwise call's after its input."""
+
+    __slots__ = ("depthwise", "last", "n_first", "pointwise")
+
+    def __init__(self, depthwise: _ConvCall, pointwise: _ConvCall, n_first: int):
+        self.depthwise, self.pointwise, self.n_first = depthwise, pointwise, n_first
+        self.last = None  # (out, args, calls): one tuple, replaced whole (threads)
+
+    @staticmethod
+    def fits(depthwise, pointwise) -> bool:
+        """Whether a chain of these two calls (their plans) is one this class runs."""
+        if type(depthwise) is not _ConvCall or type(pointwise) is not _ConvCall:
+            return False
+        first, second = depthwise.plan, pointwise.plan
+        return (
+            first.path == "last"
+            and second.path == "pointwise"
+            and second.group == 1
+            and first.dtype == second.dtype
+            and first.out_shape == second.x_shape
+        )
+
+    def _calls(self, out, args) -> tuple:
+        buffers = _arena_buffers(out)
+        x, w, b, finish = self.depthwise.parts(None, args[: self.n_first], buffers)
+        _, w2, b2, finish2 = self.pointwise.parts(out, (None,) + args[self.n_first :], buffers)
+        first, second = self.depthwise.plan, self.pointwise.plan
+        m, c = second.w_shape[:2]
+        calls = []
+        if first.x_shape[0] > 1 and np.may_share_memory(out, x):  # images after the first read late
+            copy = buffers.get(("input",), first.x_shape, first.dtype)
+            calls.append(functools.partial(np.copyto, copy, x))
+            x = copy
+        weights = w2.reshape(m, c)
+
+        def consume(i, sums):  # sums: (C, OH, OW), the pixels of a channel Cp floats apart
+            return [functools.partial(np.matmul, weights, sums.reshape(c, -1), out[i].reshape(m, -1))]
+
+        calls += first.last(None, x, w, b, buffers, False, finish, consume)
+        if b2 is not None:
+            calls.append(functools.partial(np.add, out, b2.reshape(1, m, 1, 1), out))
+        if finish2 is not None:
+            calls.extend(finish2(out))
+        return tuple(calls)
 
     def __call__(self, out, *args):
         last = self.last
