@@ -799,8 +799,10 @@ class _Frame(list):
 
 def _describe(step) -> tuple[str, str, dict]:
     """(name, category, arguments) of a step's profile event."""
-    if isinstance(step, (_PreparedStep, _ShapeStep, _FusedAway)):
+    if isinstance(step, (_PreparedStep, _ShapeStep, _FusedAway, _ShuffleSlices)):
         step = step.kernel
+    if isinstance(step, _KernelChain):  # a fused run's time is its first op's
+        step = step.kernels[0]
     if isinstance(step, _KernelPair):  # the pair's time is its first op's (onnxruntime's fused Conv)
         step = step.first
     if isinstance(step, _KernelStep):
@@ -1126,10 +1128,12 @@ def _fuse_channel_shuffles(m: Method, steps: list) -> None:
 
     becomes one step at the Concat's place that writes y from x1, x2, ... (the other three run
     nothing, ``_FusedAway``), where c, r and t each have one reader, the next op, are no results
-    of the method, and no jump lands inside. Only the CPU executor fuses them, and only in the
-    method's own steps (shape plans keep the four: their arena places follow the steps' reads
-    and writes, and the fused step writes y three steps early); the graph and the .pte keep the
-    four ops. ``steps`` are changed in place.
+    of the method, and no jump lands inside. Where all that reads y is Slices right after it,
+    each of constant bounds on the channels (ShuffleNet's halves), the step writes their results
+    instead (``_ShuffleSlices``; y is never written, the Slices run nothing). Only the CPU
+    executor fuses them, and only in the method's own steps (shape plans keep the four: their
+    arena places follow the steps' reads and writes, and the fused step writes y three steps
+    early); the graph and the .pte keep the ops. ``steps`` are changed in place.
 
     Not fused: another perm or rank (not the shuffle), a Concat on another axis, a reshape that
     does not split the channels into (g, C / g) or merge them back, an intermediate that is also
@@ -1176,14 +1180,85 @@ def _fuse_channel_shuffles(m: Method, steps: list) -> None:
             continue
         if any(d != dtype or len(s) != 4 or (s[0], s[2], s[3]) != (n, h, w) for d, s in ins):
             continue
-        fused = _PreparedStep()
-        fused.call = ChannelShuffle(tuple(s[1] for _, s in ins), (n, h, w), dtype, g)
+        channels = tuple(s[1] for _, s in ins)
+        slices = _channel_slices(m, steps, pc + 4, y, (n, c, h, w), readers, results, targets)
+        if slices:
+            ks += [k for k, _ in slices]
+            fused = _ShuffleSlices()
+            fused.call = ChannelShuffle(channels, (n, h, w), dtype, g, tuple(r for _, r in slices))
+            fused.out_slots = [k.out_slots[0] for k, _ in slices]
+        else:
+            fused = _PreparedStep()
+            fused.call = ChannelShuffle(channels, (n, h, w), dtype, g)
+            fused.out_slot = y
         fused.kernel = _KernelChain(ks)
-        fused.in_slots, fused.out_slot = list(concat.in_slots), y
+        fused.in_slots = list(concat.in_slots)
         steps[pc] = fused
-        for i in range(1, 4):
+        for i in range(1, len(ks)):
             steps[pc + i] = away = _FusedAway()
             away.kernel = ks[i]
+
+
+def _channel_slices(m: Method, steps: list, pc: int, y: int, shape: tuple, readers, results, targets) -> list:
+    """[(Slice step, (first, end channel))] of the Slices at ``pc`` on that are all that reads
+    ``y`` (of ``shape``), each of constant starts and ends on axis 1 (step 1), whose results are
+    planned; [] where there are none such, or where y is read by anything else or is a result."""
+    n, c, h, w = shape
+    count = readers.get(y, 0)
+    if not count or y in results or pc + count > len(steps):
+        return []
+    found = []
+    for q in range(pc, pc + count):
+        k = _step_kernel(steps[q])
+        if k is None or k.op_name != "onnx::Slice" or q in targets or len(k.out_slots) != 1:
+            return []
+        if k.in_slots[0] != y or not 3 <= len(k.in_slots) <= 5:
+            return []
+        args = []
+        for i in k.in_slots[1:]:
+            value = m._initial[i] if i and m._planned[i] is None else None
+            if not isinstance(value, np.ndarray) or value.size != 1 or value.dtype.kind not in "iu":
+                return []
+            args.append(int(value.reshape(-1)[0]))
+        start, end, *rest = args
+        if not rest or rest[0] not in (1, -3) or (len(rest) > 1 and rest[1] != 1):  # axis 1, step 1
+            return []
+        lo, hi, _ = slice(start, end).indices(c)  # ONNX's clamping, for a step of 1
+        out = k.out_slots[0]
+        if (
+            hi <= lo
+            or m._planned[out] is None
+            or _static_spec(m, out) != (m._planned[out].dtype, (n, hi - lo, h, w))
+        ):
+            return []
+        found.append((k, (lo, hi)))
+    return found
+
+
+class _ShuffleSlices:
+    """A channel shuffle whose result only channel Slices read, writing the Slices' results
+    (``_fuse_channel_shuffles``): never bound (two results), it runs its call on the arena views
+    of its results; where the call cannot run (inputs not C-contiguous arrays of the declared
+    types), the ops' kernels one after the other."""
+
+    __slots__ = ("call", "in_slots", "kernel", "out_slots")
+
+    def run(self, frame: list) -> None:
+        args = [frame[i] for i in self.in_slots]
+        outs = [frame.planned[i] for i in self.out_slots]
+        if all(type(a) is np.ndarray and a.flags.c_contiguous for a in args):
+            try:
+                self.call.write(outs, args)
+            except TypeError:  # another type or shape than declared
+                self.kernel.run(frame)
+                return
+            for slot, out in zip(self.out_slots, outs):
+                frame[slot] = out
+            return
+        self.kernel.run(frame)
+
+    def info(self) -> StepInfo:
+        return self.kernel.info()
 
 
 class _BoundRun:

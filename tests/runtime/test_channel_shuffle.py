@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 import offload
 from offload.runtime.kernels.shuffle import ChannelShuffle
-from offload.runtime.module import _BoundRun, _FusedAway, _KernelChain, _PreparedStep
+from offload.runtime.module import _BoundRun, _FusedAway, _KernelChain, _PreparedStep, _ShuffleSlices
 
 from .onnx_graphs import model_bytes
 
@@ -31,11 +31,14 @@ def _model(
     first: str = "Neg",
     also_output: str | None = None,
     perm=(0, 2, 1, 3, 4),
+    readers: str = "slices",
+    bounds: tuple | None = None,
 ) -> bytes:
     """x0, x1, ... -> first -> Concat -> Reshape (N, g, C/g, H, W) -> Transpose -> Reshape (N, C,
-    H, W) -> the two halves by Slice -> Relu of the second; ``first`` Neg (arena views: the fused
-    step is bound) or Reshape (a kernel's results: unbound); ``also_output``: an intermediate
-    that is a result of the graph too."""
+    H, W) = shuffled, read by ``readers``: "slices", two Slices of ``bounds`` ((start, end) each,
+    the halves by default) -> Relu of the second; "relu", a Relu; "slice-and-relu", a Slice and a
+    Relu. ``first`` Neg (arena views: a fused prepared step is bound) or Reshape (a kernel's
+    results: unbound); ``also_output``: an intermediate that is a result of the graph too."""
     t = TYPES[dtype]
     c = sum(channels)
     inputs, inits, nodes, joined = [], [], [], []
@@ -47,12 +50,14 @@ def _model(
         else:
             nodes.append(helper.make_node("Neg", [f"x{i}"], [f"r{i}"]))
         joined.append(f"r{i}")
+    (lo0, hi0), (lo1, hi1) = bounds or ((0, c // 2), (c // 2, c))
     inits += [
         ("grouped", np.array([n, groups, c // groups, h, w], np.int64)),
         ("merged", np.array([n, c, h, w], np.int64)),
-        ("starts0", np.array([0], np.int64)),
-        ("half", np.array([c // 2], np.int64)),
-        ("end", np.array([c], np.int64)),
+        ("lo0", np.array([lo0], np.int64)),
+        ("hi0", np.array([hi0], np.int64)),
+        ("lo1", np.array([lo1], np.int64)),
+        ("hi1", np.array([hi1], np.int64)),
         ("axes", np.array([1], np.int64)),
     ]
     nodes += [
@@ -60,11 +65,19 @@ def _model(
         helper.make_node("Reshape", ["cat", "grouped"], ["split"]),
         helper.make_node("Transpose", ["split"], ["turned"], perm=list(perm)),
         helper.make_node("Reshape", ["turned", "merged"], ["shuffled"]),
-        helper.make_node("Slice", ["shuffled", "starts0", "half", "axes"], ["a"]),
-        helper.make_node("Slice", ["shuffled", "half", "end", "axes"], ["b0"]),
-        helper.make_node("Relu", ["b0"], ["b"]),
     ]
-    outputs = [("a", t, None), ("b", t, None)] + ([(also_output, t, None)] if also_output else [])
+    if readers == "relu":
+        nodes.append(helper.make_node("Relu", ["shuffled"], ["a"]))
+        outputs = [("a", t, None)]
+    else:
+        nodes.append(helper.make_node("Slice", ["shuffled", "lo0", "hi0", "axes"], ["a"]))
+        if readers == "slices":
+            nodes.append(helper.make_node("Slice", ["shuffled", "lo1", "hi1", "axes"], ["b0"]))
+        else:
+            nodes.append(helper.make_node("Relu", ["shuffled"], ["b0"]))
+        nodes.append(helper.make_node("Relu", ["b0"], ["b"]))
+        outputs = [("a", t, None), ("b", t, None)]
+    outputs += [(also_output, t, None)] if also_output else []
     return model_bytes(nodes, inputs, outputs, inits, opset=17)
 
 
@@ -74,7 +87,13 @@ def _feeds(channels, n=1, h=5, w=7, dtype=np.float32, seed=0) -> dict:
 
 
 def _shuffles(method) -> list:
-    return [s for s in method._steps if isinstance(s, _PreparedStep) and isinstance(s.call, ChannelShuffle)]
+    """The fused shuffles: prepared calls, and steps that write the Slices of the shuffle."""
+    return [
+        s
+        for s in method._steps
+        if isinstance(s, _ShuffleSlices)
+        or (isinstance(s, _PreparedStep) and isinstance(s.call, ChannelShuffle))
+    ]
 
 
 def _check(data: bytes, feeds: dict, method) -> None:
@@ -98,20 +117,36 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("readers", ["slices", "relu", "slice-and-relu"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize(
     "case", CASES, ids=lambda c: f"{'+'.join(map(str, c[0]))}-g{c[1]}-n{c[2]}-{c[3]}x{c[4]}"
 )
-def test_shuffle_is_one_step_and_matches_onnxruntime(case, dtype):
+def test_shuffle_is_one_step_and_matches_onnxruntime(case, dtype, readers):
     channels, groups, n, h, w = case
-    data = _model(channels, groups, n, h, w, dtype)
+    data = _model(channels, groups, n, h, w, dtype, readers=readers)
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
     (step,) = _shuffles(method)
     assert isinstance(step.kernel, _KernelChain)
     pc = method._steps.index(step)
-    assert all(isinstance(s, _FusedAway) for s in method._steps[pc + 1 : pc + 4])
-    assert any(isinstance(s, _BoundRun) and step in s.steps for s in method._fast_steps)  # bound
+    fused = 5 if readers == "slices" else 3  # the Slices' steps too, where they are all that reads
+    assert isinstance(step, _ShuffleSlices) == (readers == "slices")
+    assert all(isinstance(s, _FusedAway) for s in method._steps[pc + 1 : pc + 1 + fused])
+    assert not isinstance(method._steps[pc + 1 + fused], _FusedAway)
+    if readers != "slices":  # a prepared call: bound
+        assert any(isinstance(s, _BoundRun) and step in s.steps for s in method._fast_steps)
     _check(data, _feeds(channels, n, h, w, dtype), method)
+
+
+@pytest.mark.parametrize("bounds", [((-18, 7), (7, 2**62)), ((3, 11), (0, 18)), ((5, 6), (17, 18))])
+def test_slices_of_any_channel_range(bounds):
+    """Negative and clamped bounds, ranges that start inside a group's run, one channel."""
+    channels = (6, 12)
+    data = _model(channels, 2, 2, 3, 5, bounds=bounds)
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    (step,) = _shuffles(method)
+    assert isinstance(step, _ShuffleSlices)
+    _check(data, _feeds(channels, 2, 3, 5), method)
 
 
 def test_unbound_shuffle_of_kernel_results():
@@ -123,12 +158,16 @@ def test_unbound_shuffle_of_kernel_results():
         _check(data, _feeds(channels, 2, seed=seed), method)
 
 
-@pytest.mark.parametrize("name", ["cat", "split", "turned"])
+@pytest.mark.parametrize("name", ["cat", "split", "turned", "shuffled"])
 def test_an_intermediate_that_is_a_result_is_not_fused(name):
     channels = (4, 4)
     data = _model(channels, 2, also_output=name)
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
-    assert not _shuffles(method)
+    if name == "shuffled":  # the shuffle's own result: fused, but written, and the Slices apart
+        (step,) = _shuffles(method)
+        assert isinstance(step, _PreparedStep)
+    else:
+        assert not _shuffles(method)
     _check(data, _feeds(channels), method)
 
 
@@ -178,3 +217,20 @@ def test_shuffle_into_memory_that_holds_an_input():
         np.copyto(x0, a)
         run()
         np.testing.assert_array_equal(out, expected)
+
+
+def test_slices_into_memory_that_holds_an_input():
+    """A Slice's planned result may reuse an input's memory too: the call concatenates first."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 2, 6, 3, 3)).astype(np.float32)
+    shuffled = np.concatenate([a, b], 1).reshape(2, 2, 6, 3, 3).transpose(0, 2, 1, 3, 4).reshape(2, 12, 3, 3)
+    arena = np.zeros(a.size + 2 * 5 * 9, np.float32)
+    first = arena[: 2 * 7 * 9].reshape(2, 7, 3, 3)  # channels 0..6 of the result, over input a
+    second = np.zeros((2, 5, 3, 3), np.float32)
+    x0 = arena[: a.size].reshape(a.shape)
+    call = ChannelShuffle((6, 6), (2, 3, 3), np.float32, 2, ((0, 7), (7, 12)))
+    for _ in range(2):
+        np.copyto(x0, a)
+        call.write((first, second), (x0, b))
+        np.testing.assert_array_equal(first, shuffled[:, :7])
+        np.testing.assert_array_equal(second, shuffled[:, 7:])
