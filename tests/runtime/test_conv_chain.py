@@ -23,11 +23,12 @@ from .onnx_graphs import model_bytes
 
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 
-# (channels, height, width, pointwise channels out, kernel, strides, pads, dilations)
+# (channels, height, width, pointwise channels out, kernel, strides, pads, dilations): the second
+# conv has at most as many channels out as in, as MobileNets' and ShuffleNet's after a depthwise one
 CASES = [
-    (24, 13, 11, 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (24, 13, 11, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     (16, 17, 15, 8, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
-    (12, 9, 10, 20, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
+    (12, 9, 10, 8, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
     (8, 10, 9, 6, (3, 3), (1, 2), (0, 1, 2, 1), (2, 1)),
     (128, 7, 9, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # channels-last with zero channels after C
     (20, 1, 1, 12, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
@@ -238,3 +239,15 @@ def test_two_threads_run_the_chain():
     for t in threads:
         t.join()
     assert not failures
+
+
+def test_an_expanding_pointwise_conv_with_bias_is_not_chained():
+    """More channels out than in, with a bias: its plan sums the bias in the product (a row of
+    ones under the operand, ``_ConvPlan.bias_in_product``), which the chain does not; without
+    a bias it is chained."""
+    case = (8, 10, 9, 24, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
+    for bias in (True, False):
+        data = _model(case, ("Relu", "Clip"), bias=bias)
+        method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+        assert len(_chains(method)) == (0 if bias else 1)
+        _check(data, _feeds(case), method)
