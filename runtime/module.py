@@ -1038,12 +1038,12 @@ def _fuse_depthwise_pointwise(m: Method, steps: list) -> None:
     becomes one step at the first conv's place that writes y (the second conv's step runs
     nothing, ``_FusedAway``): the pointwise product reads the depthwise sums channels-last where
     the first conv's plan made them, so that d is never copied out (nor written). Only where the
-    first conv takes the ``last`` path, d has one reader, the second conv, as its input, is no
-    result of the method, and no jump lands between the two; the second conv's other inputs are
-    constants (no arena view the chain writes is one they are read from). Only the CPU executor
-    fuses them, in the method's own steps and in shape plans alike (the fused step reads what the
-    first conv read and writes y, which nothing between the two reads or writes); the graph and
-    the .pte keep both."""
+    first conv takes the ``last`` path (or ``rows`` at stride 1), d has one reader, the second
+    conv, as its input, is no result of the method, and no jump lands between the two; the
+    second conv's other inputs are constants (no arena view the chain writes is one they are
+    read from). Only the CPU executor fuses them, in the method's own steps and in shape plans
+    alike (the fused step reads what the first conv read and writes y, which nothing between the
+    two reads or writes); the graph and the .pte keep both."""
     from .kernels.nn import _ConvChain
 
     readers: dict[int, int] = {}

@@ -210,13 +210,26 @@ def test_pairs_that_are_not_chained(kwargs):
     _check(data, _feeds(case, weights_in=kwargs.get("weights_in", False)), method)
 
 
-def test_a_depthwise_conv_on_the_rows_path_is_not_chained():
-    case = (16, 70, 66, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
+# depthwise convs on the rows path (maps over 64 x 64): chained at stride 1, where the chain's
+# einsum over all taps sums them in the rows path's order (the same bits), not at stride 2
+ROWS = [
+    ((16, 70, 66, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)), True),
+    ((8, 67, 71, 8, (3, 5), (1, 1), (1, 2, 0, 1), (2, 1)), True),
+    ((16, 70, 66, 8, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)), False),
+]
+
+
+@pytest.mark.parametrize("case, chained", ROWS, ids=["s1", "s1-dilated", "s2"])
+def test_a_depthwise_conv_on_the_rows_path(case, chained):
     data = _model(case, ("Relu", None))
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
-    assert not _chains(method)
-    assert any(isinstance(s, _PreparedStep) and isinstance(s.call, _ConvCall) for s in method._steps)
-    _check(data, _feeds(case), method, runs=1)
+    convs = [s.call for s in method._steps if isinstance(s, _PreparedStep) and isinstance(s.call, _ConvCall)]
+    if chained:
+        (step,) = _chains(method)
+        assert step.call.depthwise.plan.path == "rows"
+    else:
+        assert not _chains(method) and convs[0].plan.path == "rows"
+    _check(data, _feeds(case), method)
 
 
 def test_two_threads_run_the_chain():
