@@ -363,10 +363,31 @@ class _ConvPlan:
         calls += getattr(self, self.path)(out, x, w, b, buffers)
         return calls + (finish(out) if finish is not None else [])
 
+    def bias_in_product(self, bias: bool) -> bool:
+        """Whether the bias is a column of the weights times a row of ones under the operand, in
+        the product, rather than a pass over the output after it: for one group, on the columns
+        path (its column matrix is copied anyway; the row of ones stays) and on the pointwise
+        path with fewer input than output channels (MobileNets' expanding convs), where copying
+        the input above a row of ones costs less than a pass over the output (24 -> 144
+        channels on 56 x 56: 452 -> 359 us). The bias is then summed inside the product, so the
+        plan's results differ from a product and an add in the last bits, the same in the
+        kernel and the prepared call."""
+        if not bias or self.group != 1:
+            return False
+        return self.path == "columns" or (self.path == "pointwise" and self.x_shape[1] < self.w_shape[0])
+
     def pointwise(self, out, x, w, b, buffers) -> list:
         n, c = self.x_shape[:2]
         m, group = self.w_shape[0], self.group
         pixels = prod(self.g.out)
+        if self.bias_in_product(b is not None):
+            calls = []
+            weights = _with_bias(w.reshape(m, c), b, calls)
+            operand = buffers.get(("ones below",), (c + 1, pixels), self.dtype, fill=1)
+            for i in range(n):
+                calls.append(functools.partial(np.copyto, operand[:c], x[i].reshape(c, pixels)))
+                calls.append(functools.partial(np.matmul, weights, operand, out[i].reshape(m, pixels)))
+            return calls
         if group == 1:
             weights = w.reshape(m, c)
             images = x.reshape(n, c, pixels)
@@ -385,10 +406,17 @@ class _ConvPlan:
         n, c = self.x_shape[:2]
         m = self.w_shape[0]
         size, pixels = prod(g.kernel) * (c // group), prod(g.out)
-        weights = w.reshape(group, m // group, size)
-        cols = buffers.get(("columns",), (c,) + g.kernel + g.out, self.dtype)
-        operand = cols.reshape(group, size, pixels)
         calls = []
+        biased = self.bias_in_product(b is not None)
+        if biased:  # one group: the column matrix's rows, then a row of ones
+            weights = _with_bias(w.reshape(m, size), b, calls).reshape(1, m, size + 1)
+            operand = buffers.get(("ones below",), (size + 1, pixels), self.dtype, fill=1)
+            cols = operand[:size].reshape((c,) + g.kernel + g.out)
+            operand = operand.reshape(1, size + 1, pixels)
+        else:
+            weights = w.reshape(group, m // group, size)
+            cols = buffers.get(("columns",), (c,) + g.kernel + g.out, self.dtype)
+            operand = cols.reshape(group, size, pixels)
         for i in range(n):
             if g.strides == (1, 1):
                 if any(g.begin) or any(g.end):
@@ -403,7 +431,7 @@ class _ConvPlan:
             calls.append(
                 functools.partial(np.matmul, weights, operand, out[i].reshape(group, m // group, pixels))
             )
-        if b is not None:
+        if b is not None and not biased:
             calls.append(functools.partial(np.add, out, b.reshape(1, m, 1, 1), out))
         return calls
 
@@ -442,7 +470,7 @@ class _ConvPlan:
                     calls.extend(finish(out[i, ch]))
         return calls
 
-    def last(self, out, x, w, b, buffers, shared, finish) -> list:
+    def last(self, out, x, w, b, buffers, shared, finish, consume=None) -> list:
         g = self.g
         n, c = self.x_shape[:2]
         oh, ow = g.out
@@ -467,6 +495,10 @@ class _ConvPlan:
                     calls.append(functools.partial(np.add, acc, term, acc))
             if bias is not None:
                 calls.append(functools.partial(np.add, acc, bias.reshape(-1), acc))
+            if consume is not None:  # the sums read where they are (``_ConvChain``): (C, pixels)
+                calls.extend(finish(acc) if finish is not None else [])
+                calls.extend(consume(i, acc.reshape(oh * ow, cp)[:, :c].T))
+                continue
             # out by blocks of rows: a pixel's channels are a cache line or more apart in acc, and
             # a copy that steps through all pixels per channel lost them from L1 on maps larger
             # than 16 x 16 (28 x 28 x 192: 123 us in one copy, 67 by blocks of 256 pixels)
@@ -624,6 +656,17 @@ def _padded_copy(view, channels: int, calls: list, writeable: bool) -> np.ndarra
     return copy
 
 
+def _with_bias(weights, b, calls: list) -> np.ndarray:
+    """The weights (M, K) with the bias b (M,) as column K, copied as _weights_as copies."""
+    m, k = weights.shape
+    copy = np.empty((m, k + 1), weights.dtype)
+    copy[:, :k], copy[:, k] = weights, b
+    if weights.flags.writeable or b.flags.writeable:
+        calls.append(functools.partial(np.copyto, copy[:, :k], weights))
+        calls.append(functools.partial(np.copyto, copy[:, k], b))
+    return copy
+
+
 def _weights_as(view, calls: list) -> np.ndarray:
     """A C-contiguous copy of a view of the weights. Constants are read-only and are copied once;
     weights that may change between runs (computed by the graph) are copied again by the first
@@ -767,10 +810,16 @@ class _ConvCall:
         return None if epilogue is None else _ConvCall(self.plan, epilogue, n_conv)
 
     def _calls(self, out, args) -> tuple:
+        buffers = _arena_buffers(out)  # another thread may run this set later, never two at once
+        x, w, b, finish = self.parts(out, args, buffers)
+        return tuple(self.plan.calls(out, x, w, b, buffers, finish))
+
+    def parts(self, out, args, buffers) -> tuple:
+        """(x, w, b or None, finish or None) of this call's arguments, checked against the plan
+        (``out`` too unless None); ``finish(part)`` makes the epilogue's calls on a part."""
         conv, extras = args[: self.n_conv], args[self.n_conv :]
         x, w, b = conv if len(conv) == 3 else (*conv, None)
         self._check(out, x, w, b)
-        buffers = _arena_buffers(out)  # another thread may run this set later, never two at once
         finish = None
         if self.epilogue is not None:
             if any(e.dtype != self.plan.dtype or e.ndim for e in extras):
@@ -780,16 +829,102 @@ class _ConvCall:
             def finish(part):
                 return epilogue.calls(part, extras, buffers)
 
-        return tuple(self.plan.calls(out, x, w, b, buffers, finish))
+        return x, w, b, finish
 
     def _check(self, out, x, w, b) -> None:
         plan = self.plan
-        if x.shape != plan.x_shape or w.shape != plan.w_shape or out.shape != plan.out_shape:
+        # x is None where the conv reads another conv's sums where they are (``_ConvChain``)
+        if (x is not None and x.shape != plan.x_shape) or w.shape != plan.w_shape:
             raise TypeError("not the declared shapes")
-        if x.dtype != plan.dtype or w.dtype != plan.dtype or (b is not None and b.dtype != plan.dtype):
+        if out is not None and out.shape != plan.out_shape:
+            raise TypeError("not the declared shapes")
+        if (
+            (x is not None and x.dtype != plan.dtype)
+            or w.dtype != plan.dtype
+            or (b is not None and b.dtype != plan.dtype)
+        ):
             raise TypeError("not the declared types")
         if b is not None and b.shape != (plan.w_shape[0],):
             raise TypeError("not the declared bias shape")
+
+    def __call__(self, out, *args):
+        last = self.last
+        if (
+            last is None
+            or last[0] is not out
+            or len(args) != len(last[1])
+            or any(a is not k for a, k in zip(args, last[1]))
+        ):
+            last = self.last = (out, args, self._calls(out, args))
+        _run_calls(last[2])
+
+    def bind(self, out, *args):
+        return functools.partial(_run_calls, self._calls(out, args))
+
+
+class _ConvChain:
+    """A depthwise Conv on the ``last`` path (with its epilogue, if any) whose result only a
+    pointwise Conv of one group reads, as one prepared call: the pointwise product reads the
+    depthwise sums where they are, channels-last in the accumulator, as the transposed operand
+    of its BLAS product, (M, C) @ (C, pixels) with the pixels Cp floats apart; the depthwise
+    result is never copied out to its own tensor (a transposing copy of all of it). A depthwise
+    conv on the ``rows`` path at stride 1 is chained too, computed the ``last`` way: there one
+    einsum sums all the taps in the weights' order, the rows path's order, with the same bits,
+    and without the copy out the transposing copy in costs less than the rows' two passes a
+    tap save (MobileNetV2's 32 x 112 x 112). A product
+    with a transposed operand gives OpenBLAS's bits of the contiguous one (the same kernel and
+    blocking, only the packing reads differently), and the epilogue is elementwise, so the
+    result is the two steps' bit for bit (tests/runtime/test_conv_chain.py checks it against
+    offload.evaluate). The CPU executor pairs the two steps (runtime/module.py,
+    ``_fuse_depthwise_pointwise``); the graph keeps both. Its arguments are the depthwise
+    call's (x, weights, bias, epilogue inputs), then the pointwise call's after its input."""
+
+    __slots__ = ("depthwise", "last", "n_first", "pointwise")
+
+    def __init__(self, depthwise: _ConvCall, pointwise: _ConvCall, n_first: int):
+        self.depthwise, self.pointwise, self.n_first = depthwise, pointwise, n_first
+        self.last = None  # (out, args, calls): one tuple, replaced whole (threads)
+
+    @staticmethod
+    def fits(depthwise, pointwise) -> bool:
+        """Whether a chain of these two calls (their plans) is one this class runs."""
+        if type(depthwise) is not _ConvCall or type(pointwise) is not _ConvCall:
+            return False
+        first, second = depthwise.plan, pointwise.plan
+        return (
+            (first.path == "last" or (first.path == "rows" and first.g.strides == (1, 1)))
+            and second.path == "pointwise"
+            and second.group == 1
+            and not second.bias_in_product(pointwise.n_conv == 3)  # the chain adds the bias after
+            and first.dtype == second.dtype
+            and first.out_shape == second.x_shape
+        )
+
+    def _calls(self, out, args) -> tuple:
+        buffers = _arena_buffers(out)
+        x, w, b, finish = self.depthwise.parts(None, args[: self.n_first], buffers)
+        _, w2, b2, finish2 = self.pointwise.parts(out, (None,) + args[self.n_first :], buffers)
+        first, second = self.depthwise.plan, self.pointwise.plan
+        m, c = second.w_shape[:2]
+        calls = []
+        if first.x_shape[0] > 1 and np.may_share_memory(out, x):  # images after the first read late
+            copy = buffers.get(("input",), first.x_shape, first.dtype)
+            calls.append(functools.partial(np.copyto, copy, x))
+            x = copy
+        weights = w2.reshape(m, c)
+
+        def consume(i, sums):  # sums: (C, pixels), a view of the accumulator, pixels Cp floats apart
+            return [functools.partial(np.matmul, weights, sums, out[i].reshape(m, -1))]
+
+        if first.path == "rows":  # stride 1: one einsum sums the taps in the rows path's order
+            first = _ConvPlan(first.x_shape, first.w_shape, first.dtype, first.g, first.group)
+            first.path = "last"
+        calls += first.last(None, x, w, b, buffers, False, finish, consume)
+        if b2 is not None:
+            calls.append(functools.partial(np.add, out, b2.reshape(1, m, 1, 1), out))
+        if finish2 is not None:
+            calls.extend(finish2(out))
+        return tuple(calls)
 
     def __call__(self, out, *args):
         last = self.last

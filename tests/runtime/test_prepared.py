@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import offload
-from offload.runtime.module import _KernelStep, _PreparedStep
+from offload.runtime.module import _FusedAway, _KernelStep, _PreparedStep, _ShuffleSlices
 
 from .onnx_graphs import model_bytes
 
@@ -28,7 +28,7 @@ def _method(program):
 def _kinds(method) -> dict[str, str]:
     out = {}
     for step in method._steps:
-        if isinstance(step, _PreparedStep):
+        if isinstance(step, (_PreparedStep, _FusedAway, _ShuffleSlices)):  # fused: one call runs them
             out[step.kernel.op_name] = "prepared"
         elif isinstance(step, _KernelStep):
             out.setdefault(step.op_name, "kernel")
@@ -252,8 +252,8 @@ def test_relu_and_clip_with_full_operands_equal_numpy():
 def test_a_channel_shuffle_is_prepared_and_equals_numpy():
     """ShuffleNet's channel shuffle (Concat, Reshape, Transpose, Reshape, two Slices) and the
     other reshapes: Concat and the reshapes prepared, each a view or one copy into its arena view
-    (a reshape written over its input: no copy; the one of Transpose's view: one copy), with
-    numpy's values."""
+    (a reshape written over its input: no copy; the shuffle's four ops and the two Slices one
+    fused call, runtime/module.py ``_fuse_channel_shuffles``), with numpy's values."""
     i64 = np.int64
     program = _model(
         [
