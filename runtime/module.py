@@ -1096,6 +1096,16 @@ class _FusedAway:
         return self.kernel.info()
 
 
+def _fusion_context(m: Method, steps: list) -> tuple[dict[int, int], set[int], set[int]]:
+    """What a load-time fusion checks: how many steps read each slot, the method's results, and
+    the steps jumps land on."""
+    readers: dict[int, int] = {}
+    for step in steps:
+        for slot in step.info().reads:
+            readers[slot] = readers.get(slot, 0) + 1
+    return readers, set(m._output_slots), {s.dest for s in steps if isinstance(s, _JumpStep)}
+
+
 def _fuse_epilogues(m: Method, steps: list) -> None:
     """Pair a prepared Conv with the prepared elementwise op right after it (Relu, Clip,
     HardSwish, HardSigmoid: ``nn._Epilogue``) where that op is the only reader of the conv's
@@ -1106,12 +1116,7 @@ def _fuse_epilogues(m: Method, steps: list) -> None:
     the graph and the .pte keep both ops. The op's other inputs (Clip's bounds) must be
     constants, so that no arena view the conv writes is one they are read from. ``steps`` are the
     method's, or a shape plan's (``_ShapePlan``), changed in place."""
-    readers: dict[int, int] = {}
-    for step in steps:
-        for slot in step.info().reads:
-            readers[slot] = readers.get(slot, 0) + 1
-    results = set(m._output_slots)
-    targets = {s.dest for s in steps if isinstance(s, _JumpStep)}
+    readers, results, targets = _fusion_context(m, steps)
     for pc in range(len(steps) - 1):
         conv, op = steps[pc], steps[pc + 1]
         if type(conv) is not _PreparedStep or type(op) is not _PreparedStep:
@@ -1162,12 +1167,7 @@ def _fuse_depthwise_pointwise(m: Method, steps: list) -> None:
     two reads or writes); the graph and the .pte keep both."""
     from .kernels.nn import _ConvChain
 
-    readers: dict[int, int] = {}
-    for step in steps:
-        for slot in step.info().reads:
-            readers[slot] = readers.get(slot, 0) + 1
-    results = set(m._output_slots)
-    targets = {s.dest for s in steps if isinstance(s, _JumpStep)}
+    readers, results, targets = _fusion_context(m, steps)
     for pc, first in enumerate(steps):
         if type(first) is not _PreparedStep:
             continue
@@ -1256,12 +1256,7 @@ def _fuse_channel_shuffles(m: Method, steps: list) -> None:
     a result or read elsewhere (it would never be written), types that are not static."""
     from .kernels.shuffle import ChannelShuffle
 
-    readers: dict[int, int] = {}
-    for step in steps:
-        for slot in step.info().reads:
-            readers[slot] = readers.get(slot, 0) + 1
-    results = set(m._output_slots)
-    targets = {s.dest for s in steps if isinstance(s, _JumpStep)}
+    readers, results, targets = _fusion_context(m, steps)
     for pc in range(len(steps) - 3):
         ks = [_step_kernel(s) for s in steps[pc : pc + 4]]
         if None in ks or [k.op_name for k in ks] != [

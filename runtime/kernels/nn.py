@@ -789,7 +789,28 @@ def _epilogue(op_type: str, attrs: dict, extras: list, dtype) -> _Epilogue | Non
     return None
 
 
-class _ConvCall:
+class _KeptCalls:
+    """A prepared call that makes its numpy calls (``_calls(out, args)``) once per arena set when
+    bound and, called unbound, keeps those it made for the last arrays it got (``last``)."""
+
+    __slots__ = ()
+
+    def __call__(self, out, *args):
+        last = self.last
+        if (
+            last is None
+            or last[0] is not out
+            or len(args) != len(last[1])
+            or any(a is not k for a, k in zip(args, last[1]))
+        ):
+            last = self.last = (out, args, self._calls(out, args))
+        _run_calls(last[2])
+
+    def bind(self, out, *args):
+        return functools.partial(_run_calls, self._calls(out, args))
+
+
+class _ConvCall(_KeptCalls):
     """The prepared call of a 2-D float Conv whose shapes are static: its plan's calls, made once
     per arena set when bound. Called unbound (its input the result of a kernel), it keeps the
     calls it made for the last arrays it got: a method stores kernel results in the same arena
@@ -847,22 +868,8 @@ class _ConvCall:
         if b is not None and b.shape != (plan.w_shape[0],):
             raise TypeError("not the declared bias shape")
 
-    def __call__(self, out, *args):
-        last = self.last
-        if (
-            last is None
-            or last[0] is not out
-            or len(args) != len(last[1])
-            or any(a is not k for a, k in zip(args, last[1]))
-        ):
-            last = self.last = (out, args, self._calls(out, args))
-        _run_calls(last[2])
 
-    def bind(self, out, *args):
-        return functools.partial(_run_calls, self._calls(out, args))
-
-
-class _ConvChain:
+class _ConvChain(_KeptCalls):
     """A depthwise Conv on the ``last`` path (with its epilogue, if any) whose result only a
     pointwise Conv of one group reads, as one prepared call: the pointwise product reads the
     depthwise sums where they are, channels-last in the accumulator, as the transposed operand
@@ -925,20 +932,6 @@ class _ConvChain:
         if finish2 is not None:
             calls.extend(finish2(out))
         return tuple(calls)
-
-    def __call__(self, out, *args):
-        last = self.last
-        if (
-            last is None
-            or last[0] is not out
-            or len(args) != len(last[1])
-            or any(a is not k for a, k in zip(args, last[1]))
-        ):
-            last = self.last = (out, args, self._calls(out, args))
-        _run_calls(last[2])
-
-    def bind(self, out, *args):
-        return functools.partial(_run_calls, self._calls(out, args))
 
 
 @prepared("Conv")
