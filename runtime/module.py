@@ -326,6 +326,7 @@ class Method:
         self._shape_plan_limit = 0
         self._shape_plan_notes: list[tuple[int, ...]] = []  # by instruction: what a first run notes
         self._shape_plan_outputs: list[int] = []  # kernel steps of several outputs (_prepare_outputs_steps)
+        self._read_slots: set[int] = set()  # what any step or the method's results read
         self._shape_plans = _ShapePlans()
         self._callees: set[int] = set()
         self._fallbacks: set[int] = set()  # fallback plans of delegates that run on a backend
@@ -923,16 +924,9 @@ def _prepared(m: Method, step: _KernelStep, domain: str, op_type: str) -> _Prepa
     out = m._planned[slot]
     if out is None or any(isinstance(a, SubPlan) for a in step.attrs.values()):
         return None
-    specs = []
-    for i in step.in_slots:
-        known = m._planned[i] if m._planned[i] is not None else m._initial[i]
-        if isinstance(known, np.ndarray):
-            specs.append((known.dtype, known.shape))
-            continue
-        declared = value_type(m._values[i]) if i else None  # a method input, checked when given
-        if not isinstance(declared, TensorType) or not declared.is_static or known is not None:
-            return None
-        specs.append((declared.dtype.numpy, tuple(declared.shape)))
+    specs = [_static_spec(m, i) for i in step.in_slots]  # a method input's, checked when given
+    if any(spec is None or spec is False for spec in specs):
+        return None
     call = factory(step.attrs, specs, (out.dtype, out.shape))
     if call is None:
         return None
@@ -980,9 +974,7 @@ def _prepared_outputs(m: Method, kernel: _KernelStep, specs: list, outs: dict) -
     factory = kernels.find_prepared_outputs("" if domain == "onnx" else domain, op_type)
     if factory is None or any(isinstance(a, SubPlan) for a in kernel.attrs.values()):
         return None
-    read = set(m._output_slots)
-    for step in m._steps:
-        read.update(step.info().reads)
+    read = m._read_slots
     wanted = [bool(o) and o in read for o in kernel.out_slots]
     if any(w and o not in outs for o, w in zip(kernel.out_slots, wanted)):
         return None
@@ -1003,6 +995,7 @@ def _prepare_outputs_steps(m: Method) -> None:
     ops of one output)."""
     limit, writers, _ = _straight_line(m)
     inputs = set(m._input_slots)
+    m._read_slots = set(m._output_slots).union(*(step.info().reads for step in m._steps))
     found = []
     for pc, step in enumerate(m._steps):
         if type(step) is not _KernelStep or not step.in_slots:
@@ -1029,13 +1022,7 @@ def _prepare_outputs_steps(m: Method) -> None:
                 m._planned[o] is None and o in m._shaped and writers.get(o) == 1 and o not in inputs
                 for o in outs_free
             )
-            and all(
-                i == 0
-                or m._planned[i] is not None
-                or isinstance(m._initial[i], np.ndarray)
-                or (m._initial[i] is None and i in m._shaped)
-                for i in step.in_slots
-            )
+            and all(i == 0 or _plan_input(m, i) for i in step.in_slots)
         ):
             found.append(pc)
     m._shape_plan_outputs = found
@@ -1588,20 +1575,22 @@ def _find_shape_plan_steps(m: Method) -> None:
             or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
         ):
             continue
-        if all(
-            i
-            and (
-                m._planned[i] is not None
-                or isinstance(m._initial[i], np.ndarray)
-                or (m._initial[i] is None and i in m._shaped)
-            )
-            for i in kernel.in_slots
-        ):
+        if all(i and _plan_input(m, i) for i in kernel.in_slots):
             found.append(pc)
     m._shape_plan_steps = found
     m._shape_plan_held = held
     m._shape_plan_limit = limit
     m._shape_plan_notes = [tuple(v for v in s.info().writes if v in m._shaped) for s in m._steps]
+
+
+def _plan_input(m: Method, i: int) -> bool:
+    """Whether slot ``i`` is an input a shape plan's prepared call may read: a planned value, a
+    constant, or a value whose shape follows from the input shapes."""
+    return (
+        m._planned[i] is not None
+        or isinstance(m._initial[i], np.ndarray)
+        or (m._initial[i] is None and i in m._shaped)
+    )
 
 
 def _note(seen: dict, slot: int, value) -> None:
