@@ -68,6 +68,15 @@ def model(
     return m, feeds
 
 
+def as_float64(m, feeds: dict) -> tuple:
+    """The model and feeds of ``model`` in float64 (weights, inputs and outputs)."""
+    for t in m.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+    for v in [*m.graph.input, *m.graph.output]:
+        v.type.tensor_type.elem_type = TensorProto.DOUBLE
+    return m, {k: v.astype(np.float64) for k, v in feeds.items()}
+
+
 def check(op, m, feeds, reference="onnxruntime"):
     if reference == "onnxruntime":
         session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -192,12 +201,7 @@ def test_wrong_initial_state_shape_is_a_shape_error():
 @pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
 def test_float64_against_the_reference_evaluator(op):
     # onnxruntime has no double recurrent kernels; ONNX's reference evaluator computes them.
-    m, feeds = model(op, "bidirectional", N=2, init=True)
-    for t in m.graph.initializer:
-        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
-    for v in [*m.graph.input, *m.graph.output]:
-        v.type.tensor_type.elem_type = TensorProto.DOUBLE
-    feeds = {k: v.astype(np.float64) for k, v in feeds.items()}
+    m, feeds = as_float64(*model(op, "bidirectional", N=2, init=True))
     want = ReferenceEvaluator(m).run(None, feeds)
     got = offload.evaluate(offload.load(m.SerializeToString()), feeds)
     for name, w in zip(OUTPUTS[op], want):

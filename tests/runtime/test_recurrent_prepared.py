@@ -23,7 +23,7 @@ from onnx.reference import ReferenceEvaluator
 import offload
 from offload.runtime.module import _PreparedOutputsStep
 
-from .test_recurrent_fast import OUTPUTS, model
+from .test_recurrent_fast import OUTPUTS, as_float64, model
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models")
 DIRECTIONS = ["forward", "reverse", "bidirectional"]
@@ -105,12 +105,7 @@ def test_prepared_outputs_no_one_reads(read):
 
 @pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
 def test_prepared_float64(op):
-    m, feeds = model(op, "bidirectional", N=2, init=True)
-    for t in m.graph.initializer:
-        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
-    for v in [*m.graph.input, *m.graph.output]:
-        v.type.tensor_type.elem_type = TensorProto.DOUBLE
-    feeds = {k: v.astype(np.float64) for k, v in feeds.items()}
+    m, feeds = as_float64(*model(op, "bidirectional", N=2, init=True))
     method = run_prepared(m, feeds, OUTPUTS[op], reference(m, feeds, "onnx"), tol=1e-12)
     assert all(v.dtype == np.float64 for v in method.run(feeds).values())
 
