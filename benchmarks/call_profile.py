@@ -23,6 +23,7 @@ import time
 from common import MOBILE, inputs, model_bytes  # benchmarks/common.py (run as a script)
 
 import offload
+from offload.runtime.kernels.nn import _run_calls
 
 
 def _describe(a) -> str:
@@ -51,8 +52,8 @@ def main() -> None:
         for k, run in enumerate(method._bound_runs):
             for j, step in enumerate(run):
                 call = bound[k][j]
-                if not (isinstance(call, functools.partial) and isinstance(call.args[0], tuple)):
-                    continue  # not a list of numpy calls (a ufunc or reshape call, timed as one)
+                if not (isinstance(call, functools.partial) and call.func is _run_calls):
+                    continue  # not a list of numpy calls (a ufunc, a concatenation: left alone)
                 calls, times = call.args[0], [[] for _ in call.args[0]]
                 timed.append((step, calls, times))
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from offload.ir import DataType
 
-from . import kernel
+from . import kernel, prepared
 from ._util import normalize_axes, normalize_axis, out_for, unsupported
 
 
@@ -69,6 +70,104 @@ def batch_normalization(ctx, X, scale, B, input_mean, input_var, *, epsilon, mom
     running_mean = input_mean * momentum + mean * (1 - momentum)
     running_var = input_var * momentum + var * (1 - momentum)
     return y, running_mean.astype(input_mean.dtype), running_var.astype(input_var.dtype)
+
+
+# An inference BatchNormalization's prepared call works through the channels by chunks of about
+# this many bytes, so that its add (and the op it applies after, ``with_epilogue``) finds the
+# chunk its multiply wrote in cache: DenseNet-121's BatchNormalizations read concatenations of up
+# to 224 x 56 x 56 floats, and its Relu after each one was a third pass from memory.
+_NORM_CHUNK_BYTES = 256 << 10
+
+
+class _BatchNormCall:
+    """An inference BatchNormalization of a float32 or float64 tensor of static shape whose
+    parameters are of its type: the kernel's x * a + b per channel (a and b computed as the
+    kernel computes them: once where the parameters are constants, else at each run), by chunks
+    of channels (``_NORM_CHUNK_BYTES``). With an ``epilogue`` (Relu, Clip, HardSwish,
+    HardSigmoid: ``nn._Epilogue``) it applies that op to each chunk in place and writes the op's
+    output; the op's other inputs follow the five of BatchNormalization. The same numpy ops on
+    the same elements as the two steps: the same bits."""
+
+    __slots__ = ("dtype", "epilogue", "epsilon", "n_norm", "shape")
+
+    def __init__(self, epsilon: float, shape: tuple, dtype, epilogue=None, n_norm: int = 5):
+        self.epsilon, self.shape, self.dtype = epsilon, tuple(shape), np.dtype(dtype)
+        self.epilogue, self.n_norm = epilogue, n_norm
+
+    def with_epilogue(self, op_type: str, attrs: dict, n_norm: int, extras: list):
+        """This op followed by ``op_type`` reading its result alone, as one call, or None."""
+        from .nn import _epilogue
+
+        epilogue = _epilogue(op_type, attrs, extras, self.dtype)
+        if epilogue is None or n_norm != 5:
+            return None
+        return _BatchNormCall(self.epsilon, self.shape, self.dtype, epilogue, n_norm)
+
+    def __call__(self, out, *args):
+        self.bind(out, *args)()
+
+    def bind(self, out, x, scale, B, mean, var, *extras):
+        from .nn import _arena_buffers, _run_calls
+
+        params = (scale, B, mean, var)
+        c = self.shape[1]
+        if (
+            x.shape != self.shape
+            or out.shape != self.shape
+            or x.dtype != self.dtype
+            or out.dtype != self.dtype
+        ):
+            raise TypeError("not the declared types")
+        if any(p.dtype != self.dtype or p.shape != (c,) for p in params):
+            raise TypeError("not the declared parameter types")
+        if (self.epilogue is None and extras) or any(e.dtype != self.dtype or e.ndim for e in extras):
+            raise TypeError("not the declared types")
+        calls = []
+        if np.may_share_memory(out, x) and not _same_view(out, x):
+            copy = np.empty(self.shape, self.dtype)
+            calls.append(functools.partial(np.copyto, copy, x))
+            x = copy
+        a, b = np.empty(c, self.dtype), np.empty(c, self.dtype)
+        derive = functools.partial(_affine, self.epsilon, *params, a, b)
+        if any(p.flags.writeable for p in params):
+            calls.append(derive)  # parameters the graph computes: again at each run
+        else:
+            derive()
+        shape = (c,) + (1,) * (len(self.shape) - 2)
+        a, b = a.reshape(shape), b.reshape(shape)
+        buffers = _arena_buffers(out)
+        per_channel = max(1, math.prod(self.shape[2:]) * self.shape[0] * self.dtype.itemsize)
+        step = max(1, _NORM_CHUNK_BYTES // per_channel)
+        for lo in range(0, c, step):
+            ch = slice(lo, lo + step)
+            part = out[:, ch]
+            calls.append(functools.partial(np.multiply, x[:, ch], a[ch], part))
+            calls.append(functools.partial(np.add, part, b[ch], part))
+            if self.epilogue is not None:
+                calls.extend(self.epilogue.calls(part, extras, buffers))
+        return functools.partial(_run_calls, tuple(calls))
+
+
+def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.strides == b.strides
+
+
+def _affine(epsilon: float, scale, B, mean, var, a, b) -> None:
+    """The kernel's a = scale / sqrt(var + epsilon) and b = B - mean * a, into a and b."""
+    np.divide(scale, np.sqrt(var + a.dtype.type(epsilon)), out=a)
+    np.subtract(B, mean * a, out=b)
+
+
+@prepared("BatchNormalization")
+def _batch_norm_prepared(attrs, inputs, output):
+    if attrs.get("training_mode") or len(inputs) != 5 or output is None or any(i is None for i in inputs):
+        return None
+    (dtype, shape), (out_dtype, out_shape) = inputs[0], output
+    if dtype not in (np.float32, np.float64) or out_dtype != dtype or tuple(out_shape) != tuple(shape):
+        return None
+    if len(shape) < 2 or any(d != dtype or tuple(s) != (shape[1],) for d, s in inputs[1:]):
+        return None
+    return _BatchNormCall(attrs.get("epsilon", 1e-5), shape, dtype)
 
 
 @kernel("InstanceNormalization")
