@@ -315,6 +315,13 @@ class _ConvPlan:
       step evenly through it; the partial sums of phases after the first are added). 0.3-0.8x
       the time of one einsum over all taps with loops of C, the same bits at stride 1. The
       bias is added channels-last, then the sums are copied out.
+    - ``taps``: one group at stride 1 with at most half as many output as input channels
+      (DenseNet's 128 -> 32 3 x 3 convs): the padded image's rows of Wp floats read as one
+      matrix (C, Hp * Wp), one BLAS product by all the taps' weights at once, (taps * M, C) @
+      (C, Hp * Wp), then per output the taps' products summed in the weights' order, each read
+      at its tap's offset in the flat rows (the Wp - OW columns past each output row computed
+      and dropped), the bias added on the copy out. No column matrix: its C x kernel rows are
+      written and read once, the taps' products T x M rows, at most half as many.
     - ``columns``: everything else, im2col: the windows copied into a column matrix (C/G x
       kernel, pixels), then one BLAS product per image and group.
 
@@ -343,6 +350,8 @@ class _ConvPlan:
             self.path = "last" if prod(x_shape[2:]) <= _LAST_INPUT_PIXELS else "rows"
         elif g.kernel == (1, 1) and g.strides == (1, 1) and not padded:
             self.path = "pointwise"
+        elif group == 1 and g.strides == (1, 1) and 2 * m <= c and len(g.kernel) == 2:
+            self.path = "taps"
         else:
             self.path = "columns"
 
@@ -399,6 +408,45 @@ class _ConvPlan:
         calls = [functools.partial(np.matmul, weights, images[i], results[i]) for i in range(n)]
         if b is not None:
             calls.append(functools.partial(np.add, out, b.reshape(1, m, 1, 1), out))
+        return calls
+
+    def taps(self, out, x, w, b, buffers) -> list:
+        g = self.g
+        n, c, h, wd = self.x_shape
+        m = self.w_shape[0]
+        (kh, kw), (dh, dw), (oh, ow) = g.kernel, g.dilations, g.out
+        hp, wp = h + g.begin[0] + g.end[0], wd + g.begin[1] + g.end[1]
+        count = kh * kw
+        calls = []
+        # the taps' weights stacked, (kh, kw, M, C) -> (taps * M, C), in the weights' order
+        weights = _weights_as(w.transpose(2, 3, 0, 1), calls).reshape(count * m, c)
+        # rows of the last taps read up to (kw - 1) * dw floats past the padded image
+        flat = buffers.get(("taps padded", g.begin, g.end, (h, wd)), (c, hp * wp + (kw - 1) * dw), self.dtype)
+        padded = flat[:, : hp * wp].reshape(c, hp, wp)
+        products = buffers.get(("tap products",), (count, m, hp * wp + (kw - 1) * dw), self.dtype)
+        acc = buffers.get(("taps acc",), (m, oh * wp), self.dtype)
+        result = acc.reshape(m, oh, wp)[:, :, :ow]
+        bias = None if b is None else b.reshape(m, 1, 1)
+        for i in range(n):
+            interior = padded[:, g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd]
+            calls.append(functools.partial(np.copyto, interior, x[i]))
+            stacked = products.reshape(count * m, -1)[:, : hp * wp]
+            calls.append(functools.partial(np.matmul, weights, flat[:, : hp * wp], stacked))
+            for k, (ki, kj) in enumerate(np.ndindex(kh, kw)):
+                at = ki * dh * wp + kj * dw
+                term = products[k, :, at : at + oh * wp]
+                if k == 0:
+                    first = term
+                elif k == 1:
+                    calls.append(functools.partial(np.add, first, term, acc))
+                else:
+                    calls.append(functools.partial(np.add, acc, term, acc))
+            if count == 1:  # a 1 x 1 kernel on a padded image
+                calls.append(functools.partial(np.copyto, acc, first))
+            if bias is None:
+                calls.append(functools.partial(np.copyto, out[i], result))
+            else:
+                calls.append(functools.partial(np.add, result, bias, out[i]))
         return calls
 
     def columns(self, out, x, w, b, buffers) -> list:
