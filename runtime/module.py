@@ -1141,7 +1141,7 @@ def _fuse_depthwise_pointwise(m: Method, steps: list) -> None:
     (``nn._ConvChain``; each may carry its epilogue, ``_fuse_epilogues`` runs first):
 
         d = Conv(x, w1, b1, group=C)   [then Relu / Clip / HardSwish / HardSigmoid, fused]
-        y = Conv(d, w2, b2)            1 x 1, one group [then its epilogue op, fused]
+        y = Conv(d, w2, b2)            1 x 1 [then its epilogue op, fused]
 
     becomes one step at the first conv's place that writes y (the second conv's step runs
     nothing, ``_FusedAway``): the pointwise product reads the depthwise sums channels-last where

@@ -919,9 +919,10 @@ class _ConvCall(_KeptCalls):
 
 class _ConvChain(_KeptCalls):
     """A depthwise Conv on the ``last`` path (with its epilogue, if any) whose result only a
-    pointwise Conv of one group reads, as one prepared call: the pointwise product reads the
-    depthwise sums where they are, channels-last in the accumulator, as the transposed operand
-    of its BLAS product, (M, C) @ (C, pixels) with the pixels Cp floats apart; the depthwise
+    pointwise Conv reads, as one prepared call: the pointwise product reads the depthwise sums
+    where they are, channels-last in the accumulator, as the transposed operand of its BLAS
+    product, (M, C) @ (C, pixels) with the pixels Cp floats apart (one product per group, as
+    numpy's stacked product makes one per group: ShuffleNet's grouped 1 x 1 convs); the depthwise
     result is never copied out to its own tensor (a transposing copy of all of it). A depthwise
     conv on the ``rows`` path at stride 1 is chained too, computed the ``last`` way: there one
     einsum sums all the taps in the weights' order, the rows path's order, with the same bits,
@@ -949,7 +950,6 @@ class _ConvChain(_KeptCalls):
         return (
             (first.path == "last" or (first.path == "rows" and first.g.strides == (1, 1)))
             and second.path == "pointwise"
-            and second.group == 1
             and not second.bias_in_product(pointwise.n_conv == 3)  # the chain adds the bias after
             and first.dtype == second.dtype
             and first.out_shape == second.x_shape
@@ -960,16 +960,21 @@ class _ConvChain(_KeptCalls):
         x, w, b, finish = self.depthwise.parts(None, args[: self.n_first], buffers)
         _, w2, b2, finish2 = self.pointwise.parts(out, (None,) + args[self.n_first :], buffers)
         first, second = self.depthwise.plan, self.pointwise.plan
-        m, c = second.w_shape[:2]
+        m, c, group = second.w_shape[0], second.x_shape[1], second.group
+        mg, cg = m // group, c // group
         calls = []
         if first.x_shape[0] > 1 and np.may_share_memory(out, x):  # images after the first read late
             copy = buffers.get(("input",), first.x_shape, first.dtype)
             calls.append(functools.partial(np.copyto, copy, x))
             x = copy
-        weights = w2.reshape(m, c)
+        weights = w2.reshape(group, mg, cg)
 
         def consume(i, sums):  # sums: (C, pixels), a view of the accumulator, pixels Cp floats apart
-            return [functools.partial(np.matmul, weights, sums, out[i].reshape(m, -1))]
+            results = out[i].reshape(group, mg, -1)
+            return [
+                functools.partial(np.matmul, weights[k], sums[k * cg : (k + 1) * cg], results[k])
+                for k in range(group)
+            ]
 
         if first.path == "rows":  # stride 1: one einsum sums the taps in the rows path's order
             first = _ConvPlan(first.x_shape, first.w_shape, first.dtype, first.g, first.group)

@@ -197,10 +197,9 @@ def test_chain_in_a_shape_plan():
     [
         dict(also_output=True),  # the depthwise result is read elsewhere: it must be written
         dict(weights_in=True),  # pointwise weights given at run: maybe in an arena the chain writes
-        dict(pointwise_group=2),
         dict(pointwise_kernel=(3, 3)),
     ],
-    ids=["result", "weights-in", "group-2", "not-pointwise"],
+    ids=["result", "weights-in", "not-pointwise"],
 )
 def test_pairs_that_are_not_chained(kwargs):
     case = CASES[0]
@@ -208,6 +207,19 @@ def test_pairs_that_are_not_chained(kwargs):
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
     assert not _chains(method)
     _check(data, _feeds(case, weights_in=kwargs.get("weights_in", False)), method)
+
+
+@pytest.mark.parametrize("group", [2, 4, 8])
+@pytest.mark.parametrize("case", CASES[:2], ids=["s1", "s2"])
+def test_a_grouped_pointwise_conv_is_chained(case, group):
+    """ShuffleNet's grouped 1 x 1 conv after its depthwise one: one product per group, each
+    reading its channels of the depthwise sums where they are, as numpy's stacked product of the
+    conv apart makes one per group."""
+    data = _model(case, (None, "Relu"), pointwise_group=group)
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    (step,) = _chains(method)
+    assert step.call.pointwise.plan.group == group
+    _check(data, _feeds(case), method)
 
 
 # depthwise convs on the rows path (maps over 64 x 64): chained at stride 1, where the chain's
