@@ -11,6 +11,7 @@ from offload.ir import DataType
 
 from . import kernel, prepared
 from ._util import normalize_axes, normalize_axis, out_for, unsupported
+from .nn import _arena_buffers, _epilogue, _KeptCalls
 
 
 def _work_dtype(*dtypes) -> np.dtype:
@@ -79,36 +80,32 @@ def batch_normalization(ctx, X, scale, B, input_mean, input_var, *, epsilon, mom
 _NORM_CHUNK_BYTES = 256 << 10
 
 
-class _BatchNormCall:
+class _BatchNormCall(_KeptCalls):
     """An inference BatchNormalization of a float32 or float64 tensor of static shape whose
     parameters are of its type: the kernel's x * a + b per channel (a and b computed as the
     kernel computes them: once where the parameters are constants, else at each run), by chunks
     of channels (``_NORM_CHUNK_BYTES``). With an ``epilogue`` (Relu, Clip, HardSwish,
     HardSigmoid: ``nn._Epilogue``) it applies that op to each chunk in place and writes the op's
     output; the op's other inputs follow the five of BatchNormalization. The same numpy ops on
-    the same elements as the two steps: the same bits."""
+    the same elements as the two steps: the same bits. Its calls are made once per arena set
+    when bound, and kept for the last arrays when called unbound (``nn._KeptCalls``)."""
 
-    __slots__ = ("dtype", "epilogue", "epsilon", "n_norm", "shape")
+    __slots__ = ("dtype", "epilogue", "epsilon", "last", "shape")
 
-    def __init__(self, epsilon: float, shape: tuple, dtype, epilogue=None, n_norm: int = 5):
-        self.epsilon, self.shape, self.dtype = epsilon, tuple(shape), np.dtype(dtype)
-        self.epilogue, self.n_norm = epilogue, n_norm
+    def __init__(self, epsilon: float, shape: tuple, dtype, epilogue=None):
+        self.epsilon, self.shape, self.dtype, self.epilogue = epsilon, tuple(shape), np.dtype(dtype), epilogue
+        self.last = None  # (out, args, calls): one tuple, replaced whole (threads)
 
     def with_epilogue(self, op_type: str, attrs: dict, n_norm: int, extras: list):
-        """This op followed by ``op_type`` reading its result alone, as one call, or None."""
-        from .nn import _epilogue
-
+        """This op (its ``n_norm`` inputs) followed by ``op_type`` reading its result alone, as one
+        call, or None."""
         epilogue = _epilogue(op_type, attrs, extras, self.dtype)
         if epilogue is None or n_norm != 5:
             return None
-        return _BatchNormCall(self.epsilon, self.shape, self.dtype, epilogue, n_norm)
+        return _BatchNormCall(self.epsilon, self.shape, self.dtype, epilogue)
 
-    def __call__(self, out, *args):
-        self.bind(out, *args)()
-
-    def bind(self, out, x, scale, B, mean, var, *extras):
-        from .nn import _arena_buffers, _run_calls
-
+    def _calls(self, out, args) -> tuple:
+        x, scale, B, mean, var, *extras = args
         params = (scale, B, mean, var)
         c = self.shape[1]
         if (
@@ -145,7 +142,7 @@ class _BatchNormCall:
             calls.append(functools.partial(np.add, part, b[ch], part))
             if self.epilogue is not None:
                 calls.extend(self.epilogue.calls(part, extras, buffers))
-        return functools.partial(_run_calls, tuple(calls))
+        return tuple(calls)
 
 
 def _same_view(a: np.ndarray, b: np.ndarray) -> bool:

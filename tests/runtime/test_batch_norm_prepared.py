@@ -29,7 +29,8 @@ TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 
 def _model(shape, dtype, after: str | None, first: str = "Neg", params_in: bool = False) -> bytes:
     """x -> first -> BatchNormalization -> [after] -> y. ``first`` Conv (1 x 1) makes the
-    normalization's input an arena value it may write over; ``params_in``: the scale is the
+    normalization's input an arena value it may write over, Softsign a kernel's result (the call
+    runs unbound, keeping its calls for the arrays it got last); ``params_in``: the scale is the
     graph's input ``s`` times 1, a value the graph computes, not a constant."""
     c = shape[1]
     rng = np.random.default_rng(sum(shape))
@@ -45,6 +46,8 @@ def _model(shape, dtype, after: str | None, first: str = "Neg", params_in: bool 
     if first == "Conv":
         inits.append(("w", (rng.standard_normal((c, c, 1, 1)) * 0.3).astype(dtype)))
         nodes.append(helper.make_node("Conv", ["x", "w"], ["r"]))
+    elif first == "Softsign":  # a kernel's result (no prepared call): the normalization runs unbound
+        nodes.append(helper.make_node("Softsign", ["x"], ["r"]))
     else:
         nodes.append(helper.make_node("Neg", ["x"], ["r"]))
     scale = "scale"
@@ -120,6 +123,15 @@ def test_written_over_its_input_chunk_by_chunk():
     # the memory plan puts its output where the Conv's result is; each chunk of channels reads
     # its part of the input before writing it
     assert np.may_share_memory(method._planned[step.out_slot], method._planned[step.in_slots[0]])
+
+
+def test_unbound_after_a_kernel_result():
+    shape, dtype = (2, 24, 9, 7), np.float32
+    feeds = [_feeds(shape, dtype, seed) for seed in (9, 10)]
+    method = _check(_model(shape, dtype, "Clip", "Softsign"), feeds, dtype)
+    (step,) = _norm_steps(method)
+    assert not any(step in getattr(s, "steps", ()) for s in method._fast_steps)  # not bound
+    assert step.call.last is not None  # the calls it made, kept
 
 
 def test_parameters_the_graph_computes_are_read_again_at_each_run():
