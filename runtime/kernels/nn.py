@@ -427,10 +427,10 @@ class _ConvPlan:
         acc = buffers.get(("taps acc",), (m, oh * wp), self.dtype)
         result = acc.reshape(m, oh, wp)[:, :, :ow]
         bias = None if b is None else b.reshape(m, 1, 1)
+        interior = padded[:, g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd]
+        stacked = products.reshape(count * m, -1)[:, : hp * wp]
         for i in range(n):
-            interior = padded[:, g.begin[0] : g.begin[0] + h, g.begin[1] : g.begin[1] + wd]
             calls.append(functools.partial(np.copyto, interior, x[i]))
-            stacked = products.reshape(count * m, -1)[:, : hp * wp]
             calls.append(functools.partial(np.matmul, weights, flat[:, : hp * wp], stacked))
             for k, (ki, kj) in enumerate(np.ndindex(kh, kw)):
                 at = ki * dh * wp + kj * dw

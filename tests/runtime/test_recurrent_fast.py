@@ -219,13 +219,18 @@ def test_threads_running_one_pte_at_once(op):
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
     rng = np.random.default_rng(5)
     feeds = [{"X": rng.standard_normal((6, 1, 6)).astype(np.float32)} for _ in range(4)]
-    want = [session.run(None, f) for f in feeds]
+    run_in_threads(method, feeds, [session.run(None, f) for f in feeds], OUTPUTS[op])
+
+
+def run_in_threads(method, feeds: list, want: list, names: list) -> None:
+    """One thread per feed, all at once, each running ``method`` 20 times and checking its
+    outputs ``names`` against ``want`` for its own feed (an exception in a thread fails the test)."""
 
     def work(k):
         for _ in range(20):
             got = method.run(feeds[k])
-            for name, w in zip(OUTPUTS[op], want[k]):
+            for name, w in zip(names, want[k]):
                 np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5, err_msg=f"thread {k} {name}")
 
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(work, range(4)))
+    with ThreadPoolExecutor(len(feeds)) as pool:
+        list(pool.map(work, range(len(feeds))))

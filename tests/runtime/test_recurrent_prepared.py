@@ -11,7 +11,6 @@ derived weights and buffers the first kept).
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnx
@@ -23,7 +22,7 @@ from onnx.reference import ReferenceEvaluator
 import offload
 from offload.runtime.module import _PreparedOutputsStep
 
-from .test_recurrent_fast import OUTPUTS, as_float64, model
+from .test_recurrent_fast import OUTPUTS, as_float64, model, run_in_threads
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models")
 DIRECTIONS = ["forward", "reverse", "bidirectional"]
@@ -147,16 +146,7 @@ def test_prepared_threads(op):
     assert len(refuse_kernel(method._steps)) == 1
     rng = np.random.default_rng(5)
     feeds = [{"X": rng.standard_normal((6, 1, 6)).astype(np.float32)} for _ in range(4)]
-    want = [reference(m, f) for f in feeds]
-
-    def work(k):
-        for _ in range(20):
-            got = method.run(feeds[k])
-            for name, w in zip(OUTPUTS[op], want[k]):
-                np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5, err_msg=f"thread {k} {name}")
-
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(work, range(4)))
+    run_in_threads(method, feeds, [reference(m, f) for f in feeds], OUTPUTS[op])
 
 
 def _plan_steps(method, shapes) -> list:
