@@ -3,7 +3,9 @@ or none, as one prepared step of the CPU executor (runtime/module.py,
 ``_fuse_depthwise_pointwise``; runtime/kernels/nn.py ``_ConvChain``: the pointwise product reads
 the depthwise sums channels-last where they are): against onnxruntime, bit for bit against the
 ops run apart (offload.evaluate), bound and unbound, on two threads, in a shape plan; and the
-pairs that must not be fused."""
+pairs that must not be fused. The chains are made on the numpy paths, where the compiled loops
+are off (numba missing or ``OFFLOAD_JIT=0``): the compiled ``direct`` path writes the depthwise
+result itself, and the last test checks that it is then not chained."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from offload.runtime.kernels.nn import _ConvCall, _ConvChain
 from offload.runtime.module import _BoundRun, _FusedAway, _PreparedStep
 
 from .onnx_graphs import model_bytes
+
+pytestmark = pytest.mark.usefixtures("numpy_convs")
 
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 

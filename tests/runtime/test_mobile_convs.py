@@ -14,6 +14,7 @@ import offload
 from offload.runtime.kernels.nn import _ConvCall
 from offload.runtime.module import _BoundRun, _KernelPair, _PreparedStep
 
+from .conftest import plan_path
 from .onnx_graphs import model_bytes
 
 F32 = TensorProto.FLOAT
@@ -86,14 +87,14 @@ def _prepared_conv(method) -> _PreparedStep:
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[-1]}-{c[0]}x{c[1]}x{c[2]}-g{c[4]}-k{c[5]}-s{c[6]}")
-def test_conv_paths_match_onnxruntime(case, bias):
+def test_conv_paths_match_onnxruntime(case, bias, conv_loops):
     data = _conv_model(case, bias)
     x = np.random.default_rng(1).standard_normal((1,) + case[:3]).astype(np.float32)
     expected = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     program = offload.load(data)
     method = offload.runtime.load(offload.save(program)).method("forward")
     step = _prepared_conv(method)
-    assert isinstance(step.call, _ConvCall) and step.call.plan.path == case[-1]
+    assert isinstance(step.call, _ConvCall) and step.call.plan.path == plan_path(case[-1], conv_loops)
     assert any(isinstance(s, _BoundRun) for s in method._fast_steps)  # the Conv is bound
     tol = dict(rtol=1e-5, atol=1e-5 * np.abs(expected).max())
     for _ in range(2):  # the second run reuses the buffers whose borders the first left zero
@@ -103,7 +104,7 @@ def test_conv_paths_match_onnxruntime(case, bias):
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[-1] != "pointwise"][::2], ids=lambda c: c[-1])
-def test_unbound_conv_and_batches(case):
+def test_unbound_conv_and_batches(case, conv_loops):
     """A Conv after a kernel (not bound: its plan's calls made per run), on a batch of 2."""
     data = _conv_model(case, True, batch=2, reshaped=True)
     rng = np.random.default_rng(2)
@@ -131,7 +132,7 @@ def _direct_depthwise(x, w, pads):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float16])
-def test_depthwise_float64_and_float16(dtype):
+def test_depthwise_float64_and_float16(dtype, conv_loops):
     """float64 runs by a plan too; float16 widens to float32 in the kernel, as before."""
     onnx_type = {np.float64: TensorProto.DOUBLE, np.float16: TensorProto.FLOAT16}[dtype]
     for case in (CASES[0], CASES[5]):  # rows, last

@@ -1,0 +1,103 @@
+"""Compiled loops (numba) for the convolutions numpy can only compute in many passes over memory.
+
+A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
+numpy computes it with one pass over the whole map per tap (``nn._ConvPlan.rows``) or one
+einsum per stride phase after a transposing copy (``last``): 0.2-1 ns a multiply-add on the
+2-core benchmark machine, where onnxruntime's MLAS needs 0.07-0.11. ``depthwise`` below works
+one channel at a time: the channel's padded stride phases and its accumulator (a few KB to a
+few tens of KB) stay in the L1/L2 cache across all the taps, each tap is one contiguous loop
+that the compiler vectorizes, and the bias is added on the copy out.
+
+Only imported through ``nn._loops()`` (numba takes 0.4 s to import and compiles each
+function on its first call of each dtype; ``cache=True`` keeps the machine code on disk for the
+next process). ``fastmath`` stays off: every multiply and add rounds as numpy's do, each output
+sums its taps in the weights' order, and the results do not depend on how the loops vectorize.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def depthwise(x, w, b, out, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
+    """out[c] = the correlation of x[c] (C, H, W) with w[c] (C, KH, KW), plus b[c] where b has
+    C values (none where it has 0), at strides (sh, sw), zero padding ``top`` rows above and
+    ``left`` columns before, dilations (dh, dw); out is (C, OH, OW), all C-contiguous.
+
+    Per channel, the padded image's stride phases are copied into one buffer (phase (a, bb)
+    holds padded[a::sh, bb::sw], as Hph rows of Wph floats, Hph and Wph what the taps read);
+    every tap then reads one phase at stride 1, OH rows of Wph floats as one flat run (the
+    Wph - OW columns past each output row are computed and dropped). The first tap's products
+    start the sums, the others are added in the weights' order; the buffer's border is zeroed
+    once and only its interior is written, channel after channel."""
+    channels, h, wd = x.shape
+    kh, kw = w.shape[1], w.shape[2]
+    oh, ow = out.shape[1], out.shape[2]
+    hph = (kh - 1) * dh // sh + oh
+    wph = (kw - 1) * dw // sw + ow
+    plane = hph * wph
+    # the last tap's run reads up to Wph - 1 floats past its phase: slack after the last one
+    phases = np.zeros(sh * sw * plane + wph, x.dtype)
+    run = oh * wph
+    acc = np.empty(run, x.dtype)
+    bias = b.shape[0] > 0
+    for c in range(channels):
+        for iy in range(h):
+            r = iy + top
+            rr = r // sh
+            if rr >= hph:
+                break
+            row = x[c, iy]
+            first = (r % sh) * sw * plane + rr * wph  # the row in phase (r % sh, 0)
+            if sw == 1:  # a contiguous copy
+                n = min(wd, wph - left)
+                dst = phases[first + left : first + left + n]
+                for t in range(n):
+                    dst[t] = row[t]
+            elif sw == 2:  # even and odd columns to their phases in one loop the compiler vectorizes
+                even = phases[first + (left % 2) * plane + left // 2 :]
+                odd = phases[first + ((left + 1) % 2) * plane + (left + 1) // 2 :]
+                n_even = min((wd + 1) // 2, wph - left // 2)
+                n_odd = min(wd // 2, wph - (left + 1) // 2)
+                n = min(n_even, n_odd)
+                for t in range(n):
+                    even[t] = row[2 * t]
+                    odd[t] = row[2 * t + 1]
+                for t in range(n, n_even):
+                    even[t] = row[2 * t]
+                for t in range(n, n_odd):
+                    odd[t] = row[2 * t + 1]
+            else:
+                for bb in range(sw):
+                    ix0 = (bb - left) % sw  # the first input column in phase column bb
+                    j0 = (ix0 + left) // sw
+                    if ix0 >= wd or j0 >= wph:
+                        continue
+                    n = min((wd - 1 - ix0) // sw + 1, wph - j0)
+                    dst = phases[first + bb * plane + j0 : first + bb * plane + j0 + n]
+                    src = row[ix0:]
+                    for t in range(n):
+                        dst[t] = src[t * sw]
+        for ki in range(kh):
+            for kj in range(kw):
+                at = ((ki * dh) % sh * sw + (kj * dw) % sw) * plane + (ki * dh) // sh * wph + (kj * dw) // sw
+                src = phases[at : at + run]
+                weight = w[c, ki, kj]
+                if ki == 0 and kj == 0:
+                    for t in range(run):
+                        acc[t] = src[t] * weight
+                else:
+                    for t in range(run):
+                        acc[t] += src[t] * weight
+        for oy in range(oh):
+            dst = out[c, oy]
+            src = acc[oy * wph :]
+            if bias:
+                value = b[c]
+                for ox in range(ow):
+                    dst[ox] = src[ox] + value
+            else:
+                for ox in range(ow):
+                    dst[ox] = src[ox]

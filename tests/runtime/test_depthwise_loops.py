@@ -1,0 +1,223 @@
+"""The compiled depthwise convolution (runtime/kernels/loops.py, the plan's ``direct`` path): sums
+against float64 numpy sums over a range of geometries, the numpy rows path's bits, an output
+written over its input, two threads, a model against onnxruntime (not chained with the pointwise
+conv after it), and the switch that turns the loops off."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import offload
+from offload.runtime.kernels import nn
+from offload.runtime.kernels.nn import _ConvCall, _ConvChain
+from offload.runtime.module import _PreparedStep
+
+from .onnx_graphs import model_bytes
+
+pytestmark = pytest.mark.skipif(nn._loops() is None, reason="numba is not installed here (or OFFLOAD_JIT=0)")
+
+# (channels, height, width, kernel, strides, pads (top, left, bottom, right), dilations)
+GEOMETRIES = [
+    (8, 10, 12, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (8, 10, 12, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # odd left pad: even columns to phase 1
+    (6, 8, 16, (3, 3), (2, 2), (2, 2, 2, 2), (1, 1)),  # even left pad, even width
+    (6, 8, 15, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),  # odd width: one even column more
+    (6, 8, 15, (3, 3), (2, 2), (1, 4, 1, 0), (1, 1)),
+    (5, 11, 9, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
+    (3, 13, 13, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),
+    (4, 9, 9, (3, 3), (3, 3), (1, 0, 0, 1), (1, 1)),
+    (4, 9, 9, (2, 2), (1, 1), (0, 0, 0, 0), (1, 1)),
+    (6, 7, 7, (7, 7), (1, 1), (3, 3, 3, 3), (1, 1)),
+    (6, 7, 16, (3, 3), (2, 2), (3, 5, 1, 2), (3, 3)),
+    (2, 20, 3, (3, 3), (1, 1), (4, 4, 4, 4), (1, 1)),  # more padding than image across
+    (7, 9, 11, (3, 5), (1, 2), (0, 1, 2, 1), (2, 1)),
+    (3, 12, 10, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+    (9, 1, 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (33, 30, 29, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+]
+
+
+def _sums(x, w, b, strides, pads, dilations, out_shape):
+    """The depthwise conv as float64 sums over the taps of the padded input."""
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
+    (sh, sw), (dh, dw) = strides, dilations
+    oh, ow = out_shape[2:]
+    y = np.zeros(out_shape)
+    for i in range(w.shape[2]):
+        for j in range(w.shape[3]):
+            window = xp[
+                :, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw
+            ]
+            y += window * w[None, :, 0, i, j, None, None]
+    return y if b is None else y + b[None, :, None, None]
+
+
+def _plan(x_shape, kernel, strides, pads, dilations, dtype):
+    g = nn._geometry("Conv", x_shape, kernel, "NOTSET", dilations, pads, strides)
+    return nn._ConvPlan(x_shape, (x_shape[1], 1) + kernel, dtype, g, x_shape[1])
+
+
+def _run(plan, x, w, b, out=None):
+    out = np.empty(plan.out_shape, plan.dtype) if out is None else out
+    nn._run_calls(plan.calls(out, x, w, b, nn._Buffers()))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize(
+    "case", GEOMETRIES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-k{c[3]}-s{c[4]}-p{c[5]}-d{c[6]}"
+)
+def test_direct_matches_float64_sums(case, bias, dtype):
+    c, h, wd, kernel, strides, pads, dilations = case
+    rng = np.random.default_rng(sum(case[:3]))
+    x = rng.standard_normal((2, c, h, wd)).astype(dtype)
+    w = rng.standard_normal((c, 1) + kernel).astype(dtype)
+    b = rng.standard_normal(c).astype(dtype) if bias else None
+    plan = _plan(x.shape, kernel, strides, pads, dilations, dtype)
+    assert plan.path == "direct"
+    got = _run(plan, x, w, b)
+    want = _sums(x, w, b, strides, pads, dilations, plan.out_shape)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    np.testing.assert_array_equal(_run(plan, x, w, b), got)  # its buffers' borders stay zero
+
+
+@pytest.mark.parametrize("case", GEOMETRIES[:6], ids=lambda c: f"k{c[3]}-s{c[4]}-p{c[5]}")
+def test_direct_gives_the_rows_paths_bits(case, numpy_convs):
+    """Each output is its first tap's product, then each other tap's product added in the weights'
+    order, then the bias: the multiplies and adds of the numpy rows path, so turning the loops
+    off does not change a result."""
+    c, h, wd, kernel, strides, pads, dilations = case
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((c, 1) + kernel).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    rows = _plan(x.shape, kernel, strides, pads, dilations, np.float32)
+    rows.path = "rows"
+    direct = _plan(x.shape, kernel, strides, pads, dilations, np.float32)
+    direct.path = "direct"
+    nn._LOOPS = None  # the numpy_convs fixture turned them off; this plan calls them itself
+    try:
+        got = _run(direct, x, w, b)
+    finally:
+        nn._LOOPS = False
+    np.testing.assert_array_equal(got, _run(rows, x, w, b))
+
+
+def test_an_output_written_over_its_input():
+    """The arena may give a conv's output its input's memory: every input channel is read first."""
+    c, h, wd = 16, 12, 12
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    plan = _plan(x.shape, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), np.float32)
+    want = _sums(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), plan.out_shape)
+    shared = x.copy()
+    got = _run(plan, shared, w, b, out=shared)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_two_threads_run_one_plan_at_once():
+    """The loops allocate their scratch per call and release the GIL: two threads, one plan."""
+    c, h, wd = 24, 40, 40
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    plan = _plan((1, c, h, wd), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), np.float32)
+    inputs = [rng.standard_normal((1, c, h, wd)).astype(np.float32) for _ in range(2)]
+    wants = [_run(plan, x, w, b) for x in inputs]
+    failures = []
+
+    def work(k):
+        for _ in range(50):
+            if not np.array_equal(_run(plan, inputs[k], w, b), wants[k]):
+                failures.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def _mobile_block() -> bytes:
+    """Neg -> depthwise 3 x 3 (bias) -> Clip(0, 6) -> pointwise 1 x 1 (bias): MobileNetV2's tail of
+    a block, whose two convs the numpy paths chain."""
+    rng = np.random.default_rng(8)
+    c, m = 32, 16
+    inits = [
+        ("wd", rng.standard_normal((c, 1, 3, 3)).astype(np.float32)),
+        ("bd", rng.standard_normal(c).astype(np.float32)),
+        ("lo", np.array(0, np.float32)),
+        ("hi", np.array(6, np.float32)),
+        ("wp", rng.standard_normal((m, c, 1, 1)).astype(np.float32)),
+        ("bp", rng.standard_normal(m).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Neg", ["x"], ["r"]),
+        helper.make_node("Conv", ["r", "wd", "bd"], ["d"], group=c, pads=(1, 1, 1, 1), strides=(2, 2)),
+        helper.make_node("Clip", ["d", "lo", "hi"], ["a"]),
+        helper.make_node("Conv", ["a", "wp", "bp"], ["y"]),
+    ]
+    return model_bytes(
+        nodes, [("x", TensorProto.FLOAT, [1, c, 29, 31])], [("y", TensorProto.FLOAT, None)], inits, opset=17
+    )
+
+
+def test_a_direct_depthwise_conv_is_not_chained_and_matches_onnxruntime():
+    data = _mobile_block()
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    calls = [s.call for s in method._steps if isinstance(s, _PreparedStep)]
+    assert not any(isinstance(call, _ConvChain) for call in calls)
+    assert [call.plan.path for call in calls if isinstance(call, _ConvCall)] == ["direct", "pointwise"]
+    x = np.random.default_rng(9).standard_normal((1, 32, 29, 31)).astype(np.float32)
+    (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for _ in range(2):
+        got = method.run({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(offload.evaluate(program, {"x": x})["y"], got)
+
+
+def _in_a_process(code: str, **env) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_offload_jit_0_turns_the_loops_off():
+    code = (
+        "from offload.runtime.kernels import nn\n"
+        "g = nn._geometry('Conv', (1, 8, 80, 80), (3, 3), 'NOTSET', (1, 1), (1, 1, 1, 1), (1, 1))\n"
+        "print(nn._loops(), nn._ConvPlan((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
+    )
+    assert _in_a_process(code, OFFLOAD_JIT="0") == "None rows"
+
+
+def test_a_model_without_a_depthwise_conv_does_not_import_numba():
+    """numba takes 0.4 s to import: only a plan that uses the loops imports it."""
+    code = (
+        "import sys, numpy as np, offload\n"
+        "from onnx import TensorProto, helper\n"
+        "from tests.runtime.onnx_graphs import model_bytes\n"
+        "w = np.ones((4, 3, 3, 3), np.float32)\n"
+        "data = model_bytes([helper.make_node('Conv', ['x', 'w'], ['y'])],"
+        " [('x', TensorProto.FLOAT, [1, 3, 8, 8])], [('y', TensorProto.FLOAT, None)], [('w', w)], opset=17)\n"
+        "m = offload.runtime.load(offload.save(offload.load(data))).method('forward')\n"
+        "m.run({'x': np.ones((1, 3, 8, 8), np.float32)})\n"
+        "print('numba' in sys.modules)"
+    )
+    assert _in_a_process(code) == "False"
