@@ -101,3 +101,58 @@ def depthwise(x, w, b, out, sh, sw, top, left, dh, dw):  # pragma: no cover - co
             else:
                 for ox in range(ow):
                     dst[ox] = src[ox]
+
+
+@njit(cache=True, nogil=True)
+def depthwise_last(x, w, b, out, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
+    """``depthwise`` for small outputs, with the same arguments and the same bits (each output its
+    first tap's product, then the others' added in the weights' order, then the bias), computed
+    channels-last: the padded image transposed to (rows, columns, C) and per output pixel and
+    tap one loop over all the channels, so that the loops are long where a channel's map is
+    not. Outputs of 7 x 7 (MobileNets' last layers, 576 to 960 channels): 0.56-0.79x the time
+    of ``depthwise``; from 14 x 14 up it is the slower one (1.05-1.46x, 3x at 28 x 28)."""
+    channels, h, wd = x.shape
+    kh, kw = w.shape[1], w.shape[2]
+    oh, ow = out.shape[1], out.shape[2]
+    hn = (oh - 1) * sh + (kh - 1) * dh + 1
+    wn = (ow - 1) * sw + (kw - 1) * dw + 1
+    pad = np.zeros((hn, wn, channels), x.dtype)
+    rows = min(h, hn - top)
+    cols = min(wd, wn - left)
+    for c0 in range(0, channels, 8):  # by 8 channels: each pixel's 8 floats written together
+        for iy in range(rows):
+            dst = pad[iy + top]
+            for c in range(c0, min(channels, c0 + 8)):
+                src = x[c, iy]
+                for ix in range(cols):
+                    dst[ix + left, c] = src[ix]
+    taps = np.empty((kh * kw, channels), x.dtype)
+    for c in range(channels):
+        for ki in range(kh):
+            for kj in range(kw):
+                taps[ki * kw + kj, c] = w[c, ki, kj]
+    acc = np.empty((oh * ow, channels), x.dtype)
+    for oy in range(oh):
+        for ox in range(ow):
+            a = acc[oy * ow + ox]
+            for ki in range(kh):
+                for kj in range(kw):
+                    src = pad[oy * sh + ki * dh, ox * sw + kj * dw]
+                    weight = taps[ki * kw + kj]
+                    if ki == 0 and kj == 0:
+                        for c in range(channels):
+                            a[c] = src[c] * weight[c]
+                    else:
+                        for c in range(channels):
+                            a[c] += src[c] * weight[c]
+    bias = b.shape[0] > 0
+    for c in range(channels):
+        for oy in range(oh):
+            dst = out[c, oy]
+            if bias:
+                value = b[c]
+                for ox in range(ow):
+                    dst[ox] = acc[oy * ow + ox, c] + value
+            else:
+                for ox in range(ow):
+                    dst[ox] = acc[oy * ow + ox, c]

@@ -292,6 +292,7 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
 # 112 inputs the transposing copies into channels-last cost more than the einsum saves: 32
 # channels 0.97-1.41, 96 at stride 2 1.49-2.46, 16 at stride 2 1.22-1.33.
 _LAST_INPUT_PIXELS = 64 * 64
+_LAST_OUTPUT_PIXELS = 8 * 8  # the direct path's outputs this small: loops.depthwise_last
 _COPY_PIXELS = 256  # the last path copies its sums out by blocks of rows of about this many pixels
 # The rows path works through the channels in chunks whose accumulator takes about this many
 # bytes, so that a chunk's padded input, accumulator and term stay in the core's L2 cache across
@@ -330,8 +331,9 @@ class _ConvPlan:
     - ``direct``: depthwise (one input and one output channel per group), 2-D, where the compiled
       loops are there (``_loops``: numba, not ``OFFLOAD_JIT=0``): ``loops.depthwise`` per image,
       one channel at a time with its padded stride phases and sums in cache, by chunks of
-      channels when an epilogue follows. Each output is the rows path's multiplies and adds in
-      the same order, so its bits are the rows path's. MobileNetV2's depthwise layers in a run
+      channels when an epilogue follows (``loops.depthwise_last``, channels-last, for outputs of
+      at most 8 x 8). Each output is the rows path's multiplies and adds in the same order, so
+      its bits are the rows path's. MobileNetV2's depthwise layers in a run
       (1 thread): about a third of the time of the numpy paths below, copies included.
     - ``rows``: depthwise on large maps, where the compiled loops are not. The padded
       input is split into stride phases (phase (a, b) holds padded[a::sh, b::sw]; one phase at
@@ -520,7 +522,9 @@ class _ConvPlan:
         g = self.g
         n, c = self.x_shape[:2]
         (oh, ow), (sh, sw), (dh, dw) = g.out, g.strides, g.dilations
-        depthwise = _loops().depthwise
+        # the same bits either way: channels-last where the output is too small for long loops
+        small = oh * ow <= _LAST_OUTPUT_PIXELS
+        depthwise = _loops().depthwise_last if small else _loops().depthwise
         calls = []
         if shared:  # the output may be written over input channels not read yet
             copy = buffers.get(("input",), self.x_shape, self.dtype)

@@ -113,6 +113,30 @@ def test_direct_gives_the_rows_paths_bits(case, numpy_convs):
     np.testing.assert_array_equal(got, _run(rows, x, w, b))
 
 
+@pytest.mark.parametrize(
+    "case", GEOMETRIES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-k{c[3]}-s{c[4]}-p{c[5]}-d{c[6]}"
+)
+def test_both_loops_give_the_same_bits(case):
+    """The plan takes loops.depthwise_last for small outputs and loops.depthwise for the others:
+    the same multiplies and adds per output, so the size rule cannot change a result."""
+    c, h, wd, kernel, strides, pads, dilations = case
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((c,) + kernel).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    out_shape = _plan((1, c, h, wd), kernel, strides, pads, dilations, np.float32).out_shape[1:]
+    loops = nn._loops()
+    results = []
+    for depthwise in (loops.depthwise, loops.depthwise_last):
+        for bias in (b, np.empty(0, np.float32)):
+            out = np.full(out_shape, np.nan, np.float32)
+            depthwise(x, w, bias, out, *strides, pads[0], pads[1], *dilations)
+            results.append(out)
+    np.testing.assert_array_equal(results[0], results[2])
+    np.testing.assert_array_equal(results[1], results[3])
+    assert not np.isnan(results[0]).any() and not np.isnan(results[1]).any()
+
+
 def test_an_output_written_over_its_input():
     """The arena may give a conv's output its input's memory: every input channel is read first."""
     c, h, wd = 16, 12, 12
