@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import threading
 
 import numpy as np
@@ -16,6 +18,29 @@ from offload.ir.types import MAX_TENSOR_BYTES
 # Reshape to 10¹² elements is a ShapeError, not a crash or an OOM kill. Environment variable
 # OFFLOAD_MAX_TENSOR_BYTES sets it (bytes) for the process.
 MAX_RESULT_BYTES = MAX_TENSOR_BYTES
+
+
+def compiled_loops():
+    """The compiled loops (runtime/kernels/loops.py, numba), or None where numba is not
+    installed or ``OFFLOAD_JIT=0`` turns them off; the kernels then take their numpy paths.
+    Imported by the first kernel or plan that would use them, so that a process that never
+    does never imports numba; under a lock, so that no thread plans without them while another
+    imports them (a kernel and the .pte's prepared call must choose alike: their results are
+    compared bit for bit)."""
+    global _LOOPS
+    if _LOOPS is None:
+        with _LOOPS_LOCK:
+            if _LOOPS is None:
+                found = False
+                if os.environ.get("OFFLOAD_JIT", "1") != "0":
+                    with contextlib.suppress(ImportError):  # numba missing: the numpy paths
+                        from . import loops as found
+                _LOOPS = found
+    return _LOOPS or None
+
+
+_LOOPS = None  # not looked for yet; False: not there
+_LOOPS_LOCK = threading.Lock()
 
 
 def normalize_axis(axis: int, rank: int, op: str = "") -> int:

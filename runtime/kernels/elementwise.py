@@ -16,7 +16,7 @@ import numpy as np
 from offload.ir import DataType
 
 from . import UfuncCall, kernel, prepared
-from ._util import filled, out_for, unsupported
+from ._util import compiled_loops, filled, out_for, unsupported
 
 # ---------------------------------------------------------------- helpers
 
@@ -625,12 +625,19 @@ for _name, _fn in {
 
 def _hard_passes(out, x, alpha, beta, swish: bool, temp=None):
     """HardSigmoid's clip(alpha * x + beta, 0, 1), times x for HardSwish (alpha 1/6, beta 1/2),
-    as numpy passes into ``out`` (through ``temp`` where out is x's memory): 3 passes, 4 for
-    HardSwish, where the composed expression made 4 or 5 arrays."""
-    t = temp if temp is not None else out
+    into ``out``: by the compiled loop in one pass (``loops.hard_sigmoid``, the same operations
+    in the same order) where it takes these arrays, else as numpy passes (through ``temp``
+    where out is x's memory): 3 passes, 4 for HardSwish, where the composed expression made 4
+    or 5 arrays. MobileNetV3-Small's 21 HardSwish and 9 HardSigmoid: 0.7 ms of a run in
+    passes."""
     dtype = out.dtype
-    zero, one = np.zeros((), dtype), np.ones((), dtype)
+    zero, one = np.zeros((), dtype)[()], np.ones((), dtype)[()]
     alpha, beta = dtype.type(alpha), dtype.type(beta)
+    loops = compiled_loops()
+    if loops is not None and _one_pass(out, x):
+        return functools.partial(loops.hard_sigmoid, x, out, alpha, beta, zero, one, swish)
+    t = temp if temp is not None else out
+    zero, one = np.zeros((), dtype), np.ones((), dtype)
 
     def run():  # outputs positional: cheaper than out= (kernels.UfuncCall.bind)
         np.multiply(x, alpha, t)
@@ -642,6 +649,16 @@ def _hard_passes(out, x, alpha, beta, swish: bool, temp=None):
             _CLIP(t, zero, one, out)
 
     return run
+
+
+def _one_pass(out, x) -> bool:
+    """Whether an elementwise loop may write out while it reads x: both float32 or float64,
+    C-contiguous, of one shape, and out either x's very memory or apart from it."""
+    if out.dtype != x.dtype or out.dtype not in (np.float32, np.float64) or out.shape != x.shape:
+        return False
+    if not (out.flags.c_contiguous and x.flags.c_contiguous):
+        return False
+    return out.ctypes.data == x.ctypes.data or not np.may_share_memory(out, x)
 
 
 def _hard_kernel(swish: bool):

@@ -8,7 +8,7 @@ one channel at a time: the channel's padded stride phases and its accumulator (a
 few tens of KB) stay in the L1/L2 cache across all the taps, each tap is one contiguous loop
 that the compiler vectorizes, and the bias is added on the copy out.
 
-Only imported through ``nn._loops()`` (numba takes 0.4 s to import and compiles each
+Only imported through ``_util.compiled_loops()`` (numba takes 0.4 s to import and compiles each
 function on its first call of each dtype; ``cache=True`` keeps the machine code on disk for the
 next process). ``fastmath`` stays off: every multiply and add rounds as numpy's do, each output
 sums its taps in the weights' order, and the results do not depend on how the loops vectorize.
@@ -156,3 +156,59 @@ def depthwise_last(x, w, b, out, sh, sw, top, left, dh, dw):  # pragma: no cover
             else:
                 for ox in range(ow):
                     dst[ox] = acc[oy * ow + ox, c]
+
+
+@njit(cache=True, nogil=True)
+def hard_sigmoid(x, out, alpha, beta, zero, one, swish):  # pragma: no cover - compiled
+    """HardSigmoid's clip(x * alpha + beta, 0, 1), times x for HardSwish (``swish``), in one pass
+    where numpy makes three or four: the multiply, add, clip and multiply of
+    ``elementwise._hard_passes`` in their order, each rounded as numpy rounds it (a NaN stays
+    NaN). x and out are C-contiguous of one shape, out may be x; alpha, beta, zero and one are
+    of their type."""
+    src = x.reshape(-1)
+    dst = out.reshape(-1)
+    for i in range(src.size):
+        v = src[i]
+        t = v * alpha + beta
+        t = zero if t < zero else t
+        t = one if t > one else t
+        dst[i] = t * v if swish else t
+
+
+@njit(cache=True, nogil=True)
+def im2col(x, cols, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
+    """The column matrix of a convolution: cols[c, ki, kj, oy, ox] = x[c, oy * sh + ki * dh - top,
+    ox * sw + kj * dw - left], zero outside x; x is (C, H, W), cols (C, KH, KW, OH, OW), both
+    C-contiguous. One pass, each row of cols written once, where numpy copies the padded image
+    into its stride phases and then each tap's windows out of them (``nn._ConvPlan.columns``):
+    the same values, so the same product."""
+    channels, h, wd = x.shape
+    kh, kw, oh, ow = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]
+    for c in range(channels):
+        for ki in range(kh):
+            for kj in range(kw):
+                off = kj * dw - left  # the input column of output column ox: ox * sw + off
+                lo = min(ow, 0 if off >= 0 else (-off + sw - 1) // sw)
+                hi = max(lo, min(ow, (wd - 1 - off) // sw + 1)) if wd - 1 - off >= 0 else lo
+                for oy in range(oh):
+                    dst = cols[c, ki, kj, oy]
+                    iy = oy * sh + ki * dh - top
+                    if iy < 0 or iy >= h:
+                        for t in range(ow):
+                            dst[t] = 0
+                        continue
+                    for t in range(lo):
+                        dst[t] = 0
+                    for t in range(hi, ow):
+                        dst[t] = 0
+                    src = x[c, iy, lo * sw + off :]
+                    part = dst[lo:hi]
+                    if sw == 1:
+                        for t in range(hi - lo):
+                            part[t] = src[t]
+                    elif sw == 2:
+                        for t in range(hi - lo):
+                            part[t] = src[2 * t]
+                    else:
+                        for t in range(hi - lo):
+                            part[t] = src[t * sw]

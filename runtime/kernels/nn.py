@@ -8,10 +8,8 @@ Pools reduce the window view of the padded input.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
-import os
 import threading
 import weakref
 from math import prod
@@ -23,6 +21,7 @@ from numpy.lib.stride_tricks import as_strided, sliding_window_view
 from offload.errors import OffloadError, ShapeError
 
 from . import kernel, prepared
+from ._util import compiled_loops as _loops
 from ._util import out_for, unsupported
 from .elementwise import _CLIP, _hard_passes
 from .linalg import saturate, widened
@@ -300,28 +299,6 @@ _COPY_PIXELS = 256  # the last path copies its sums out by blocks of rows of abo
 _CHUNK_BYTES = 512 << 10
 
 
-def _loops():
-    """The compiled loops (``loops``, numba), or None where numba is not installed or
-    ``OFFLOAD_JIT=0`` turns them off; then depthwise convs take the numpy paths (``rows``,
-    ``last``). Imported on the first plan that would use them, so that a process without a
-    depthwise conv never imports numba; under a lock, so that no thread plans without them
-    while another imports them."""
-    global _LOOPS
-    if _LOOPS is None:
-        with _LOOPS_LOCK:
-            if _LOOPS is None:
-                found = False
-                if os.environ.get("OFFLOAD_JIT", "1") != "0":
-                    with contextlib.suppress(ImportError):  # numba missing: the numpy paths
-                        from . import loops as found
-                _LOOPS = found
-    return _LOOPS or None
-
-
-_LOOPS = None  # not looked for yet; False: not there
-_LOOPS_LOCK = threading.Lock()
-
-
 class _ConvPlan:
     """One 2-D convolution of fixed shapes and dtype: its geometry, its path, and the numpy calls
     that compute it (``calls``). The paths:
@@ -500,8 +477,14 @@ class _ConvPlan:
             weights = w.reshape(group, m // group, size)
             cols = buffers.get(("columns",), (c,) + g.kernel + g.out, self.dtype)
             operand = cols.reshape(group, size, pixels)
+        loops = _loops() if len(g.kernel) == 2 else None
         for i in range(n):
-            if g.strides == (1, 1):
+            if loops is not None:  # the windows straight from the image, one pass
+                (sh, sw), (dh, dw) = g.strides, g.dilations
+                calls.append(
+                    functools.partial(loops.im2col, x[i], cols, sh, sw, g.begin[0], g.begin[1], dh, dw)
+                )
+            elif g.strides == (1, 1):
                 if any(g.begin) or any(g.end):
                     image = self._padded(x[i], buffers, calls)
                 else:

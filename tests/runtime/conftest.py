@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from offload.runtime.kernels import nn
+from offload.runtime.kernels import _util, nn
 
 
 @pytest.fixture(params=["compiled", "numpy"])
@@ -13,10 +13,10 @@ def conv_loops(request, monkeypatch):
     ``direct`` path) and by the numpy paths that take them where numba is missing or
     ``OFFLOAD_JIT=0`` (``rows``, ``last`` and the depthwise + pointwise chains). The value is
     the name; ``plan_path`` maps a numpy path to the one the test should see."""
-    if request.param == "compiled" and nn._loops() is None:
+    if request.param == "compiled" and _util.compiled_loops() is None:
         pytest.skip("numba is not installed here (or OFFLOAD_JIT=0)")
     if request.param == "numpy":
-        monkeypatch.setattr(nn, "_LOOPS", False)
+        monkeypatch.setattr(_util, "_LOOPS", False)
     nn._plan.cache_clear()  # plans made under the other setting keep their path
     yield request.param
     nn._plan.cache_clear()
@@ -26,7 +26,7 @@ def conv_loops(request, monkeypatch):
 def numpy_convs(monkeypatch):
     """Depthwise convs by the numpy paths only (the compiled loops off, as OFFLOAD_JIT=0 does):
     for the tests of those paths and of the chains they make."""
-    monkeypatch.setattr(nn, "_LOOPS", False)
+    monkeypatch.setattr(_util, "_LOOPS", False)
     nn._plan.cache_clear()
     yield
     nn._plan.cache_clear()

@@ -1,7 +1,9 @@
-"""The compiled depthwise convolution (runtime/kernels/loops.py, the plan's ``direct`` path): sums
-against float64 numpy sums over a range of geometries, the numpy rows path's bits, an output
-written over its input, two threads, a model against onnxruntime (not chained with the pointwise
-conv after it), and the switch that turns the loops off."""
+"""The compiled loops (runtime/kernels/loops.py, numba). The depthwise convolution (the plan's
+``direct`` path): sums against float64 numpy sums over a range of geometries, the numpy rows
+path's bits, both loops' bits alike, an output written over its input, two threads, a model
+against onnxruntime (not chained with the pointwise conv after it). The column matrix (im2col)
+and HardSigmoid / HardSwish in one pass: the bits of the numpy calls they replace. The switch
+that turns the loops off, and no numba import without a use."""
 
 from __future__ import annotations
 
@@ -16,13 +18,15 @@ import pytest
 from onnx import TensorProto, helper
 
 import offload
-from offload.runtime.kernels import nn
+from offload.runtime.kernels import _util, nn
 from offload.runtime.kernels.nn import _ConvCall, _ConvChain
 from offload.runtime.module import _PreparedStep
 
 from .onnx_graphs import model_bytes
 
-pytestmark = pytest.mark.skipif(nn._loops() is None, reason="numba is not installed here (or OFFLOAD_JIT=0)")
+pytestmark = pytest.mark.skipif(
+    _util.compiled_loops() is None, reason="numba is not installed here (or OFFLOAD_JIT=0)"
+)
 
 # (channels, height, width, kernel, strides, pads (top, left, bottom, right), dilations)
 GEOMETRIES = [
@@ -92,7 +96,7 @@ def test_direct_matches_float64_sums(case, bias, dtype):
 
 
 @pytest.mark.parametrize("case", GEOMETRIES[:6], ids=lambda c: f"k{c[3]}-s{c[4]}-p{c[5]}")
-def test_direct_gives_the_rows_paths_bits(case, numpy_convs):
+def test_direct_gives_the_rows_paths_bits(case):
     """Each output is its first tap's product, then each other tap's product added in the weights'
     order, then the bias: the multiplies and adds of the numpy rows path, so turning the loops
     off does not change a result."""
@@ -105,12 +109,7 @@ def test_direct_gives_the_rows_paths_bits(case, numpy_convs):
     rows.path = "rows"
     direct = _plan(x.shape, kernel, strides, pads, dilations, np.float32)
     direct.path = "direct"
-    nn._LOOPS = None  # the numpy_convs fixture turned them off; this plan calls them itself
-    try:
-        got = _run(direct, x, w, b)
-    finally:
-        nn._LOOPS = False
-    np.testing.assert_array_equal(got, _run(rows, x, w, b))
+    np.testing.assert_array_equal(_run(direct, x, w, b), _run(rows, x, w, b))
 
 
 @pytest.mark.parametrize(
@@ -125,7 +124,7 @@ def test_both_loops_give_the_same_bits(case):
     w = rng.standard_normal((c,) + kernel).astype(np.float32)
     b = rng.standard_normal(c).astype(np.float32)
     out_shape = _plan((1, c, h, wd), kernel, strides, pads, dilations, np.float32).out_shape[1:]
-    loops = nn._loops()
+    loops = _util.compiled_loops()
     results = []
     for depthwise in (loops.depthwise, loops.depthwise_last):
         for bias in (b, np.empty(0, np.float32)):
@@ -214,6 +213,84 @@ def test_a_direct_depthwise_conv_is_not_chained_and_matches_onnxruntime():
     np.testing.assert_array_equal(offload.evaluate(program, {"x": x})["y"], got)
 
 
+# (input shape, weights shape, group, strides, pads, dilations): convs on the columns path
+COLUMNS = [
+    ((1, 3, 37, 35), (16, 3, 3, 3), 1, (2, 2), (1, 1, 1, 1), (1, 1)),  # a stem
+    ((2, 6, 17, 16), (10, 3, 3, 2), 2, (3, 2), (2, 0, 1, 1), (1, 2)),
+    ((1, 12, 15, 14), (18, 4, 3, 3), 3, (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 8, 12, 12), (8, 8, 1, 1), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
+    ((1, 4, 9, 20), (5, 4, 5, 3), 1, (1, 3), (4, 1, 0, 6), (2, 1)),
+    ((1, 2, 5, 5), (3, 2, 3, 3), 1, (1, 1), (3, 3, 3, 3), (1, 1)),  # rows of padding alone
+]
+
+
+@pytest.mark.parametrize("case", COLUMNS, ids=lambda c: f"{c[0]}-{c[1]}-g{c[2]}-s{c[3]}")
+def test_im2col_gives_the_numpy_columns(case):
+    """The columns path's column matrix by loops.im2col holds numpy's copies' values: the same
+    product, bit for bit; and the conv is float64 sums' within float32's rounding."""
+    x_shape, w_shape, group, strides, pads, dilations = case
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    g = nn._geometry("Conv", x_shape, w_shape[2:], "NOTSET", dilations, pads, strides)
+    plan = nn._ConvPlan(x_shape, w_shape, np.float32, g, group)
+    assert plan.path == "columns"
+    got = _run(plan, x, w, b)
+    _util._LOOPS, loops = False, _util._LOOPS
+    try:
+        want = _run(plan, x, w, b)
+    finally:
+        _util._LOOPS = loops
+    np.testing.assert_array_equal(got, want)
+    ref = ort.InferenceSession(_conv_model(case), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def _conv_model(case) -> bytes:
+    x_shape, w_shape, group, strides, pads, dilations = case
+    rng = np.random.default_rng(12)
+    rng.standard_normal(x_shape)  # the test's input, drawn first
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    node = helper.make_node(
+        "Conv", ["x", "w", "b"], ["y"], group=group, strides=strides, pads=pads, dilations=dilations
+    )
+    return model_bytes(
+        [node],
+        [("x", TensorProto.FLOAT, list(x_shape))],
+        [("y", TensorProto.FLOAT, None)],
+        [("w", w), ("b", b)],
+        opset=17,
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("swish", [True, False], ids=["HardSwish", "HardSigmoid"])
+def test_hard_sigmoid_in_one_pass_gives_the_numpy_passes_bits(swish, dtype):
+    from offload.runtime.kernels.elementwise import _hard_passes
+
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal(5000) * 6).astype(dtype)
+    x[:8] = [np.nan, np.inf, -np.inf, -0.0, 0.0, -3.0, 3.0, 1e-30]  # NaN, the bends, signed zero
+    for alpha, beta in ((1 / 6, 0.5), (0.2, 0.0), (0.25, -0.5)):
+        want = np.empty_like(x)
+        _util._LOOPS, loops = False, _util._LOOPS
+        try:
+            with np.errstate(invalid="ignore"):
+                _hard_passes(want, x, alpha, beta, swish)()
+        finally:
+            _util._LOOPS = loops
+        got = np.empty_like(x)
+        one_pass = _hard_passes(got, x, alpha, beta, swish)
+        assert one_pass.func is loops.hard_sigmoid
+        one_pass()
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+        in_place = x.copy()
+        _hard_passes(in_place, in_place, alpha, beta, swish)()
+        np.testing.assert_array_equal(in_place.view(np.uint8), want.view(np.uint8))
+
+
 def _in_a_process(code: str, **env) -> str:
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, timeout=120
@@ -224,24 +301,25 @@ def _in_a_process(code: str, **env) -> str:
 
 def test_offload_jit_0_turns_the_loops_off():
     code = (
-        "from offload.runtime.kernels import nn\n"
+        "from offload.runtime.kernels import _util, nn\n"
         "g = nn._geometry('Conv', (1, 8, 80, 80), (3, 3), 'NOTSET', (1, 1), (1, 1, 1, 1), (1, 1))\n"
-        "print(nn._loops(), nn._ConvPlan((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
+        "print(_util.compiled_loops(), nn._ConvPlan((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
     )
     assert _in_a_process(code, OFFLOAD_JIT="0") == "None rows"
 
 
-def test_a_model_without_a_depthwise_conv_does_not_import_numba():
-    """numba takes 0.4 s to import: only a plan that uses the loops imports it."""
+def test_a_model_without_a_convolution_does_not_import_numba():
+    """numba takes 0.4 s to import: only a kernel or plan that uses the loops imports it."""
     code = (
         "import sys, numpy as np, offload\n"
         "from onnx import TensorProto, helper\n"
         "from tests.runtime.onnx_graphs import model_bytes\n"
-        "w = np.ones((4, 3, 3, 3), np.float32)\n"
-        "data = model_bytes([helper.make_node('Conv', ['x', 'w'], ['y'])],"
-        " [('x', TensorProto.FLOAT, [1, 3, 8, 8])], [('y', TensorProto.FLOAT, None)], [('w', w)], opset=17)\n"
+        "w = np.ones((8, 4), np.float32)\n"
+        "nodes = [helper.make_node('MatMul', ['x', 'w'], ['h']), helper.make_node('Relu', ['h'], ['y'])]\n"
+        "data = model_bytes(nodes, [('x', TensorProto.FLOAT, [2, 8])], [('y', TensorProto.FLOAT, None)],"
+        " [('w', w)], opset=17)\n"
         "m = offload.runtime.load(offload.save(offload.load(data))).method('forward')\n"
-        "m.run({'x': np.ones((1, 3, 8, 8), np.float32)})\n"
+        "m.run({'x': np.ones((2, 8), np.float32)})\n"
         "print('numba' in sys.modules)"
     )
     assert _in_a_process(code) == "False"
