@@ -12,7 +12,7 @@ def conv_loops(request, monkeypatch):
     """Runs a test twice: depthwise convs by the compiled loops (runtime/kernels/loops.py, the
     ``direct`` path) and by the numpy paths that take them where numba is missing or
     ``OFFLOAD_JIT=0`` (``rows``, ``last`` and the depthwise + pointwise chains). The value is
-    the name; ``plan_path`` maps a numpy path to the one the test should see."""
+    the name; ``harness.plan_path`` maps a numpy path to the one the test should see."""
     if request.param == "compiled" and _util.compiled_loops() is None:
         pytest.skip("numba is not installed here (or OFFLOAD_JIT=0)")
     if request.param == "numpy":
@@ -30,8 +30,3 @@ def numpy_convs(monkeypatch):
     nn._plan.cache_clear()
     yield
     nn._plan.cache_clear()
-
-
-def plan_path(path: str, loops: str) -> str:
-    """The path a depthwise plan takes under ``loops`` where the numpy paths would take ``path``."""
-    return "direct" if loops == "compiled" and path in ("rows", "last") else path

@@ -5,8 +5,6 @@ unbound, on two threads; and the runs of four that must not be fused."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -16,6 +14,7 @@ import offload
 from offload.runtime.kernels.shuffle import ChannelShuffle
 from offload.runtime.module import _BoundRun, _FusedAway, _KernelChain, _PreparedStep, _ShuffleSlices
 
+from .harness import concurrently
 from .onnx_graphs import model_bytes
 
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
@@ -187,20 +186,14 @@ def test_two_threads_run_the_fused_shuffle():
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     feeds = [_feeds(channels, 1, 14, 14, seed=s) for s in range(2)]
     expected = [session.run(None, f) for f in feeds]
-    failures = []
 
     def work(k):
         for _ in range(20):
             got = method.run(feeds[k])
-            if not (np.array_equal(got["a"], expected[k][0]) and np.array_equal(got["b"], expected[k][1])):
-                failures.append(k)
+            np.testing.assert_array_equal(got["a"], expected[k][0])
+            np.testing.assert_array_equal(got["b"], expected[k][1])
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures
+    concurrently(work)
 
 
 def test_shuffle_into_memory_that_holds_an_input():

@@ -9,8 +9,6 @@ result itself, and the last test checks that it is then not chained."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -21,6 +19,7 @@ import offload
 from offload.runtime.kernels.nn import _ConvCall, _ConvChain
 from offload.runtime.module import _BoundRun, _FusedAway, _PreparedStep
 
+from .harness import concurrently
 from .onnx_graphs import model_bytes
 
 pytestmark = pytest.mark.usefixtures("numpy_convs")
@@ -255,19 +254,12 @@ def test_two_threads_run_the_chain():
     assert len(_chains(method)) == 1
     feeds = [_feeds(case, seed=s) for s in range(2)]
     expected = [offload.evaluate(offload.load(data), f)["y"] for f in feeds]
-    failures = []
 
     def work(k):
         for _ in range(20):
-            if not np.array_equal(method.run(feeds[k])["y"], expected[k]):
-                failures.append(k)
+            np.testing.assert_array_equal(method.run(feeds[k])["y"], expected[k])
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures
+    concurrently(work)
 
 
 def test_an_expanding_pointwise_conv_with_bias_is_not_chained():

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 import offload
 from offload.runtime.module import _FusedAway, _KernelPair, _PreparedStep
 
-from .conftest import plan_path
+from .harness import plan_path
 from .onnx_graphs import model_bytes
 
 F32 = TensorProto.FLOAT

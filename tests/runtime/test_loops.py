@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import onnxruntime as ort
@@ -22,6 +21,7 @@ from offload.runtime.kernels import _util, nn
 from offload.runtime.kernels.nn import _ConvCall, _ConvChain
 from offload.runtime.module import _PreparedStep
 
+from .harness import concurrently
 from .onnx_graphs import model_bytes
 
 pytestmark = pytest.mark.skipif(
@@ -159,19 +159,12 @@ def test_two_threads_run_one_plan_at_once():
     plan = _plan((1, c, h, wd), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), np.float32)
     inputs = [rng.standard_normal((1, c, h, wd)).astype(np.float32) for _ in range(2)]
     wants = [_run(plan, x, w, b) for x in inputs]
-    failures = []
 
     def work(k):
         for _ in range(50):
-            if not np.array_equal(_run(plan, inputs[k], w, b), wants[k]):
-                failures.append(k)
+            np.testing.assert_array_equal(_run(plan, inputs[k], w, b), wants[k])
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures
+    concurrently(work)
 
 
 def _mobile_block() -> bytes:

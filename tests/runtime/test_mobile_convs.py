@@ -14,7 +14,7 @@ import offload
 from offload.runtime.kernels.nn import _ConvCall
 from offload.runtime.module import _BoundRun, _KernelPair, _PreparedStep
 
-from .conftest import plan_path
+from .harness import plan_path
 from .onnx_graphs import model_bytes
 
 F32 = TensorProto.FLOAT

@@ -9,8 +9,6 @@ sequence_lens, so those cases give none).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -18,6 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import offload
+
+from .harness import concurrently
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 OUTPUTS = {"RNN": ("Y", "Y_h"), "GRU": ("Y", "Y_h"), "LSTM": ("Y", "Y_h", "Y_c")}
@@ -232,5 +232,4 @@ def run_in_threads(method, feeds: list, want: list, names: list) -> None:
             for name, w in zip(names, want[k]):
                 np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5, err_msg=f"thread {k} {name}")
 
-    with ThreadPoolExecutor(len(feeds)) as pool:
-        list(pool.map(work, range(len(feeds))))
+    concurrently(work, len(feeds))
