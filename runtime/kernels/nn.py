@@ -310,20 +310,21 @@ class _ConvPlan:
       one channel at a time with its padded stride phases and sums in cache, by chunks of
       channels when an epilogue follows (``loops.depthwise_last``, channels-last, for outputs of
       at most 8 x 8). Each output is the rows path's multiplies and adds in the same order, so
-      its bits are the rows path's. MobileNetV2's depthwise layers in a run
-      (1 thread): about a third of the time of the numpy paths below, copies included.
+      its bits are the rows path's. MobileNetV2's large layers at 0.13-0.15 ns a multiply-add
+      at stride 1 in isolation, against the einsum's 0.19 (0.3 in a run) and its copies
+      (docs/cpu.md).
     - ``rows``: depthwise on large maps, where the compiled loops are not. The padded
       input is split into stride phases (phase (a, b) holds padded[a::sh, b::sw]; one phase at
       stride 1), so that every tap reads one phase at stride 1: per tap one multiply and one add of
       whole rows of OH x Wph contiguous floats per channel; the Wph - OW columns past each output
       row are computed and dropped. The bias is added on the copy out of the accumulator.
-    - ``last``: depthwise on small maps, without the compiled loops, channels-last: the padded image's stride phases as
-      (Hph, Wph, C) (``_phases_last``), and per phase one einsum of the (taps down, taps
-      across, OH, OW * C) view of the taps that read it with their weights repeated along OW,
-      which sums those taps in the weights' order in loops of OW * C (the taps of one phase
-      step evenly through it; the partial sums of phases after the first are added). 0.3-0.8x
-      the time of one einsum over all taps with loops of C, the same bits at stride 1. The
-      bias is added channels-last, then the sums are copied out.
+    - ``last``: depthwise on small maps, where the compiled loops are not, channels-last: the
+      padded image's stride phases as (Hph, Wph, C) (``_phases_last``), and per phase one
+      einsum of the (taps down, taps across, OH, OW * C) view of the taps that read it with
+      their weights repeated along OW, which sums those taps in the weights' order in loops of
+      OW * C (the taps of one phase step evenly through it; the partial sums of phases after
+      the first are added). 0.3-0.8x the time of one einsum over all taps with loops of C, the
+      same bits at stride 1. The bias is added channels-last, then the sums are copied out.
     - ``taps``: one group at stride 1 with at most half as many output as input channels
       (DenseNet's 128 -> 32 3 x 3 convs): the padded image's rows of Wp floats read as one
       matrix (C, Hp * Wp), one BLAS product by all the taps' weights at once, (taps * M, C) @
