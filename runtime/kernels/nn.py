@@ -80,7 +80,11 @@ def _geometry_of(op, x_shape, kernel, dilations, pads, strides, auto_pad, ceil_m
         raise ShapeError(f"{op}: kernel of rank {len(kernel)} for input of shape {tuple(x_shape)}")
     strides = _ints(strides, nd, 1)
     dilations = _ints(dilations, nd, 1)
+    if min(strides + dilations, default=1) < 1:
+        raise ShapeError(f"{op}: strides {strides} and dilations {dilations} must be at least 1")
     begin, end = _pads(op, auto_pad, pads, size, kernel, strides, dilations)
+    if min(begin + end, default=0) < 0:
+        raise ShapeError(f"{op}: pads {tuple(begin + end)} must not be negative (ONNX pads are >= 0)")
     out, ends = [], []
     for i, k, s, d, b, e in zip(size, kernel, strides, dilations, begin, end):
         span = i + b + e - ((k - 1) * d + 1)
@@ -374,6 +378,8 @@ class _ConvPlan:
         ``finish(part)``, when given, makes the calls of an elementwise op applied in place to
         a part of out once it holds its sums and bias (``_Epilogue``): the rows path finishes
         each chunk of channels while it is in cache, the others each image or all of out."""
+        if b is not None and b.shape != (self.w_shape[0],):  # the compiled loops index it unchecked
+            raise ShapeError(f"Conv: a bias of shape {b.shape} for {self.w_shape[0]} output channels")
         shared = np.may_share_memory(out, x)  # the planned output may reuse the input's memory
         if self.path in ("rows", "last", "direct"):  # these copy all the input before writing
             return getattr(self, self.path)(out, x, w, b, buffers, shared, finish)

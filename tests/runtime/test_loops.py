@@ -316,3 +316,30 @@ def test_a_model_without_a_convolution_does_not_import_numba():
         "print('numba' in sys.modules)"
     )
     assert _in_a_process(code) == "False"
+
+
+@pytest.mark.parametrize(
+    "attrs, bias, match",
+    [
+        (dict(strides=(0, 1)), 4, "strides"),
+        (dict(dilations=(1, 0)), 4, "dilations"),
+        (dict(pads=(-1, 0, 0, 0)), 4, "must not be negative"),
+        (dict(pads=(1, 1, 1, 1)), 3, "bias of shape"),
+    ],
+    ids=["stride-0", "dilation-0", "negative-pad", "short-bias"],
+)
+def test_a_conv_the_loops_cannot_index_safely_is_refused(attrs, bias, match):
+    """The compiled loops index without bounds checks: a stride or dilation under 1, a negative
+    pad (none of them valid ONNX) or a bias of another length than the output channels is a
+    ShapeError naming it, from the evaluator and from a .pte run alike, never a read past an array."""
+    rng = np.random.default_rng(14)
+    inits = [("w", rng.standard_normal((4, 1, 3, 3)).astype(np.float32)), ("b", np.ones(bias, np.float32))]
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=4, **attrs)
+    data = model_bytes(
+        [node], [("x", TensorProto.FLOAT, [1, 4, 8, 8])], [("y", TensorProto.FLOAT, None)], inits, opset=17
+    )
+    feeds = {"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    with pytest.raises(offload.errors.ShapeError, match=match):
+        offload.evaluate(offload.load(data), feeds)
+    with pytest.raises(offload.errors.OffloadError, match=match):
+        offload.runtime.load(offload.save(offload.load(data))).method("forward").run(feeds)
