@@ -1,4 +1,7 @@
-"""Compiled loops (numba) for the convolutions numpy can only compute in many passes over memory.
+"""Compiled loops (numba) for what numpy can only compute in many passes over memory: depthwise
+convolutions (``depthwise``, ``depthwise_last``), a convolution's column matrix (``im2col``),
+HardSigmoid and HardSwish (``hard_sigmoid``). Each does the operations of the numpy calls it
+replaces, in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
 numpy computes it with one pass over the whole map per tap (``nn._ConvPlan.rows``) or one
