@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import threading
+import warnings
 
 import numpy as np
 
@@ -31,12 +31,25 @@ def compiled_loops():
     if _LOOPS is None:
         with _LOOPS_LOCK:
             if _LOOPS is None:
-                found = False
-                if os.environ.get("OFFLOAD_JIT", "1") != "0":
-                    with contextlib.suppress(ImportError):  # numba missing: the numpy paths
-                        from . import loops as found
-                _LOOPS = found
+                _LOOPS = _import_loops() if os.environ.get("OFFLOAD_JIT", "1") != "0" else False
     return _LOOPS or None
+
+
+def _import_loops():
+    try:
+        from . import loops
+    except ImportError:  # numba missing: the numpy paths
+        return False
+    except Exception as error:  # numba there but unusable (no writable cache directory, say)
+        warnings.warn(
+            f"offload: the compiled CPU loops are off ({type(error).__name__}: {error}); the numpy "
+            "paths run instead (same results, slower convolutions); set NUMBA_CACHE_DIR to a "
+            "writable folder, or OFFLOAD_JIT=0 to silence this",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+    return loops
 
 
 _LOOPS = None  # not looked for yet; False: not there

@@ -343,3 +343,24 @@ def test_a_conv_the_loops_cannot_index_safely_is_refused(attrs, bias, match):
         offload.evaluate(offload.load(data), feeds)
     with pytest.raises(offload.errors.OffloadError, match=match):
         offload.runtime.load(offload.save(offload.load(data))).method("forward").run(feeds)
+
+
+def test_loops_that_cannot_load_warn_and_leave_the_numpy_paths():
+    """numba installed but unusable (its import of the loops fails, as without a writable cache
+    directory): one RuntimeWarning that says what to do, and the numpy paths."""
+    code = (
+        "import sys, warnings, importlib.abc\n"
+        "class Broken(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'offload.runtime.kernels.loops':\n"
+        "            raise RuntimeError('cannot cache function: no locator available')\n"
+        "sys.meta_path.insert(0, Broken())\n"
+        "from offload.runtime.kernels import _util, nn\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    loops = _util.compiled_loops()\n"
+        "g = nn._geometry('Conv', (1, 8, 80, 80), (3, 3), 'NOTSET', (1, 1), (1, 1, 1, 1), (1, 1))\n"
+        "print(loops, len(caught), 'NUMBA_CACHE_DIR' in str(caught[0].message),"
+        " nn._ConvPlan((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
+    )
+    assert _in_a_process(code) == "None 1 True rows"
