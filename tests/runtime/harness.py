@@ -1,10 +1,13 @@
-"""What several of the CPU executor's test modules share: a check run on threads at once, and
-the conv path a plan takes with or without the compiled loops."""
+"""What several of the CPU executor's test modules share: a check run on threads at once, the
+conv path a plan takes with or without the compiled loops, and a depthwise conv's float64 sums
+(onnxruntime has no float64 or float16 Conv on the CPU)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 
 def concurrently(work: Callable[[int], None], count: int = 2) -> None:
@@ -18,3 +21,20 @@ def plan_path(path: str, loops: str) -> str:
     """The path a depthwise plan takes under ``loops`` (the ``conv_loops`` fixture's value) where
     the numpy paths would take ``path``."""
     return "direct" if loops == "compiled" and path in ("rows", "last") else path
+
+
+def depthwise_sums(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1)) -> np.ndarray:
+    """The depthwise conv of x (N, C, H, W) with w (C, 1, KH, KW) as float64 sums over the taps of
+    the zero-padded input (pads: top, left, bottom, right), plus b where given."""
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
+    (sh, sw), (dh, dw), (kh, kw) = strides, dilations, w.shape[2:]
+    oh = (xp.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    ow = (xp.shape[3] - (kw - 1) * dw - 1) // sw + 1
+    y = np.zeros(x.shape[:2] + (oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            window = xp[
+                :, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw
+            ]
+            y += window * w[None, :, 0, i, j, None, None].astype(np.float64)
+    return y if b is None else y + b[None, :, None, None]

@@ -21,7 +21,7 @@ from offload.runtime.kernels import _util, nn
 from offload.runtime.kernels.nn import _ConvCall, _ConvChain
 from offload.runtime.module import _PreparedStep
 
-from .harness import concurrently
+from .harness import concurrently, depthwise_sums
 from .onnx_graphs import model_bytes
 
 pytestmark = pytest.mark.skipif(
@@ -49,21 +49,6 @@ GEOMETRIES = [
 ]
 
 
-def _sums(x, w, b, strides, pads, dilations, out_shape):
-    """The depthwise conv as float64 sums over the taps of the padded input."""
-    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
-    (sh, sw), (dh, dw) = strides, dilations
-    oh, ow = out_shape[2:]
-    y = np.zeros(out_shape)
-    for i in range(w.shape[2]):
-        for j in range(w.shape[3]):
-            window = xp[
-                :, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw
-            ]
-            y += window * w[None, :, 0, i, j, None, None]
-    return y if b is None else y + b[None, :, None, None]
-
-
 def _plan(x_shape, kernel, strides, pads, dilations, dtype):
     g = nn._geometry("Conv", x_shape, kernel, "NOTSET", dilations, pads, strides)
     return nn._ConvPlan(x_shape, (x_shape[1], 1) + kernel, dtype, g, x_shape[1])
@@ -89,7 +74,8 @@ def test_direct_matches_float64_sums(case, bias, dtype):
     plan = _plan(x.shape, kernel, strides, pads, dilations, dtype)
     assert plan.path == "direct"
     got = _run(plan, x, w, b)
-    want = _sums(x, w, b, strides, pads, dilations, plan.out_shape)
+    want = depthwise_sums(x, w, b, strides, pads, dilations)
+    assert want.shape == plan.out_shape
     tol = 1e-12 if dtype == np.float64 else 1e-5
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
     np.testing.assert_array_equal(_run(plan, x, w, b), got)  # its buffers' borders stay zero
@@ -144,7 +130,7 @@ def test_an_output_written_over_its_input():
     w = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
     b = rng.standard_normal(c).astype(np.float32)
     plan = _plan(x.shape, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), np.float32)
-    want = _sums(x, w, b, (1, 1), (1, 1, 1, 1), (1, 1), plan.out_shape)
+    want = depthwise_sums(x, w, b, pads=(1, 1, 1, 1))
     shared = x.copy()
     got = _run(plan, shared, w, b, out=shared)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
@@ -159,8 +145,11 @@ def test_two_threads_run_one_plan_at_once():
     plan = _plan((1, c, h, wd), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), np.float32)
     inputs = [rng.standard_normal((1, c, h, wd)).astype(np.float32) for _ in range(2)]
     wants = [_run(plan, x, w, b) for x in inputs]
+    for x, want in zip(inputs, wants):
+        sums = depthwise_sums(x, w, b, (2, 2), (1, 1, 1, 1))
+        np.testing.assert_allclose(want, sums, rtol=1e-5, atol=1e-5 * np.abs(sums).max())
 
-    def work(k):
+    def work(k):  # each thread's results bit for bit those of one thread alone
         for _ in range(50):
             np.testing.assert_array_equal(_run(plan, inputs[k], w, b), wants[k])
 

@@ -14,7 +14,7 @@ import offload
 from offload.runtime.kernels.nn import _ConvCall
 from offload.runtime.module import _BoundRun, _KernelPair, _PreparedStep
 
-from .harness import plan_path
+from .harness import depthwise_sums, plan_path
 from .onnx_graphs import model_bytes
 
 F32 = TensorProto.FLOAT
@@ -118,19 +118,6 @@ def test_unbound_conv_and_batches(case, conv_loops):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
 
 
-def _direct_depthwise(x, w, pads):
-    """A depthwise conv, stride 1, as float64 sums over the taps (onnxruntime has no float64 or
-    float16 Conv on the CPU)."""
-    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
-    kh, kw = w.shape[2:]
-    oh, ow = xp.shape[2] - kh + 1, xp.shape[3] - kw + 1
-    y = np.zeros(x.shape[:2] + (oh, ow))
-    for i in range(kh):
-        for j in range(kw):
-            y += xp[:, :, i : i + oh, j : j + ow] * w[None, :, 0, i, j, None, None].astype(np.float64)
-    return y
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float16])
 def test_depthwise_float64_and_float16(dtype, conv_loops):
     """float64 runs by a plan too; float16 widens to float32 in the kernel, as before."""
@@ -150,7 +137,7 @@ def test_depthwise_float64_and_float16(dtype, conv_loops):
             opset=17,
         )
         x = rng.standard_normal((1, c, h, w)).astype(dtype)
-        expected = _direct_depthwise(-x, weights, pads)
+        expected = depthwise_sums(-x, weights, pads=pads)
         got = offload.runtime.load(offload.save(offload.load(data))).method("forward").run({"x": x})["y"]
         assert got.dtype == dtype
         tol = 1e-12 if dtype == np.float64 else 2e-3
