@@ -56,6 +56,12 @@ _LOOPS = None  # not looked for yet; False: not there
 _LOOPS_LOCK = threading.Lock()
 
 
+def same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether a and b start at the same address with the same strides: an elementwise op may
+    then write one while it reads the other, each element after it is read."""
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.strides == b.strides
+
+
 def normalize_axis(axis: int, rank: int, op: str = "") -> int:
     """A possibly negative axis as an index in [0, rank)."""
     if not -rank <= axis < max(rank, 1):

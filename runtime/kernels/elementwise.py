@@ -16,7 +16,7 @@ import numpy as np
 from offload.ir import DataType
 
 from . import UfuncCall, kernel, prepared
-from ._util import compiled_loops, filled, out_for, unsupported
+from ._util import compiled_loops, filled, out_for, same_view, unsupported
 
 # ---------------------------------------------------------------- helpers
 
@@ -631,13 +631,12 @@ def _hard_passes(out, x, alpha, beta, swish: bool, temp=None):
     or 5 arrays. MobileNetV3-Small's 21 HardSwish and 9 HardSigmoid: 0.7 ms of a run in
     passes."""
     dtype = out.dtype
-    zero, one = np.zeros((), dtype)[()], np.ones((), dtype)[()]
+    zero, one = np.zeros((), dtype), np.ones((), dtype)
     alpha, beta = dtype.type(alpha), dtype.type(beta)
     loops = compiled_loops()
     if loops is not None and _one_pass(out, x):
-        return functools.partial(loops.hard_sigmoid, x, out, alpha, beta, zero, one, swish)
+        return functools.partial(loops.hard_sigmoid, x, out, alpha, beta, zero[()], one[()], swish)
     t = temp if temp is not None else out
-    zero, one = np.zeros((), dtype), np.ones((), dtype)
 
     def run():  # outputs positional: cheaper than out= (kernels.UfuncCall.bind)
         np.multiply(x, alpha, t)
@@ -658,7 +657,7 @@ def _one_pass(out, x) -> bool:
         return False
     if not (out.flags.c_contiguous and x.flags.c_contiguous):
         return False
-    return out.ctypes.data == x.ctypes.data or not np.may_share_memory(out, x)
+    return same_view(out, x) or not np.may_share_memory(out, x)
 
 
 def _hard_kernel(swish: bool):

@@ -485,9 +485,9 @@ class _ConvPlan:
             cols = buffers.get(("columns",), (c,) + g.kernel + g.out, self.dtype)
             operand = cols.reshape(group, size, pixels)
         loops = _loops() if len(g.kernel) == 2 else None
+        (sh, sw), (dh, dw) = g.strides, g.dilations
         for i in range(n):
             if loops is not None:  # the windows straight from the image, one pass
-                (sh, sw), (dh, dw) = g.strides, g.dilations
                 calls.append(
                     functools.partial(loops.im2col, x[i], cols, sh, sw, g.begin[0], g.begin[1], dh, dw)
                 )
@@ -513,8 +513,8 @@ class _ConvPlan:
         n, c = self.x_shape[:2]
         (oh, ow), (sh, sw), (dh, dw) = g.out, g.strides, g.dilations
         # the same bits either way: channels-last where the output is too small for long loops
-        small = oh * ow <= _LAST_OUTPUT_PIXELS
-        depthwise = _loops().depthwise_last if small else _loops().depthwise
+        loops = _loops()
+        depthwise = loops.depthwise_last if oh * ow <= _LAST_OUTPUT_PIXELS else loops.depthwise
         calls = []
         if shared:  # the output may be written over input channels not read yet
             copy = buffers.get(("input",), self.x_shape, self.dtype)

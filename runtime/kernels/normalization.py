@@ -10,7 +10,7 @@ import numpy as np
 from offload.ir import DataType
 
 from . import kernel, prepared
-from ._util import normalize_axes, normalize_axis, out_for, unsupported
+from ._util import normalize_axes, normalize_axis, out_for, same_view, unsupported
 from .nn import _arena_buffers, _epilogue, _KeptCalls
 
 
@@ -120,7 +120,7 @@ class _BatchNormCall(_KeptCalls):
         if (self.epilogue is None and extras) or any(e.dtype != self.dtype or e.ndim for e in extras):
             raise TypeError("not the declared types")
         calls = []
-        if np.may_share_memory(out, x) and not _same_view(out, x):
+        if np.may_share_memory(out, x) and not same_view(out, x):
             copy = np.empty(self.shape, self.dtype)
             calls.append(functools.partial(np.copyto, copy, x))
             x = copy
@@ -143,10 +143,6 @@ class _BatchNormCall(_KeptCalls):
             if self.epilogue is not None:
                 calls.extend(self.epilogue.calls(part, extras, buffers))
         return tuple(calls)
-
-
-def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.strides == b.strides
 
 
 def _affine(epsilon: float, scale, B, mean, var, a, b) -> None:
