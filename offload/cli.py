@@ -393,6 +393,7 @@ def _print_fp16_errors(reference, fp16, seed: int) -> None:
 
 def _compile(args, progress: Progress) -> int:
     partitioner = _partitioner(args)
+    _unavailable(partitioner)
     specs = _compile_specs(args.spec)
     passes = _pass_choice(args)
     with progress.step(f"importing {args.model}"):
@@ -561,13 +562,35 @@ def _report(args, progress: Progress) -> int:
 
 
 def _placement(delegates) -> str:
-    """Where a run went: the CPU, or which delegates ran on their backend and which fell back."""
+    """Where a run went: the CPU, or which delegates ran on their backend, and which ran on the
+    CPU because their backend cannot run here."""
     if not delegates:
         return " on cpu"
-    on = collections.Counter(
-        d.backend if d.runs_on == "backend" else f"{d.backend} (cpu fallback)" for d in delegates
-    )
-    return " with delegates on " + ", ".join(f"{name} x{n}" for name, n in on.items())
+    on = collections.Counter(d.backend for d in delegates if d.runs_on == "backend")
+    off = collections.Counter(d.backend for d in delegates if d.runs_on != "backend")
+    parts = [f"on {name} x{n}" for name, n in on.items()]
+    parts += [f"on the CPU: {name} (cpu fallback) x{n}, {name} cannot run here" for name, n in off.items()]
+    return " with delegates " + "; ".join(parts)
+
+
+def _unavailable(partitioner) -> None:
+    """Before a placement table: say plainly which chosen backends cannot run on this machine
+    (their partitions would run on the CPU)."""
+    if partitioner is None:
+        return
+    from offload.delegates import registry
+    from offload.delegates.backend import Availability
+
+    for backend in partitioner.backends:
+        try:
+            available = registry.get(backend.name).runtime().is_available()
+        except Exception as e:  # a plugin's runtime half may fail to load: that is the reason
+            available = Availability(False, f"its runtime failed to load: {type(e).__name__}: {e}")
+        if not available:
+            print(
+                f"{backend.name} cannot run on this machine: {available.reason}\n"
+                f"  (its partitions below run on the CPU; `offload backends` lists the devices)"
+            )
 
 
 def _op_counts(plan) -> collections.Counter:
@@ -586,6 +609,7 @@ def _op_counts(plan) -> collections.Counter:
 
 def _inspect(args, progress: Progress) -> int:
     partitioner = _partitioner(args)
+    _unavailable(partitioner)
 
     def report(program) -> None:
         if partitioner is not None:
@@ -683,7 +707,8 @@ def _backend_lines(backend) -> list[str]:
         rt = backend.runtime()
         available = rt.is_available()
         lines.append("  available here: " + ("yes" if available else f"no ({available.reason})"))
-        lines.append("  devices: " + (", ".join(rt.devices()) or "none"))
+        devices = rt.devices()
+        lines.append("  devices:" + ("".join(f"\n    {d}" for d in devices) if devices else " none"))
     except Exception as e:  # third-party code: report it, keep listing
         lines.append(f"  runtime failed to load: {type(e).__name__}: {e}")
     try:

@@ -56,13 +56,8 @@ def _load_all() -> None:
     if _loaded:
         return
     _loaded = True
-    for group in GROUPS:
-        try:
-            package = importlib.import_module(f"{__package__}.{group}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.{group}":
-                raise
-            continue
+    for group in GROUPS:  # a group missing from an install is a broken install: ImportError says which
+        package = importlib.import_module(f"{__package__}.{group}")
         for info in pkgutil.iter_modules(package.__path__):
             importlib.import_module(f"{package.__name__}.{info.name}")
 

@@ -17,7 +17,18 @@ def example_model(tmp_path_factory) -> str:
     return path
 
 
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("needs_opencl") is not None:
+        from tests.delegates.opencl_support import require_opencl
+
+        require_opencl()
+
+
 def pytest_terminal_summary(terminalreporter):
+    from tests.delegates.opencl_support import default_device
+
+    if default_device():
+        terminalreporter.write_line(f"opencl tests ran on: {default_device()}")
     try:
         from tests.conformance.test_onnx_backend import TALLY
     except ImportError:

@@ -23,5 +23,5 @@ backend = Backend(
     name="opencl",
     compiler=_compiler,
     runtime=_runtime,
-    description="OpenCL 1.2 through pyopencl (PoCL on CPUs): fused elementwise, GEMM, conv, pooling, norms, layout",
+    description="OpenCL 1.2 through pyopencl (PoCL or Intel's runtime on CPUs): fused elementwise, GEMM, conv, pooling, norms, layout",
 )

@@ -8,7 +8,7 @@ from ..gpu.precision import FP16_CHECK_SPEC, MIXED_SPEC
 from ..gpu.specialize import MAX_SHAPES_SPEC, SHAPES_SPEC
 
 SPEC_KEYS = {
-    "device": "OpenCL device: 'P:D' (platform, device index), 'D' (index), or a name substring",
+    "device": "OpenCL device: 'P:D' (platform, device index), 'D' (index), or a substring of 'name (platform)'; unset: $OFFLOAD_OPENCL_DEVICE, else chosen (offload backends shows which and why)",
     "tuning": "none (default) | quick: time the GEMM tile sizes at init, keep the fastest (cached)",
     "precision": PRECISION_SPEC,
     "fp16_check": FP16_CHECK_SPEC,

@@ -22,6 +22,8 @@ import numpy as np
 from offload import profile
 from offload.errors import KernelError, OffloadError
 
+from . import icd
+
 try:
     import pyopencl as cl
 except Exception as e:  # ImportError, or a broken ICD loader
@@ -63,6 +65,16 @@ _DIGEST = 32
 _UNWRITABLE: set[str] = set()  # cache folders already warned about
 
 
+@contextlib.contextmanager
+def quiet_compiler():
+    """pyopencl warns "Non-empty compiler output" whenever a build log is not empty: Intel's
+    runtime writes one for every successful build. A successful build's log says nothing offload
+    acts on; a failed build raises with its log in the message."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        yield
+
+
 def _from_disk(device: Device, path: Path, options: str):
     try:
         entry = path.read_bytes()
@@ -73,7 +85,8 @@ def _from_disk(device: Device, path: Path, options: str):
     if head != _ENTRY_TAG or not binary or hashlib.sha256(binary).digest() != digest:
         return None  # damaged or from another version: build from source and overwrite it
     try:
-        return cl.Program(device.context, [device.device], [binary]).build(options=options)
+        with quiet_compiler():
+            return cl.Program(device.context, [device.device], [binary]).build(options=options)
     except cl.Error:
         return None  # stale for this driver: rebuilt likewise
 
@@ -131,7 +144,8 @@ def build(device: Device, source: str, options: str = ""):
             BUILD_STATS["disk_seconds"] += time.perf_counter() - start
     if program is None:
         try:
-            program = cl.Program(device.context, source).build(options=options, devices=[device.device])
+            with quiet_compiler():
+                program = cl.Program(device.context, source).build(options=options, devices=[device.device])
         except cl.Error as e:
             raise OpenCLBuildError(
                 f"opencl backend: kernel build failed on {device.device.name}:\n{e}"
@@ -212,6 +226,8 @@ class Allocator:
 
 
 def all_devices() -> list[tuple[int, int, object]]:
+    """Every (platform index, device index, device) the ICD loader offers (``icd.prepare`` first)."""
+    icd.prepare()
     found = []
     for p, platform in enumerate(cl.get_platforms()):
         try:
@@ -236,7 +252,8 @@ def build_failure(dev) -> str:
         if dev.int_ptr not in _PROBED:
             try:
                 ctx = cl.Context([dev])
-                cl.Program(ctx, _PROBE_SOURCE).build()
+                with quiet_compiler():
+                    cl.Program(ctx, _PROBE_SOURCE).build()
                 _PROBED[dev.int_ptr] = ""
             except cl.Error as e:
                 log = [line.strip() for line in str(e).splitlines() if "error" in line.lower()]
@@ -245,7 +262,8 @@ def build_failure(dev) -> str:
 
 
 def usable_devices() -> tuple[list[tuple[int, int, object]], list[str]]:
-    """(the devices that build kernels, a line for each that does not)."""
+    """(the devices that build kernels, in the order the default choice prefers them; a line for
+    each that does not)."""
     good, bad = [], []
     for p, d, dev in all_devices():
         why = build_failure(dev)
@@ -253,29 +271,68 @@ def usable_devices() -> tuple[list[tuple[int, int, object]], list[str]]:
             bad.append(f"{p}:{d} {dev.name} ({dev.platform.name}) cannot build kernels: {why}")
         else:
             good.append((p, d, dev))
+    good.sort(key=lambda e: (_preference(e[2]), e[0], e[1]))
     return good, bad
 
 
-def _select(spec: str | None):
+def _is_pocl(dev) -> bool:
+    return "portable computing language" in dev.platform.name.lower()
+
+
+def _preference(dev) -> int:
+    """A GPU first; on CPUs PoCL (the runtime the tests and figures were first made on), then
+    any other CPU runtime (Intel's, from the ``opencl`` extra)."""
+    if not dev.type & cl.device_type.CPU:
+        return 0
+    return 1 if _is_pocl(dev) else 2
+
+
+ENV_DEVICE = "OFFLOAD_OPENCL_DEVICE"
+
+
+def device_name(dev) -> str:
+    return f"{dev.name} ({dev.platform.name.strip()})"
+
+
+def choose(spec: str | None) -> tuple[object, str]:
+    """The device for compile spec ``device`` = ``spec`` (``OFFLOAD_OPENCL_DEVICE`` when none is
+    given), and why it was chosen."""
     devices = all_devices()
     if not devices:
-        raise OffloadError("opencl backend: no OpenCL platform with a device")
-    if spec is None or spec == "":
+        raise OffloadError(
+            "opencl backend: no OpenCL platform with a device; install one with pip install 'offload[opencl]'"
+        )
+    origin = "compile spec device"
+    if not spec:
+        spec, origin = os.environ.get(ENV_DEVICE, ""), ENV_DEVICE
+    if not spec:
         good, bad = usable_devices()
         if not good:
             raise OffloadError(f"opencl backend: no usable device: {'; '.join(bad)}")
-        return good[0][2]
+        dev = good[0][2]
+        if not dev.type & cl.device_type.CPU:
+            why = "the first GPU that builds kernels"
+        elif _is_pocl(dev):
+            why = "PoCL builds kernels here"
+        else:
+            why = "the first CPU runtime that builds kernels here"
+        return dev, "; ".join([why, *bad])
     if ":" in spec and all(s.strip().isdigit() for s in spec.split(":", 1)):
         p, d = (int(s) for s in spec.split(":", 1))
         match = [dev for pi, di, dev in devices if (pi, di) == (p, d)]
     elif spec.strip().isdigit():
         match = [devices[int(spec)][2]] if int(spec) < len(devices) else []
     else:
-        match = [dev for _, _, dev in devices if spec.lower() in dev.name.lower()]
+        needle = spec.lower()
+        match = [dev for _, _, dev in devices if needle in device_name(dev).lower()]
     if not match:
-        names = ", ".join(f"{p}:{d} {dev.name}" for p, d, dev in devices)
-        raise OffloadError(f"opencl backend: no device matches '{spec}' (devices: {names})")
-    return match[0]
+        names = ", ".join(f"{p}:{d} {device_name(dev)}" for p, d, dev in devices)
+        raise OffloadError(f"opencl backend: no device matches {origin}={spec!r} (devices: {names})")
+    return match[0], f"{origin}={spec!r}"
+
+
+def _select(spec: str | None):
+    return choose(spec)[0]
 
 
 class Device:

@@ -45,8 +45,10 @@ from .device import (
     OpenCLBuildError,
     all_devices,
     build,
+    choose,
     cl,
     device_for,
+    device_name,
     tuning_choice,
     usable_devices,
 )
@@ -199,12 +201,22 @@ class OpenCLRuntime(BackendRuntime):
         return Availability(True)
 
     def devices(self) -> list[str]:
+        """Each device the ICD loader offers; the default one (compile spec ``device`` unset)
+        carries ``[default: why]``."""
         if cl is None:
             return []
         try:
-            return [f"{p}:{d} {dev.name} ({dev.platform.name})" for p, d, dev in all_devices()]
+            devices = all_devices()
         except cl.Error:
             return []
+        try:
+            chosen, why = choose(None)
+        except OffloadError:
+            chosen, why = None, ""
+        return [
+            f"{p}:{d} {device_name(dev)}" + (f" [default: {why}]" if dev == chosen else "")
+            for p, d, dev in devices
+        ]
 
     def init(self, processed: bytes, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]):
         if cl is None:

@@ -222,10 +222,9 @@ def delegated_share(lowered) -> float:
 
 @pytest.mark.parametrize("name", FLOAT32)
 def test_float_fixtures_run_delegated_on_opencl(name, tmp_path):
-    from tests.delegates.opencl_support import needs_opencl, run_on_opencl
+    from tests.delegates.opencl_support import require_opencl, run_on_opencl
 
-    if needs_opencl.args[0]:
-        pytest.skip(needs_opencl.kwargs["reason"])
+    require_opencl()
     program = offload.load(HERE / f"{name}.tflite")
     feeds, want = oracle(name)
     lowered, got = run_on_opencl(program, feeds, tmp_path, passes="default")  # what a user gets

@@ -80,10 +80,9 @@ def test_cli_bad_usage_exits_2():
 
 
 def test_cli_inspect_says_what_a_new_shape_costs_a_symbolic_delegate(tmp_path, capsys):
-    from tests.delegates.opencl_support import needs_opencl
+    from tests.delegates.opencl_support import require_opencl
 
-    if needs_opencl.args[0]:
-        pytest.skip(needs_opencl.kwargs["reason"])
+    require_opencl()
     model = os.path.join(os.path.dirname(__file__), "..", "models", "gru_model.onnx")
     pte = str(tmp_path / "gru.pte")
     assert main(["compile", model, "--backend", "opencl", "-o", pte]) == 0
@@ -96,10 +95,9 @@ def test_cli_inspect_says_what_a_new_shape_costs_a_symbolic_delegate(tmp_path, c
 
 
 def test_cli_inspect_says_a_quantized_model_runs_as_float_on_a_gpu_backend(capsys):
-    from tests.delegates.opencl_support import needs_opencl
+    from tests.delegates.opencl_support import require_opencl
 
-    if needs_opencl.args[0]:
-        pytest.skip(needs_opencl.kwargs["reason"])
+    require_opencl()
     model = os.path.join(ROOT, "tests", "frontends", "tflite", "cnn_int8.tflite")
     assert main(["inspect", model, "--backend", "opencl"]) == 0
     printed = capsys.readouterr().out

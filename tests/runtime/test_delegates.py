@@ -234,7 +234,7 @@ def test_cli_compile_run_inspect_with_a_backend(example_model, tmp_path, capsys,
 
     monkeypatch.setenv("OFFLOAD_EXAMPLE_BACKEND_DISABLE", "1")
     rc, printed, err = _cli(capsys, "run", out)
-    assert rc == 0 and "example (cpu fallback) x3" in printed
+    assert rc == 0 and "on the CPU: example (cpu fallback) x3, example cannot run here" in printed
     # The command line shows the fallback warning as one line, like its errors.
     assert err.strip().splitlines() == [
         f"offload: warning: {out}: backend 'example' cannot run here "
