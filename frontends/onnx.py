@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError, Message
 
-from offload.errors import ModelFormatError, VerificationError
+from offload.errors import ModelFixWarning, ModelFormatError, VerificationError
 from offload.ir import (
     Block,
     DataType,
@@ -25,6 +26,7 @@ from offload.ir import (
     lookup,
     verify,
 )
+from offload.ir.verifier import shape_conflicts
 from offload.schemas.generated import onnx_pb2 as pb
 
 from .onnx_versions import upgrade
@@ -47,6 +49,7 @@ class _Importer:
             self.opsets[""] = 1
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self._counter = 0
+        self.shadowed: list[str] = []  # subgraph names that shadow an outer graph's
 
     def fail(self, msg: str) -> ModelFormatError:
         return ModelFormatError(f"{self.origin}: {msg}")
@@ -157,14 +160,14 @@ class _Importer:
         scope = _Scope(outer, depth)
         types = {vi.name: vi.type for vi in g.value_info}
         for t in g.initializer:
-            scope.define(t.name, block.add_constant(t.name, self.tensor(t)), self)
+            scope.define(t.name, block.add_constant(scope.local(t.name, self), self.tensor(t)), self)
         for s in g.sparse_initializer:
             name = s.values.name
-            scope.define(name, block.add_constant(name, self.sparse(s, name)), self)
+            scope.define(name, block.add_constant(scope.local(name, self), self.sparse(s, name)), self)
         for vi in g.input:
-            if vi.name in block.constants:
+            if vi.name in scope.names:
                 continue  # IR < 4 lists initializers as inputs too; they stay constants
-            v = Value(vi.name, self.type(vi.type, f"graph input '{vi.name}'"))
+            v = Value(scope.local(vi.name, self), self.type(vi.type, f"graph input '{vi.name}'"))
             block.inputs.append(v)
             scope.define(vi.name, v, self)
         for node in g.node:
@@ -202,7 +205,7 @@ class _Importer:
                 raise self.fail(f"{where}: a Constant has one named output, this one has {list(node.output)}")
             value = _constant_value(attrs, where, self)
             name = node.output[0]
-            scope.define(name, block.add_constant(name, value), self)
+            scope.define(name, block.add_constant(scope.local(name, self), value), self)
             return
         if domain not in self.opsets and (domain, node.op_type) not in self.functions:
             # Without it no operator version is known; a cut-off file often looks like this.
@@ -231,8 +234,9 @@ class _Importer:
         for name, v in zip(outputs, results):
             if name == "":
                 continue
-            if v.name != name:
-                v.name = name
+            local = scope.local(name, self)
+            if v.name != local:
+                v.name = local
             if name in types and v.type is None:
                 v.type = self.type(types[name], f"value '{name}'")
             scope.define(name, v, self)
@@ -271,7 +275,7 @@ class _Importer:
                 v = inner.get(formal)
                 if v is None:
                     raise self.fail(f"{where}: function '{fn.name}' never produces '{formal}'")
-                out = Operation("Identity", [v], name=node.name, output_names=[actual])
+                out = Operation("Identity", [v], name=node.name, output_names=[scope.local(actual, self)])
                 block.append(out)
                 if actual in types:
                     out.outputs[0].type = self.type(types[actual], f"value '{actual}'")
@@ -314,6 +318,15 @@ class _Scope:
 
     def alias(self, name: str, v: Value | None) -> None:
         self.names[name] = v
+
+    def local(self, name: str, imp: _Importer) -> str:
+        """The IR name of a value this graph defines as ``name``: ``name`` itself, or a fresh one
+        where it shadows a value of an enclosing graph (ONNX lets a subgraph's names shadow outer
+        ones; the IR keeps names unique along a scope chain)."""
+        if self.outer is None or self.outer.get(name) is None:
+            return name
+        imp.shadowed.append(name)
+        return imp.fresh(name)
 
 
 class _Builder:
@@ -641,13 +654,56 @@ def _check_text(msg: Message, origin: str, path: str) -> None:
 def import_onnx(data: bytes, origin: str = "<bytes>", base_dir: str | None = None) -> Program:
     """Import ONNX ModelProto bytes; ``base_dir`` is where external data files are looked up."""
     model = parse_model(data, origin)
+    importer = _Importer(model, origin, base_dir)
     try:
-        program = _Importer(model, origin, base_dir).program()
+        program = importer.program()
     except RecursionError:
         raise ModelFormatError(f"{origin}: graph nesting too deep") from None
+    if importer.shadowed:
+        names = ", ".join(f"'{n}'" for n in importer.shadowed[:3])
+        warnings.warn(
+            f"{origin}: {len(importer.shadowed)} subgraph name(s) shadow a name of an enclosing graph "
+            f"({names}{', …' if len(importer.shadowed) > 3 else ''}); the inner values are renamed "
+            "(ONNX scoping, as onnxruntime reads it)",
+            ModelFixWarning,
+            stacklevel=2,
+        )
     infer_types(program)
+    _trust_inference(program, origin)
     try:
         verify(program)
     except VerificationError as e:
         raise ModelFormatError(f"{origin}: {e}") from None
     return program
+
+
+MAX_SHAPE_ROUNDS = 8
+
+
+def _trust_inference(program: Program, origin: str) -> None:
+    """A declared shape (value_info, a graph output) is a hint: where it disagrees with what shape
+    inference gives, onnxruntime warns and uses the inferred shape, and so does this (warned
+    once per model). Each round clears the disagreeing declarations and infers again, as a wrong
+    declared shape may have shaped the values after it. A dtype disagreement stays an error."""
+    fixed: list[str] = []
+    for _ in range(MAX_SHAPE_ROUNDS):
+        found = [
+            (out, inferred)
+            for fn in program.functions.values()
+            for op in fn.body.walk()
+            for out, inferred, _ in shape_conflicts(op)
+            if isinstance(out.type, TensorType) and out.type.dtype == inferred.dtype
+        ]
+        if not found:
+            break
+        for out, inferred in found:
+            fixed.append(f"'{out.name}' declared {out.type}, inferred {inferred}")
+            out.type = None
+        infer_types(program)
+    if fixed:
+        warnings.warn(
+            f"{origin}: {len(fixed)} declared shape(s) disagree with shape inference ({fixed[0]}"
+            f"{'; …' if len(fixed) > 1 else ''}); the inferred shapes are used, as onnxruntime does",
+            ModelFixWarning,
+            stacklevel=3,
+        )

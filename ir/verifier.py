@@ -35,27 +35,32 @@ def _check_signature(op: Operation, where: str) -> None:
             _fail(where, f"{op.op_type} attribute '{name}' is required but missing")
 
 
-def _check_types(op: Operation, where: str) -> None:
-    """Declared output types must agree with what the op's schema infers from its inputs."""
+def shape_conflicts(op: Operation) -> list[tuple[Value, TensorType, str]]:
+    """The outputs whose declared type disagrees with what the op's schema infers from its
+    inputs: (output, inferred type, what disagrees). A dtype conflict comes first."""
+    found = []
     for out, inferred in zip(op.outputs, infer_op(op)):
         declared = out.type
         if not isinstance(declared, TensorType) or not isinstance(inferred, TensorType):
             continue
         if declared.dtype != inferred.dtype:
-            _fail(
-                where,
-                f"output '%{out.name}' is declared {declared} but {op.op_type} gives {inferred.dtype.short}",
-            )
-        if declared.shape is None or inferred.shape is None:
+            found.append((out, inferred, inferred.dtype.short))
+        elif declared.shape is None or inferred.shape is None:
             continue
-        if len(declared.shape) != len(inferred.shape):
-            _fail(
-                where,
-                f"output '%{out.name}' is declared {declared} but {op.op_type} gives rank {len(inferred.shape)}",
-            )
-        for d, i in zip(declared.shape, inferred.shape):
-            if isinstance(d, int) and isinstance(i, int) and d != i:
-                _fail(where, f"output '%{out.name}' is declared {declared} but {op.op_type} gives {inferred}")
+        elif len(declared.shape) != len(inferred.shape):
+            found.append((out, inferred, f"rank {len(inferred.shape)}"))
+        elif any(
+            isinstance(d, int) and isinstance(i, int) and d != i
+            for d, i in zip(declared.shape, inferred.shape)
+        ):
+            found.append((out, inferred, str(inferred)))
+    return found
+
+
+def _check_types(op: Operation, where: str) -> None:
+    """Declared output types must agree with what the op's schema infers from its inputs."""
+    for out, _, gives in shape_conflicts(op):
+        _fail(where, f"output '%{out.name}' is declared {out.type} but {op.op_type} gives {gives}")
 
 
 def _block(block: Block, visible: set[int], names: set[str], where: str) -> None:

@@ -41,3 +41,8 @@ class SpecializationError(OffloadError):
 class RunTerminated(OffloadError):
     """A run stopped before its end: its deadline passed, or another thread asked it to stop
     (``runtime.RunOptions``). Nothing it computed is returned."""
+
+
+class ModelFixWarning(UserWarning):
+    """A model file accepted with a fix, as the reference runtime accepts it (a declared shape that
+    disagrees with inference, a subgraph name that shadows an outer one); the message says what."""

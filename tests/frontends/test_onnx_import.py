@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import offload
-from offload.errors import DTypeError, ModelFormatError, ShapeError, UnsupportedOpError
+from offload.errors import DTypeError, ModelFixWarning, ModelFormatError, ShapeError, UnsupportedOpError
 from offload.ir import DataType, TensorType
 
 
@@ -290,10 +290,72 @@ def test_declared_types_must_agree_with_the_ops():
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])
     with pytest.raises(ModelFormatError, match=r"'%y' is declared .* but Relu gives fp32"):
         offload.load(model.SerializeToString())
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])
+
+
+def test_a_declared_shape_that_disagrees_is_a_hint_as_in_onnxruntime():
+    """onnxruntime warns ("falling back to lenient merge") and runs with the inferred shapes."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])  # a graph output, dims swapped
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])
-    with pytest.raises(ModelFormatError, match=r"'%y' is declared \(3,2,fp32\) but Relu gives \(2,3,fp32\)"):
-        offload.load(model.SerializeToString())
+    feeds = {"x": np.arange(-3, 3, dtype=np.float32).reshape(2, 3)}
+    with pytest.warns(ModelFixWarning, match=r"1 declared shape\(s\) disagree.*'y' declared \(3,2,fp32\)"):
+        got, want = _run_both(model, feeds)
+    assert got[0].shape == want[0].shape == (2, 3)
+    np.testing.assert_array_equal(got[0], want[0])
+
+    # a value_info of another rank, before the op whose shape depends on it
+    t = helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, "seqlen"])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    shape = numpy_helper.from_array(np.array([1, 3, 2], np.int64), "s")
+    nodes = [
+        helper.make_node("Reshape", ["x", "s"], ["t"]),
+        helper.make_node("Transpose", ["t"], ["u"], perm=[0, 2, 1]),
+        helper.make_node("Relu", ["u"], ["out"]),
+    ]
+    model = _model(nodes, [x], [out], [shape])
+    model.graph.value_info.append(t)
+    with pytest.warns(ModelFixWarning, match=r"'t' declared \(1,seqlen,fp32\), inferred \(1,3,2,fp32\)"):
+        got, want = _run_both(model, feeds)
+        program = offload.load(model.SerializeToString())
+    assert program.main.outputs[0].type == TensorType(DataType.FLOAT, (1, 2, 3))
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_a_subgraph_may_shadow_an_outer_name_as_in_onnxruntime():
+    """ONNX scoping: a Loop body's initializer and node output reuse names of the outer graph;
+    inside the body the inner values are meant, outside the outer ones."""
+    w_outer = numpy_helper.from_array(np.array([10.0], np.float32), "w")
+    w_inner = numpy_helper.from_array(np.array([2.0], np.float32), "w")
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["acc_in", "w"], ["y"]),  # the inner w (2) and an inner y
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1]),
+        ],
+        [w_inner],
+    )
+    trips = numpy_helper.from_array(np.array(3, np.int64), "n")
+    cond = numpy_helper.from_array(np.array(True), "c")
+    nodes = [
+        helper.make_node("Loop", ["n", "c", "x"], ["looped"], body=body),
+        helper.make_node("Mul", ["looped", "w"], ["y"]),  # the outer w (10) and the outer y
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    model = _model(nodes, [x], [y], [w_outer, trips, cond])
+    with pytest.warns(ModelFixWarning, match=r"1 subgraph name\(s\) shadow .*\('w'\)"):
+        got, want = _run_both(model, {"x": np.array([1.5], np.float32)})
+    np.testing.assert_array_equal(want[0], [1.5 * 8 * 10])
+    np.testing.assert_array_equal(got[0], want[0])
 
 
 def test_a_dim_value_of_minus_one_is_an_unknown_dim_and_runs_as_onnxruntime_runs_it():
