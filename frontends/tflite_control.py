@@ -37,7 +37,7 @@ import numpy as np
 from offload.ir import Block, DataType, TensorType, Value
 from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 
-from .tflite import Node, rule
+from .tflite_node import Node, rule
 from .tflite_reader import Table
 
 _COUNTER_TYPES = (TflType.INT32, TflType.INT64)

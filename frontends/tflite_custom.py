@@ -2,7 +2,7 @@
 
 A custom operator (``BuiltinOperator.CUSTOM`` with a ``custom_code``) has no meaning offload could
 know; without a rule it is refused with an ``UnsupportedOpError`` naming its code. A rule is a
-function ``rule(node) -> list[Value]`` like the builtin ones (``tflite.Node``: ``node.inputs``,
+function ``rule(node) -> list[Value]`` like the builtin ones (``tflite_node.Node``: ``node.inputs``,
 ``node.shape(i)``, ``node.custom_options`` — the operator's raw option bytes, a flexbuffer for
 most converters —, ``node.op(...)`` / ``node.one(...)`` to add IR ops), returning one value per
 output::
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .tflite import ARITY, RULES, VERSIONS
+from .tflite_node import ARITY, RULES, VERSIONS
 
 
 def custom_key(code: str) -> str:

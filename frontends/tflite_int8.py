@@ -22,7 +22,7 @@ from offload.ir import DataType, Operation, TensorType, Value
 from offload.ir.tflite_ops import DOMAIN
 from offload.schemas.generated.tflite.ActivationFunctionType import ActivationFunctionType as Act
 
-from . import tflite as base
+from . import tflite_node as base
 from .tflite_int8_tables import float_table, hard_swish_table, leaky_relu_table, requantize_table
 
 Rule = Callable[["base.Node"], "list | None"]

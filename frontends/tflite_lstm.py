@@ -33,7 +33,7 @@ from offload.ir import Block, DataType, TensorType, Value
 from offload.schemas.generated.tflite.ActivationFunctionType import ActivationFunctionType as Act
 from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 
-from .tflite import Node, rule
+from .tflite_node import Node, rule
 
 ACTIVATIONS = {Act.TANH: "Tanh", Act.RELU: "Relu"}
 INPUT_W, RECURRENT_W, PEEPHOLE, BIAS = (1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11), (12, 13, 14, 15)

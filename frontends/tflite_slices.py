@@ -1,7 +1,7 @@
 """SLICE and STRIDED_SLICE whose begin, size or end are computed (a loop body indexing by its
 counter), and REVERSE_V2.
 
-The rules in ``tflite.py`` read constant arguments into constant Slice inputs; these build the
+The rules in ``tflite_tensor_ops.py`` read constant arguments into constant Slice inputs; these build the
 same Slice inputs with ops when an argument is a tensor computed at run time. The masks of
 STRIDED_SLICE are options, so they stay static: an axis in begin_mask (end_mask) takes the whole
 range's start (end) by a Where over a constant mask, a shrink axis ends one past its begin (or at
@@ -16,7 +16,7 @@ import numpy as np
 
 from offload.ir import DataType
 
-from .tflite import rule
+from .tflite_node import rule
 
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min

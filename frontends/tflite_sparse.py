@@ -28,7 +28,7 @@ import numpy as np
 
 from offload.errors import ModelFormatError
 
-from .tflite import Node, rule
+from .tflite_node import Node, rule
 
 DENSE, SPARSE_CSR = 0, 1
 MAX_DENSE_BYTES = 1 << 30

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .inference import _conv_shape, _ints_value, _pool_shape, _reduced, _shape, broadcast_shapes
+from .infer_dims import _ints_value, _shape, broadcast_shapes
+from .infer_nn import _conv_shape, _pool_shape
+from .infer_reduction import _reduced
 from .registry import inference, parse_schema_line, register
 from .types import DataType, QuantParams, TensorType
 

@@ -212,9 +212,9 @@ class PlanValues:
 
     def _fold(self, step: dict) -> np.ndarray | None:
         """The value of a step whose inputs are all known on the host and whose result is small
-        (shape arithmetic: ``ir.inference.fold_op``), or None: it then runs as kernels."""
+        (shape arithmetic: ``ir.infer_fold.fold_op``), or None: it then runs as kernels."""
         from offload.ir import DataType, TensorType
-        from offload.ir.inference import fold_values
+        from offload.ir.infer_fold import fold_values
 
         outs = [v for v in step["outputs"] if v is not None]
         if len(outs) != 1 or step["outputs"][0] is None or outs[0] in self.host:

@@ -6,7 +6,7 @@ value is known on the host at specialization, that is when it is
 
 - a constant;
 - computed from shapes and constants only (``Shape → Gather → Concat`` chains, through the ops
-  ``ir.inference`` folds): the runtime folds it from the concrete input shapes;
+  ``ir.infer_fold`` folds): the runtime folds it from the concrete input shapes;
 - a small tensor with no producer in the graph (a graph input): read on the host, its value part
   of the specialization key;
 - computed by an op the partition does not take: it then arrives as a small partition input, read
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from offload.ir import Operation, TensorType, Value
-from offload.ir.inference import FOLDABLE
+from offload.ir.infer_fold import FOLDABLE
 
 # A host-read value is a shape vector or a scalar: anything larger is data.
 MAX_HOST_ELEMENTS = 64

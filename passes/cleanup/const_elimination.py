@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from offload.ir import RANDOM_OPS, DataType, Operation, Program, TensorType
-from offload.ir.inference import fold_op
+from offload.ir.infer_fold import fold_op
 from offload.ir.rewrite import is_function_output, remove_dead_ops
 
 from ..pattern import Rewriter

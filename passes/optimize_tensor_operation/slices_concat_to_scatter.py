@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from offload.ir import DataType, Operation, Program, TensorType, Value
-from offload.ir.inference import fold_values
+from offload.ir.infer_fold import fold_values
 
 from ..pattern import Rewriter, const, static_shape
 from ..registry import graph_pass
@@ -61,7 +61,7 @@ def _leaves(v: Value, out: set, depth: int = 0) -> bool:
 
 
 def _value(v: Value, leaf: Value, at: int) -> np.ndarray | None:
-    """``v``'s value when ``leaf`` holds ``at`` (folded op by op with ``ir.inference.fold_op``)."""
+    """``v``'s value when ``leaf`` holds ``at`` (folded op by op with ``ir.infer_fold.fold_op``)."""
     if v is leaf:
         return np.asarray(at, v.type.dtype.numpy)
     if v.const_value is not None:

@@ -14,7 +14,7 @@ import pytest
 
 import offload
 from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError
-from offload.frontends.tflite import RULES, same_pads
+from offload.frontends.tflite_node import RULES, same_pads
 from offload.ir import TensorType
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
 from tests.delegates.opencl_support import needs_opencl
@@ -774,7 +774,7 @@ def test_every_rule_is_in_the_documented_operator_table():
     """docs/tflite.md's table names each operator a rule exists for (and no other)."""
     import re
 
-    from offload.frontends.tflite import RULES
+    from offload.frontends.tflite_node import RULES
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "tflite.md").read_text()
     documented = set()

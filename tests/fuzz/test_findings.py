@@ -12,7 +12,7 @@ from offload.emit import evalues
 from offload.errors import ModelFormatError, ShapeError, UnsupportedOpError
 from offload.frontends.onnx import parse_model
 from offload.ir import DataType, Operation, TensorType, Value, infer_op
-from offload.ir.inference import MAX_RANK
+from offload.ir.infer_dims import MAX_RANK
 from offload.runtime.kernels.normalization import log_softmax, softmax
 from offload.runtime.kernels.tensor import resize, tile
 from offload.schemas.generated import onnx_pb2 as pb

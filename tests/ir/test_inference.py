@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import pathlib
 import warnings
 from dataclasses import dataclass, field
 
@@ -13,8 +14,9 @@ import pytest
 from onnx import shape_inference
 
 import offload
-from offload.ir import Block, DataType, Function, Operation, Program, TensorType, Value
-from offload.ir.inference import broadcast_shapes, infer_types
+from offload.ir import Block, DataType, Function, Operation, Program, TensorType, Value, inference
+from offload.ir.infer_dims import broadcast_shapes
+from offload.ir.inference import FAMILIES, infer_types
 
 # Measured 0.823 (1297/1576): most of the rest need values fed at run time (a Reshape's shape,
 # TopK's k, Resize's scales as graph inputs) or are data dependent (NonZero, Unique...).
@@ -223,6 +225,13 @@ def _infer(op_type: str, inputs: list, attrs=None, n_out: int = 1):
 def _const(name: str, values, dtype=np.int64) -> Value:
     a = np.asarray(values, dtype=dtype)
     return Value(name, TensorType(DataType.from_numpy(a.dtype), a.shape), a)
+
+
+def test_every_module_of_rules_is_a_family():
+    """A module of rules that inference does not import would leave its ops untyped, silently."""
+    ir_dir = pathlib.Path(inference.__file__).parent
+    with_rules = {p.stem for p in ir_dir.glob("infer_*.py") if "@inference(" in p.read_text()}
+    assert with_rules == {m.__name__.rsplit(".", 1)[1] for m in FAMILIES}
 
 
 def test_broadcast_symbolic_dims():
