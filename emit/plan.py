@@ -635,7 +635,7 @@ class PlanBuilder:
 
     def _load_time_values(self, ix) -> set[int]:
         """Values the runtime computes once, at a method's first run, and keeps with the
-        constants (runtime/module.py, _find_load_time): the tensor results of deterministic ONNX
+        constants (runtime/load_time.py, _find_load_time): the tensor results of deterministic ONNX
         kernels (``ir.computed_once``) before the first jump whose inputs are constants or such
         values, other than the plan's results. They take no place in the arena."""
         jumps = [pc for pc, ins in enumerate(self.instrs) if isinstance(ins, _Jump)]

@@ -121,7 +121,7 @@ def computed_once(domain: str, name: str) -> bool:
 # for the ops in the second table, the values of the inputs at the given positions (a target
 # shape, axes, slice bounds): not of other input data. (NonZero, Unique, Compress, TopK's k,
 # Range, OneHot's depth … are not.) The runtime keeps what is computed from such shapes
-# (runtime/module.py, _find_shape_steps).
+# (runtime/shape_plans.py, _find_shape_steps).
 SHAPE_FROM_SHAPES = frozenset(
     """Abs Acos Acosh Add And Asin Asinh Atan Atanh AveragePool BatchNormalization Cast CastLike Ceil
     Celu Clip Concat Conv Cos Cosh Div Dropout Elu Equal Erf Exp Flatten Floor GRU Gather

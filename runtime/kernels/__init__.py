@@ -20,7 +20,7 @@ KERNELS: dict[tuple[str, str], Callable] = {}
 # method loads, ``factory(attrs, inputs, output)`` (each a (numpy dtype, shape) pair, None for
 # one not known) returns ``call(out, *inputs)`` writing the op's result into ``out``, the same
 # values its kernel computes, or None where it has none. The method calls it on C-contiguous
-# inputs instead of the kernel, skipping the kernel's checks and context (runtime/module.py).
+# inputs instead of the kernel, skipping the kernel's checks and context (runtime/steps.py).
 # Where every input of a run of such calls is certain to be a C-contiguous array of its declared
 # type (a constant, or another prepared call's arena view), the method binds each call to its
 # arrays once per arena set (``bind``) and runs them back to back.

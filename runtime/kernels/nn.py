@@ -868,7 +868,7 @@ class _Epilogue(NamedTuple):
     conv's plan to each part of its output in place (``_ConvPlan.calls``): the calls of the op's
     own prepared call (runtime/kernels/elementwise.py), so that the results are those of the two
     steps bit for bit, without a step of its own or a pass over the whole output from memory.
-    The CPU executor pairs the two steps (runtime/module.py, ``_fuse_epilogues``); the graph
+    The CPU executor pairs the two steps (runtime/fusions.py, ``_fuse_epilogues``); the graph
     keeps both ops, so the GPU backends see the graph unchanged."""
 
     op: str  # Relu | Clip | HardSwish | HardSigmoid
@@ -995,7 +995,7 @@ class _ConvChain(_KeptCalls):
     with a transposed operand gives OpenBLAS's bits of the contiguous one (the same kernel and
     blocking, only the packing reads differently), and the epilogue is elementwise, so the
     result is the two steps' bit for bit (tests/runtime/test_conv_chain.py checks it against
-    offload.evaluate). The CPU executor pairs the two steps (runtime/module.py,
+    offload.evaluate). The CPU executor pairs the two steps (runtime/fusions.py,
     ``_fuse_depthwise_pointwise``); the graph keeps both. Its arguments are the depthwise
     call's (x, weights, bias, epilogue inputs), then the pointwise call's after its input."""
 

@@ -36,7 +36,7 @@ frame (``_Frame``) therefore does once per call all it can:
 - Derived weights (halved, permuted, transposed, block-diagonal) of read-only inputs (a .pte's
   constants) are kept between calls, keyed by the arrays' identity (checked by weak reference).
 - In a .pte method, a plain call whose input and output types are known at load (or in a shape
-  plan) is a prepared call (``_PreparedCall``, runtime/module.py's _PreparedOutputsStep): frame,
+  plan) is a prepared call (``_PreparedCall``, runtime/steps.py's _PreparedOutputsStep): frame,
   checks and weights once, its buffers kept by the call per thread, Y and the final states
   copied into the arena's views by copies made once per set of views, outputs no one reads left
   out. The benchmark times runs after a pause, where every piece of Python and every first
@@ -897,7 +897,7 @@ def _lstm_general(fr: _Frame, xw, hs, cs, Rt, P, acts, clipped, input_forget):
             h4[k + 1, :, d] = o * h_act(c_new)
 
 
-# ---- prepared calls (runtime/module.py's _PreparedOutputsStep) ----------------------------------
+# ---- prepared calls (runtime/steps.py's _PreparedOutputsStep) ----------------------------------
 
 
 class _Outputs:

@@ -7,7 +7,7 @@ ShuffleNet concatenates its branches along the channels and interleaves them: Co
 concatenation; then Slices split the result into channel ranges (the next unit's halves). Step
 by step that is a copy of every input (Concat), a view (Transpose), a strided copy of the whole
 (the Reshape of a transposed view) and a copy per Slice (a kernel step each), each a step of
-the executor. The CPU executor fuses them (runtime/module.py, ``_fuse_channel_shuffles``) into
+the executor. The CPU executor fuses them (runtime/fusions.py, ``_fuse_channel_shuffles``) into
 one call that copies each input's channels of group i straight to their places in each result:
 per result, group and input one copy of whole rows of H * W floats. Only data moves, so the
 results are the steps' bit for bit; the graph and the .pte keep the ops.

@@ -46,7 +46,7 @@ def test_an_op_already_next_to_its_reader_stays():
 def test_a_constant_of_shape_moves_to_its_reader_and_the_arena_shrinks():
     # the light models' way: every weight made by ConstantOfShape up front, then the layers. The
     # shape is read from the input (of a constant shape the runtime would make the weights once,
-    # at the first run, with no arena place: runtime/module.py, _find_load_time).
+    # at the first run, with no arena place: runtime/load_time.py, _find_load_time).
     n = 64
     nodes = [node("Shape", ["x"], ["s"])]
     nodes += [node("ConstantOfShape", ["s"], [f"w{k}"], value=_splat(0.01 * (k + 1))) for k in range(4)]

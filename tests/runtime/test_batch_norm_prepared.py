@@ -1,6 +1,6 @@
 """Inference BatchNormalization as a prepared call of the CPU executor (runtime/kernels/
 normalization.py, ``_BatchNormCall``), alone and with the Relu or Clip that alone reads it applied
-per chunk of channels (runtime/module.py, ``_fuse_epilogues``): against onnxruntime, bit for bit
+per chunk of channels (runtime/fusions.py, ``_fuse_epilogues``): against onnxruntime, bit for bit
 against offload.evaluate (the ops run apart by their kernels), with its parameters constants or
 computed by the graph, written over its input or not, and the cases the kernel keeps."""
 
@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 import offload
 from offload.runtime.kernels.normalization import _BatchNormCall
-from offload.runtime.module import _FusedAway, _KernelPair, _PreparedStep
+from offload.runtime.steps import _FusedAway, _KernelPair, _PreparedStep
 
 from .onnx_graphs import model_bytes
 

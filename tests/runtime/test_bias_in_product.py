@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 import offload
 from offload.runtime.kernels.nn import _ConvCall
-from offload.runtime.module import _PreparedStep
+from offload.runtime.steps import _PreparedStep
 
 from .onnx_graphs import model_bytes
 

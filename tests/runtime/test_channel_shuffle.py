@@ -1,5 +1,5 @@
 """ShuffleNet's channel shuffle (Concat, Reshape, Transpose, Reshape) as one prepared step of the
-CPU executor (runtime/module.py, ``_fuse_channel_shuffles``; runtime/kernels/shuffle.py): against
+CPU executor (runtime/fusions.py, ``_fuse_channel_shuffles``; runtime/kernels/shuffle.py): against
 onnxruntime and offload.evaluate (the four ops apart), bit for bit (only data moves), bound and
 unbound, on two threads; and the runs of four that must not be fused."""
 
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import offload
 from offload.runtime.kernels.shuffle import ChannelShuffle
-from offload.runtime.module import _BoundRun, _FusedAway, _KernelChain, _PreparedStep, _ShuffleSlices
+from offload.runtime.steps import _BoundRun, _FusedAway, _KernelChain, _PreparedStep, _ShuffleSlices
 
 from .harness import concurrently
 from .onnx_graphs import model_bytes

@@ -1,5 +1,5 @@
 """A depthwise Conv and the pointwise Conv that alone reads its result, each with its epilogue op
-or none, as one prepared step of the CPU executor (runtime/module.py,
+or none, as one prepared step of the CPU executor (runtime/fusions.py,
 ``_fuse_depthwise_pointwise``; runtime/kernels/nn.py ``_ConvChain``: the pointwise product reads
 the depthwise sums channels-last where they are): against onnxruntime, bit for bit against the
 ops run apart (offload.evaluate), bound and unbound, on two threads, in a shape plan; and the
@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import offload
 from offload.runtime.kernels.nn import _ConvCall, _ConvChain
-from offload.runtime.module import _BoundRun, _FusedAway, _PreparedStep
+from offload.runtime.steps import _BoundRun, _FusedAway, _PreparedStep
 
 from .harness import concurrently
 from .onnx_graphs import model_bytes

@@ -1,5 +1,5 @@
 """A Conv and the elementwise op that alone reads its result (Relu, Clip, HardSwish, HardSigmoid)
-as one prepared step of the CPU executor (runtime/module.py, ``_fuse_epilogues``; the op applied
+as one prepared step of the CPU executor (runtime/fusions.py, ``_fuse_epilogues``; the op applied
 per part of the output by the conv's plan, runtime/kernels/nn.py ``_Epilogue``): against
 onnxruntime through each of the plan's paths, bit for bit against the two ops run apart
 (offload.evaluate), bound and unbound; and the pairs that must not be fused."""
@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import offload
-from offload.runtime.module import _FusedAway, _KernelPair, _PreparedStep
+from offload.runtime.steps import _FusedAway, _KernelPair, _PreparedStep
 
 from .harness import plan_path
 from .onnx_graphs import model_bytes

@@ -1,6 +1,6 @@
 """Values computed once: a kernel whose inputs are all constants (the light models make their
 fully connected weights with ConstantOfShape) runs at a method's first run, not at every run,
-and its result takes no place in the arena (emit/plan.py, runtime/module.py _find_load_time)."""
+and its result takes no place in the arena (emit/plan.py, runtime/load_time.py _find_load_time)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import offload
 from offload.runtime import kernels
-from offload.runtime.module import _LoadTimeStep
+from offload.runtime.steps import _LoadTimeStep
 
 from .onnx_graphs import model_bytes
 

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 import offload
 from offload.runtime.kernels import _util, nn
 from offload.runtime.kernels.nn import _ConvCall, _ConvChain
-from offload.runtime.module import _PreparedStep
+from offload.runtime.steps import _PreparedStep
 
 from .harness import concurrently, depthwise_sums
 from .onnx_graphs import model_bytes

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import offload
 from offload.runtime.kernels.nn import _ConvCall
-from offload.runtime.module import _BoundRun, _KernelPair, _PreparedStep
+from offload.runtime.steps import _BoundRun, _KernelPair, _PreparedStep
 
 from .harness import depthwise_sums, plan_path
 from .onnx_graphs import model_bytes

@@ -1,7 +1,7 @@
 """Prepared calls (kernels.prepared): a .pte method runs elementwise ops straight into their arena
 views, with the same bits as the kernels (offload.evaluate), and takes the kernel's way for an
 input that is not a C-contiguous array of the declared type; runs of them whose inputs are certain
-are bound to their arrays once and called back to back (runtime/module.py, _bind_runs)."""
+are bound to their arrays once and called back to back (runtime/bound_runs.py, _bind_runs)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import offload
-from offload.runtime.module import _FusedAway, _KernelStep, _PreparedStep, _ShuffleSlices
+from offload.runtime.steps import _FusedAway, _KernelStep, _PreparedStep, _ShuffleSlices
 
 from .onnx_graphs import model_bytes
 
@@ -253,7 +253,7 @@ def test_a_channel_shuffle_is_prepared_and_equals_numpy():
     """ShuffleNet's channel shuffle (Concat, Reshape, Transpose, Reshape, two Slices) and the
     other reshapes: Concat and the reshapes prepared, each a view or one copy into its arena view
     (a reshape written over its input: no copy; the shuffle's four ops and the two Slices one
-    fused call, runtime/module.py ``_fuse_channel_shuffles``), with numpy's values."""
+    fused call, runtime/fusions.py ``_fuse_channel_shuffles``), with numpy's values."""
     i64 = np.int64
     program = _model(
         [

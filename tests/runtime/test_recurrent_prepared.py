@@ -1,5 +1,5 @@
 """Prepared RNN, GRU and LSTM calls (runtime/kernels/recurrent.py ``_PreparedCall``, run by
-runtime/module.py's ``_PreparedOutputsStep``) against onnxruntime, or ONNX's reference evaluator
+runtime/steps.py's ``_PreparedOutputsStep``) against onnxruntime, or ONNX's reference evaluator
 where onnxruntime has no kernel (layout 1, float64).
 
 Every .pte here is checked to run its recurrent op by the prepared call: the kernel the step
@@ -20,7 +20,7 @@ from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import offload
-from offload.runtime.module import _PreparedOutputsStep
+from offload.runtime.steps import _PreparedOutputsStep
 
 from .test_recurrent_fast import OUTPUTS, as_float64, model, run_in_threads
 

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import offload
-from offload.runtime.module import _KernelStep, _PreparedStep
+from offload.runtime.steps import _KernelStep, _PreparedStep
 
 from .onnx_graphs import model_bytes
 

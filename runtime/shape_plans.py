@@ -1,0 +1,357 @@
+"""Steps by input shapes: shape steps, and shape plans (a method's steps for one tuple of input shapes)."""
+
+from __future__ import annotations
+
+import threading
+from math import prod
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from offload.ir import SHAPE_FROM_SHAPES, SHAPE_FROM_VALUES, computed_once
+
+from . import kernels
+from .bound_runs import _bind_runs, _static_inputs
+from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
+from .instructions import _one_output, _prepared_outputs, _static_spec
+from .load_time import _kernel_steps, _straight_line
+from .steps import SubPlan, _KernelStep, _PreparedStep, _ShapeStep
+
+if TYPE_CHECKING:
+    from .module import Method
+
+
+_SHAPE_OF = {"onnx::Shape", "onnx::Size"}
+
+
+def _find_shape_steps(m: Method) -> None:
+    """The kernel steps (prepared or not) before the first jump whose results depend only on
+    the input shapes (``_ShapeStep``). A value's *shape* is known from the input shapes when it
+    is a method input no step writes, a constant, or the result of an op whose output shapes
+    follow from its inputs' shapes (``ir.SHAPE_FROM_SHAPES``), or from their shapes and the
+    values at some positions that are themselves known (``ir.SHAPE_FROM_VALUES``). A value is
+    *known* from the input shapes when it is Shape or Size of such a value, or the result of a
+    deterministic ONNX op (``ir.computed_once``) of constants and known values; a prepared step
+    of known values stays one (a bound call costs less than storing a kept result), its results
+    known all the same (the exported transformer's sizes are products of them). Known results
+    are neither inputs nor results of the method, and have one writer each. The values whose
+    shape is known go to ``m._shaped`` (what shape plans hold, ``_ShapePlan``)."""
+    limit, writers, known = _straight_line(m)
+    inputs, results = set(m._input_slots), set(m._output_slots)
+    if m._load_time:
+        known.update(o for k in m._load_time for o in k.out_slots if o)
+    shaped = known | {i for i in inputs if i not in writers}
+    for pc, step, kernel, domain, op_type in _kernel_steps(m, limit):
+        onnx_op = op_type if domain == "onnx" else None
+        ins = [i for i in kernel.in_slots if i]
+        outs = [o for o in kernel.out_slots if o]
+        single = all(writers.get(o) == 1 and o not in inputs for o in outs)
+        if onnx_op in SHAPE_FROM_SHAPES:
+            shape_follows = all(i in shaped for i in ins)
+        elif onnx_op in SHAPE_FROM_VALUES:
+            by_value = SHAPE_FROM_VALUES[onnx_op]
+            shape_follows = all(
+                i == 0 or (i in known if k in by_value else i in shaped)
+                for k, i in enumerate(kernel.in_slots)
+            )
+        else:
+            shape_follows = False
+        if shape_follows and single:
+            shaped.update(outs)
+        if type(step) not in (_KernelStep, _PreparedStep) or not ins or not outs or not single:
+            continue
+        if kernel.op_name in _SHAPE_OF:
+            derived = ins[0] in shaped
+        else:
+            derived = all(i in known for i in ins) and computed_once(
+                "" if domain == "onnx" else domain, op_type
+            )
+        if (
+            not derived
+            or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
+            or any(o in results for o in outs)
+        ):
+            continue
+        known.update(outs)
+        shaped.update(outs)
+        if type(step) is _KernelStep:
+            m._steps[pc] = _ShapeStep(kernel)
+            m._shape_steps = True
+    m._shaped = shaped
+
+
+# ---- shape plans ---------------------------------------------------------------------------------
+#
+# An exported model with a symbolic batch, image size or sequence length declares most values
+# without static shapes, so they get no arena place and their kernels run as kernels: each
+# allocates its result and a Conv makes its plan's calls again for the new arrays (about 50 us of
+# Python a call on the exported convnets, more than the arithmetic of a 32 x 32 image). But a
+# value whose shape follows from the input shapes (``_find_shape_steps``) has the same shape at
+# every run with the same input shapes. A *shape plan* is the method for one tuple of input
+# shapes: the run that first meets them notes the dtype and shape of each such value; the next
+# run with them makes the plan, in which every kernel step that has a prepared call for those
+# types becomes one (``_PreparedStep``), writing into a place of the plan's own arena (placed by
+# the values' lifetimes, as the file's arenas are), its runs bound as the method's are. Runs with
+# those shapes then take arena sets of the plan.
+
+# Shape plans a method keeps (the most recently used): each holds an arena set per concurrent run.
+SHAPE_PLANS = 8
+
+
+_ALIGNMENT = 64
+
+
+def _find_shape_plan_steps(m: Method) -> None:
+    """The kernel steps before the first jump that a shape plan may prepare: an op with a
+    prepared call and one output, which has no arena place, follows from the input shapes
+    (``m._shaped``), has one writer and is not a method input; each input a planned value, a
+    constant, or a value that follows from the input shapes. And the outputs of the other kernel
+    steps there that a shape plan may give a place (the same conditions, not a method result): a
+    kernel writes its result there, or the method copies it in, so that the prepared call that
+    reads it sees the same array at every run (a Conv's calls are made for its arrays)."""
+    limit, writers, _ = _straight_line(m)
+    inputs, results = set(m._input_slots), set(m._output_slots)
+    found, held = [], []
+    for pc, step, kernel, domain, op_type in _kernel_steps(m, limit):
+        if type(step) is _KernelStep:
+            held.extend(
+                o
+                for o in kernel.out_slots
+                if o
+                and m._planned[o] is None
+                and o in m._shaped
+                and writers.get(o) == 1
+                and o not in inputs
+                and o not in results
+            )
+        out = _one_output(kernel)
+        if (
+            type(step) is not _KernelStep
+            or out is None
+            or not kernel.in_slots
+            or kernels.find_prepared("" if domain == "onnx" else domain, op_type) is None
+            or m._planned[out] is not None
+            or out not in m._shaped
+            or writers.get(out) != 1
+            or out in inputs
+            or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
+        ):
+            continue
+        if all(i and _plan_input(m, i) for i in kernel.in_slots):
+            found.append(pc)
+    m._shape_plan_steps = found
+    m._shape_plan_held = held
+    m._shape_plan_limit = limit
+    m._shape_plan_notes = [tuple(v for v in s.info().writes if v in m._shaped) for s in m._steps]
+
+
+def _prepare_outputs_steps(m: Method) -> None:
+    """Kernel steps of ops with several outputs (``kernels.prepared_outputs``) whose inputs and
+    outputs have static types here become _PreparedOutputsSteps; and the ones before the first
+    jump whose outputs follow from the input shapes and have one writer each go to
+    ``m._shape_plan_outputs`` (what a shape plan may prepare, as _find_shape_plan_steps does for
+    ops of one output)."""
+    limit, writers, _ = _straight_line(m)
+    inputs = set(m._input_slots)
+    m._read_slots = set(m._output_slots).union(*(step.info().reads for step in m._steps))
+    found = []
+    for pc, step in enumerate(m._steps):
+        if type(step) is not _KernelStep or not step.in_slots:
+            continue
+        domain, _, op_type = step.op_name.partition("::")
+        if kernels.find_prepared_outputs("" if domain == "onnx" else domain, op_type) is None:
+            continue
+        specs = [_static_spec(m, i) for i in step.in_slots]
+        outs = {
+            o: (m._planned[o].dtype, m._planned[o].shape)
+            for o in step.out_slots
+            if o and m._planned[o] is not None
+        }
+        if all(s is not False for s in specs):
+            prepared = _prepared_outputs(m, step, specs, outs)
+            if prepared is not None:
+                m._steps[pc] = prepared
+                continue
+        outs_free = [o for o in step.out_slots if o]
+        if (
+            pc < limit
+            and outs_free
+            and all(
+                m._planned[o] is None and o in m._shaped and writers.get(o) == 1 and o not in inputs
+                for o in outs_free
+            )
+            and all(i == 0 or _plan_input(m, i) for i in step.in_slots)
+        ):
+            found.append(pc)
+    m._shape_plan_outputs = found
+
+
+def _plan_input(m: Method, i: int) -> bool:
+    """Whether slot ``i`` is an input a shape plan's prepared call may read: a planned value, a
+    constant, or a value whose shape follows from the input shapes."""
+    return (
+        m._planned[i] is not None
+        or isinstance(m._initial[i], np.ndarray)
+        or (m._initial[i] is None and i in m._shaped)
+    )
+
+
+def _note(seen: dict, slot: int, value) -> None:
+    if type(value) is np.ndarray:
+        seen[slot] = (value.dtype, value.shape)
+
+
+class _ShapePlans:
+    """A method's shape plans by input shapes, the most recently used last. An entry is what the
+    first run with those shapes noted (the next run makes the plan from it), the plan, or None
+    where the plan would hold no value (the method's own steps run)."""
+
+    __slots__ = ("entries", "lock")
+
+    def __init__(self):
+        self.entries: dict[tuple, dict | _ShapePlan | None] = {}
+        self.lock = threading.Lock()
+
+    def find(self, m: Method, shapes: tuple | None) -> tuple[_ShapePlan | None, dict | None]:
+        """(the plan for ``shapes`` or None, a dict for the run to note its values in or None)."""
+        if shapes is None or None in shapes:  # a sequence input: its shape says nothing
+            return None, None
+        with self.lock:
+            if shapes not in self.entries:
+                return None, {}
+            entry = self.entries.pop(shapes)
+            self.entries[shapes] = entry  # the most recently used last
+        if not isinstance(entry, dict):
+            return entry, None
+        plan = _ShapePlan(m, entry)
+        if not plan.layout:
+            plan = None
+        with self.lock:
+            if shapes in self.entries:
+                self.entries[shapes] = plan
+        return plan, None
+
+    def seen(self, shapes: tuple, noted: dict) -> None:
+        with self.lock:
+            if shapes not in self.entries:
+                self.entries[shapes] = noted
+                while len(self.entries) > SHAPE_PLANS:
+                    del self.entries[next(iter(self.entries))]
+
+
+class _ShapePlan:
+    """A method's steps for one tuple of input shapes: ``steps`` with the kernel steps that have
+    prepared calls for the noted types made _PreparedSteps, ``fast_steps`` with their runs bound
+    (``_bind_runs``), and ``layout``, the place in the plan's arena of each value they write and of
+    each method input they read (slot → (offset, dtype, shape)). Arena sets (the file's arenas and
+    one of the plan's) are made as runs need them and kept in ``pool``."""
+
+    __slots__ = ("bound_runs", "fast_steps", "layout", "method", "nbytes", "pool", "steps")
+
+    def __init__(self, m: Method, seen: dict):
+        self.method = m
+        self.pool: list[tuple[list, list, list]] = []
+        steps = list(m._steps)
+        inputs = set(m._input_slots)
+        held: dict[int, tuple] = {}  # slot → (dtype, shape) of the values the plan's arena holds
+        for pc in m._shape_plan_steps:
+            kernel = steps[pc]
+            out = kernel.out_slots[0]
+            specs = [_known_spec(m, i, seen) for i in kernel.in_slots]
+            if out not in seen or None in specs:
+                continue
+            domain, _, op_type = kernel.op_name.partition("::")
+            factory = kernels.find_prepared("" if domain == "onnx" else domain, op_type)
+            call = factory(kernel.attrs, specs, seen[out])
+            if call is None:
+                continue
+            step = steps[pc] = _PreparedStep()
+            step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
+            held[out] = seen[out]
+            held.update((i, seen[i]) for i in kernel.in_slots if i in inputs and m._planned[i] is None)
+        for pc in m._shape_plan_outputs:
+            kernel = steps[pc]
+            specs = [None if i == 0 else _known_spec(m, i, seen) for i in kernel.in_slots]
+            outs = {o: seen[o] for o in kernel.out_slots if o in seen}
+            if any(s is None for i, s in zip(kernel.in_slots, specs) if i):
+                continue
+            step = _prepared_outputs(m, kernel, specs, outs)
+            if step is None:
+                continue
+            steps[pc] = step
+            held.update((o, outs[o]) for o, w in zip(step.out_slots, step.wanted) if w)
+        held.update((o, seen[o]) for o in m._shape_plan_held if o in seen and o not in held)
+        _fuse_epilogues(m, steps)
+        _fuse_depthwise_pointwise(m, steps)
+        self.steps = steps
+        self.fast_steps, self.bound_runs = _bind_runs(m, steps, _static_inputs(m) | (inputs & set(held)))
+        spans = _spans(m, steps, held)
+        sizes = {v: int(np.dtype(d).itemsize) * prod(s) for v, (d, s) in held.items()}
+        offsets, self.nbytes = _place(sizes, spans)
+        self.layout = {v: (offsets[v], np.dtype(d), tuple(s)) for v, (d, s) in held.items()}
+
+    def acquire(self) -> tuple[list, list, list]:
+        """An arena set of this plan that no other run holds (a new one when all are taken)."""
+        m = self.method
+        with m._pool_lock:
+            if self.pool:
+                return self.pool.pop()
+        planned, initial = m._new_arenas()
+        arena = np.zeros(self.nbytes, np.uint8)
+        m.module._hold_arena(arena)
+        for slot, (offset, dtype, shape) in self.layout.items():
+            nbytes = dtype.itemsize * prod(shape)
+            planned[slot] = initial[slot] = arena[offset : offset + nbytes].view(dtype).reshape(shape)
+        return planned, initial, m._bind(planned, initial, self.bound_runs)
+
+
+def _known_spec(m: Method, i: int, seen: dict) -> tuple | None:
+    """(dtype, shape) of input slot ``i`` of a prepared call in a shape plan, or None."""
+    known = m._planned[i] if m._planned[i] is not None else m._initial[i]
+    if isinstance(known, np.ndarray):
+        return known.dtype, known.shape
+    return seen.get(i) if known is None else None
+
+
+def _spans(m: Method, steps: list, held: dict) -> dict[int, tuple[int, int]]:
+    """Each held value's lifetime, (first write, last read) with both ends inclusive so that a
+    step's output never shares bytes with its inputs: method inputs from before the first step,
+    method results and values read from the first jump on (in a loop, perhaps again) to the end."""
+    n, limit, inputs = len(steps), m._shape_plan_limit, set(m._input_slots)
+    first = {v: -1 for v in held if v in inputs}
+    last: dict[int, int] = {}
+    for pc, step in enumerate(steps):
+        info = step.info()
+        for v in info.reads:
+            if v in held:
+                last[v] = max(last.get(v, -1), pc if pc < limit else n)
+        for v in info.writes:
+            if v in held:
+                first.setdefault(v, pc)
+    for v in m._output_slots:
+        if v in held:
+            last[v] = n
+    return {v: (first[v], max(first[v], last.get(v, first[v]))) for v in held}
+
+
+def _place(sizes: dict[int, int], spans: dict[int, tuple[int, int]]) -> tuple[dict[int, int], int]:
+    """Offsets in one arena for values live over ``spans``: in the order they are first written,
+    each takes the lowest gap between the values live with it that holds it (first fit), so that a
+    value reuses the bytes of one that just died, while they are still in cache. Returns the
+    offsets and the arena's size."""
+    live: list[tuple[int, int, int]] = []  # (offset, end, last read) of the values placed so far
+    offsets: dict[int, int] = {}
+    top = 0
+    for v in sorted(sizes, key=lambda v: (spans[v][0], v)):
+        # placed earlier, so first written no later: live with v unless dead before v's start
+        # (and then dead before every later start too)
+        live = [p for p in live if p[2] >= spans[v][0]]
+        at = 0
+        for o, e, _ in sorted(live):
+            if o - at >= sizes[v]:
+                break
+            at = max(at, -(-e // _ALIGNMENT) * _ALIGNMENT)
+        offsets[v] = at
+        live.append((at, at + sizes[v], spans[v][1]))
+        top = max(top, at + sizes[v])
+    return offsets, -(-top // _ALIGNMENT) * _ALIGNMENT
