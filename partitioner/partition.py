@@ -23,57 +23,13 @@ partitions P → R → P can form either, so the lowered program stays acyclic.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from offload.delegates.backend import BackendCompiler, Support
 from offload.errors import BackendUnavailableError
-from offload.ir import Function, Operation, Program, Value
+from offload.ir import Function, Operation, Program
 from offload.ir.rewrite import reads, top_level_op
 
-from .report import Placement, Reason, Report
-
-
-@dataclass(eq=False)
-class Partition:
-    """One group of ops of one function that one backend runs as a single delegate."""
-
-    id: int
-    backend: BackendCompiler
-    fn: Function
-    ops: list[Operation] = field(default_factory=list)
-
-    @property
-    def function(self) -> str:
-        return self.fn.name
-
-    def inputs(self) -> list[Value]:
-        """Non-constant values the partition reads but does not produce, in first-use order."""
-        return [v for v in self._reads() if not v.is_constant]
-
-    def weights(self) -> list[Value]:
-        """Constant values (block constants) the partition reads."""
-        return [v for v in self._reads() if v.is_constant and v.producer is None]
-
-    def outputs(self) -> list[Value]:
-        """Values produced inside and used outside (by other ops or as function results)."""
-        inside = {id(op) for op in self.ops}
-        results = {id(v) for v in self.fn.outputs}
-        out = []
-        for op in self.ops:
-            for v in op.outputs:
-                used_outside = any(id(top_level_op(u)) not in inside for u in v.users)
-                if used_outside or id(v) in results:
-                    out.append(v)
-        return out
-
-    def _reads(self) -> list[Value]:
-        inside = {id(op) for op in self.ops}
-        seen: dict[int, Value] = {}
-        for op in self.ops:
-            for v in reads(op):
-                if v.producer is None or id(v.producer) not in inside:
-                    seen.setdefault(id(v), v)
-        return list(seen.values())
+from .report import Partition, Placement, Reason, Report
 
 
 class _Groups:

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from offload.ir import TensorType
 
 from .pte_values import value_type
-from .steps import _BoundRun, _FusedAway, _JumpStep, _PreparedStep
-
-if TYPE_CHECKING:
-    from .module import Method
+from .steps import MethodState, _BoundRun, _FusedAway, _JumpStep, _PreparedStep
 
 
-def _static_inputs(m: Method) -> set[int]:
+def _static_inputs(m: MethodState) -> set[int]:
     """The method inputs with arena views of their declared static type: every run copies the
     input into its view (``_call``), so the view holds an array of that type."""
     certain = set()
@@ -32,7 +27,9 @@ def _static_inputs(m: Method) -> set[int]:
     return certain
 
 
-def _bind_runs(m: Method, steps: list, certain_inputs: set[int]) -> tuple[list, list[list[_PreparedStep]]]:
+def _bind_runs(
+    m: MethodState, steps: list, certain_inputs: set[int]
+) -> tuple[list, list[list[_PreparedStep]]]:
     """Group the prepared steps whose inputs are certain: constants, the method inputs of
     ``certain_inputs`` (with arena views, copied into them whatever their layout, ``_call``), and
     the outputs of prepared steps before them (always in their arena views). Runs do not span a

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from offload.ir import TensorType
 
 from .pte_values import value_type
 from .steps import (
+    MethodState,
     _FusedAway,
     _JumpStep,
     _KernelChain,
@@ -19,11 +18,8 @@ from .steps import (
     _ShuffleSlices,
 )
 
-if TYPE_CHECKING:
-    from .module import Method
 
-
-def _fusion_context(m: Method, steps: list) -> tuple[dict[int, int], set[int], set[int]]:
+def _fusion_context(m: MethodState, steps: list) -> tuple[dict[int, int], set[int], set[int]]:
     """What a load-time fusion checks: how many steps read each slot, the method's results, and
     the steps jumps land on."""
     readers: dict[int, int] = {}
@@ -33,7 +29,7 @@ def _fusion_context(m: Method, steps: list) -> tuple[dict[int, int], set[int], s
     return readers, set(m._output_slots), {s.dest for s in steps if isinstance(s, _JumpStep)}
 
 
-def _fuse_epilogues(m: Method, steps: list) -> None:
+def _fuse_epilogues(m: MethodState, steps: list) -> None:
     """Pair a prepared Conv with the prepared elementwise op right after it (Relu, Clip,
     HardSwish, HardSigmoid: ``nn._Epilogue``) where that op is the only reader of the conv's
     result, which is not a result of the method, and the op is no jump's target: the conv's
@@ -76,7 +72,7 @@ def _fuse_epilogues(m: Method, steps: list) -> None:
         away.kernel = op.kernel
 
 
-def _fuse_depthwise_pointwise(m: Method, steps: list) -> None:
+def _fuse_depthwise_pointwise(m: MethodState, steps: list) -> None:
     """Make a depthwise Conv and the pointwise Conv that alone reads its result one prepared call
     (``nn._ConvChain``; each may carry its epilogue, ``_fuse_epilogues`` runs first):
 
@@ -132,7 +128,7 @@ def _step_kernel(step) -> _KernelStep | None:
     return step if type(step) is _KernelStep else None
 
 
-def _declared_spec(m: Method, slot: int) -> tuple | None:
+def _declared_spec(m: MethodState, slot: int) -> tuple | None:
     """(dtype, shape) of a value with a static declared tensor type, or None."""
     declared = value_type(m._values[slot]) if slot else None
     if not isinstance(declared, TensorType) or not declared.is_static:
@@ -140,7 +136,7 @@ def _declared_spec(m: Method, slot: int) -> tuple | None:
     return np.dtype(declared.dtype.numpy), tuple(declared.shape)
 
 
-def _fuse_channel_shuffles(m: Method, steps: list) -> None:
+def _fuse_channel_shuffles(m: MethodState, steps: list) -> None:
     """Make ShuffleNet's channel shuffle one prepared call (``kernels.shuffle.ChannelShuffle``):
 
         c = Concat(x1, x2, ..., axis=1)            (N, C, H, W), float
@@ -216,7 +212,9 @@ def _fuse_channel_shuffles(m: Method, steps: list) -> None:
             away.kernel = ks[i]
 
 
-def _channel_slices(m: Method, steps: list, pc: int, y: int, shape: tuple, readers, results, targets) -> list:
+def _channel_slices(
+    m: MethodState, steps: list, pc: int, y: int, shape: tuple, readers, results, targets
+) -> list:
     """[(Slice step, (first, end channel))] of the Slices at ``pc`` on that are all that reads
     ``y`` (of ``shape``), each of constant starts and ends on axis 1 (step 1), whose results are
     planned; [] where there are none such, or where y is read by anything else or is a result."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +14,7 @@ from . import delegates as dl
 from . import kernels
 from .pte_values import AttributeReader, value_type
 from .steps import (
+    MethodState,
     SubPlan,
     _DelegateStep,
     _FreeStep,
@@ -25,9 +25,6 @@ from .steps import (
     _PreparedStep,
 )
 
-if TYPE_CHECKING:
-    from .module import Method
-
 
 def _label(frames, pc: int) -> str:
     if pc < len(frames) and frames[pc] is not None and frames[pc].items:
@@ -35,7 +32,7 @@ def _label(frames, pc: int) -> str:
     return ""
 
 
-def _prepared(m: Method, step: _KernelStep, domain: str, op_type: str) -> _PreparedStep | None:
+def _prepared(m: MethodState, step: _KernelStep, domain: str, op_type: str) -> _PreparedStep | None:
     """The prepared form of ``step`` where its op has one and every type is static here."""
     factory = kernels.find_prepared(domain, op_type)
     slot = _one_output(step)
@@ -55,7 +52,9 @@ def _prepared(m: Method, step: _KernelStep, domain: str, op_type: str) -> _Prepa
     return fast
 
 
-def _prepared_outputs(m: Method, kernel: _KernelStep, specs: list, outs: dict) -> _PreparedOutputsStep | None:
+def _prepared_outputs(
+    m: MethodState, kernel: _KernelStep, specs: list, outs: dict
+) -> _PreparedOutputsStep | None:
     """The prepared form of a kernel step of an op with several outputs, for its inputs' types
     ``specs`` ((dtype, shape), None for an omitted input) and the types of its outputs that have
     places ``outs`` (slot → (dtype, shape)); None where the op has no such call, or an output that
@@ -77,7 +76,7 @@ def _prepared_outputs(m: Method, kernel: _KernelStep, specs: list, outs: dict) -
     return step
 
 
-def _static_spec(m: Method, i: int):
+def _static_spec(m: MethodState, i: int):
     """(dtype, shape) of input slot ``i`` where it is static at load, None for an omitted input
     (slot 0), False where not known."""
     if i == 0:
@@ -105,7 +104,7 @@ def _missing_kernel(name: str, where: str):
     return fn
 
 
-def _prepare_kernel(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _KernelStep:
+def _prepare_kernel(m: MethodState, call, pc: int, where: str, label: str, operators, n: int) -> _KernelStep:
     if not 0 <= call.opIndex < len(operators):
         raise ModelFormatError(
             f"{where}: operator index {call.opIndex} is out of range ({len(operators)} operators)"
@@ -178,7 +177,7 @@ def _split(schema, n_args: int, overload: str, where: str) -> tuple[int, int]:
     return n_in, n_out
 
 
-def _prepare_move(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _MoveStep:
+def _prepare_move(m: MethodState, call, pc: int, where: str, label: str, operators, n: int) -> _MoveStep:
     step = _MoveStep()
     step.method = m
     step.src = m._index(call.moveFrom, where, "move_from")
@@ -186,7 +185,7 @@ def _prepare_move(m: Method, call, pc: int, where: str, label: str, operators, n
     return step
 
 
-def _prepare_jump(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _JumpStep:
+def _prepare_jump(m: MethodState, call, pc: int, where: str, label: str, operators, n: int) -> _JumpStep:
     step = _JumpStep()
     step.where = where
     step.cond = m._index(call.condValueIndex, where, "the condition")
@@ -198,14 +197,14 @@ def _prepare_jump(m: Method, call, pc: int, where: str, label: str, operators, n
     return step
 
 
-def _prepare_free(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _FreeStep:
+def _prepare_free(m: MethodState, call, pc: int, where: str, label: str, operators, n: int) -> _FreeStep:
     step = _FreeStep()
     step.method = m
     step.slot = m._index(call.valueIndex, where, "value_index")
     return step
 
 
-def _keep_on_device(m: Method) -> None:
+def _keep_on_device(m: MethodState) -> None:
     """Mark the delegate outputs that stay in device memory: those written once, read only by
     delegates that take this backend's device tensors, and not a result of the method. A
     consumer that falls back to the CPU at run time copies them to the host then."""
@@ -236,7 +235,9 @@ def _keep_on_device(m: Method) -> None:
             step.keep = keep
 
 
-def _prepare_delegate(m: Method, call, pc: int, where: str, label: str, operators, n: int) -> _DelegateStep:
+def _prepare_delegate(
+    m: MethodState, call, pc: int, where: str, label: str, operators, n: int
+) -> _DelegateStep:
     entries = m.plan.delegates or []
     k = int(call.delegateIndex)
     if not 0 <= k < len(entries):

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from offload.ir import TensorType, computed_once
 
 from .pte_values import value_type
-from .steps import SubPlan, _JumpStep, _KernelStep, _LoadTimeStep, _PreparedStep
-
-if TYPE_CHECKING:
-    from .module import Method
+from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _LoadTimeStep, _PreparedStep
 
 
-def _straight_line(m: Method) -> tuple[int, dict[int, int], set[int]]:
+def _straight_line(m: MethodState) -> tuple[int, dict[int, int], set[int]]:
     """What _find_load_time and _find_shape_steps start from: the first instruction a jump may
     reach or leave from (the steps before it run once, in order), how many steps write each
     slot, and the constants (arrays no step writes that are neither planned nor inputs)."""
@@ -34,7 +29,7 @@ def _straight_line(m: Method) -> tuple[int, dict[int, int], set[int]]:
     return limit, writers, constants
 
 
-def _kernel_steps(m: Method, limit: int):
+def _kernel_steps(m: MethodState, limit: int):
     """(pc, step, its kernel step, domain, op type) of the kernel steps (prepared or not) before
     ``limit``."""
     for pc in range(limit):
@@ -45,7 +40,7 @@ def _kernel_steps(m: Method, limit: int):
             yield pc, step, kernel, domain, op_type
 
 
-def _find_load_time(m: Method) -> None:
+def _find_load_time(m: MethodState) -> None:
     """The kernel steps whose inputs are all constants (or their results): deterministic ONNX
     ops (``ir.computed_once``) before the first jump, whose outputs have no arena place (the
     writer leaves them out, emit/plan.py), are tensors and are not results of the method. Such

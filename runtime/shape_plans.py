@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from math import prod
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,16 +14,12 @@ from .bound_runs import _bind_runs, _static_inputs
 from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
-from .steps import SubPlan, _KernelStep, _PreparedStep, _ShapeStep
-
-if TYPE_CHECKING:
-    from .module import Method
-
+from .steps import MethodState, SubPlan, _KernelStep, _PreparedStep, _ShapeStep
 
 _SHAPE_OF = {"onnx::Shape", "onnx::Size"}
 
 
-def _find_shape_steps(m: Method) -> None:
+def _find_shape_steps(m: MethodState) -> None:
     """The kernel steps (prepared or not) before the first jump whose results depend only on
     the input shapes (``_ShapeStep``). A value's *shape* is known from the input shapes when it
     is a method input no step writes, a constant, or the result of an op whose output shapes
@@ -101,7 +96,7 @@ SHAPE_PLANS = 8
 _ALIGNMENT = 64
 
 
-def _find_shape_plan_steps(m: Method) -> None:
+def _find_shape_plan_steps(m: MethodState) -> None:
     """The kernel steps before the first jump that a shape plan may prepare: an op with a
     prepared call and one output, which has no arena place, follows from the input shapes
     (``m._shaped``), has one writer and is not a method input; each input a planned value, a
@@ -145,7 +140,7 @@ def _find_shape_plan_steps(m: Method) -> None:
     m._shape_plan_notes = [tuple(v for v in s.info().writes if v in m._shaped) for s in m._steps]
 
 
-def _prepare_outputs_steps(m: Method) -> None:
+def _prepare_outputs_steps(m: MethodState) -> None:
     """Kernel steps of ops with several outputs (``kernels.prepared_outputs``) whose inputs and
     outputs have static types here become _PreparedOutputsSteps; and the ones before the first
     jump whose outputs follow from the input shapes and have one writer each go to
@@ -186,7 +181,7 @@ def _prepare_outputs_steps(m: Method) -> None:
     m._shape_plan_outputs = found
 
 
-def _plan_input(m: Method, i: int) -> bool:
+def _plan_input(m: MethodState, i: int) -> bool:
     """Whether slot ``i`` is an input a shape plan's prepared call may read: a planned value, a
     constant, or a value whose shape follows from the input shapes."""
     return (
@@ -212,7 +207,7 @@ class _ShapePlans:
         self.entries: dict[tuple, dict | _ShapePlan | None] = {}
         self.lock = threading.Lock()
 
-    def find(self, m: Method, shapes: tuple | None) -> tuple[_ShapePlan | None, dict | None]:
+    def find(self, m: MethodState, shapes: tuple | None) -> tuple[_ShapePlan | None, dict | None]:
         """(the plan for ``shapes`` or None, a dict for the run to note its values in or None)."""
         if shapes is None or None in shapes:  # a sequence input: its shape says nothing
             return None, None
@@ -248,7 +243,7 @@ class _ShapePlan:
 
     __slots__ = ("bound_runs", "fast_steps", "layout", "method", "nbytes", "pool", "steps")
 
-    def __init__(self, m: Method, seen: dict):
+    def __init__(self, m: MethodState, seen: dict):
         self.method = m
         self.pool: list[tuple[list, list, list]] = []
         steps = list(m._steps)
@@ -305,7 +300,7 @@ class _ShapePlan:
         return planned, initial, m._bind(planned, initial, self.bound_runs)
 
 
-def _known_spec(m: Method, i: int, seen: dict) -> tuple | None:
+def _known_spec(m: MethodState, i: int, seen: dict) -> tuple | None:
     """(dtype, shape) of input slot ``i`` of a prepared call in a shape plan, or None."""
     known = m._planned[i] if m._planned[i] is not None else m._initial[i]
     if isinstance(known, np.ndarray):
@@ -313,7 +308,7 @@ def _known_spec(m: Method, i: int, seen: dict) -> tuple | None:
     return seen.get(i) if known is None else None
 
 
-def _spans(m: Method, steps: list, held: dict) -> dict[int, tuple[int, int]]:
+def _spans(m: MethodState, steps: list, held: dict) -> dict[int, tuple[int, int]]:
     """Each held value's lifetime, (first write, last read) with both ends inclusive so that a
     step's output never shares bytes with its inputs: method inputs from before the first step,
     method results and values read from the first jump on (in a loop, perhaps again) to the end."""

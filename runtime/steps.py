@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -12,8 +12,13 @@ from offload.errors import ModelFormatError, OffloadError, ShapeError, Unsupport
 
 from . import kernels
 
-if TYPE_CHECKING:
-    from .module import Method
+
+class MethodState(Protocol):
+    """A loaded method as its load-time preparation sees it (``module.Method``): the slots, steps,
+    arenas and shape plans that the preparation modules read and set. Named here, below
+    ``module.py``, so that those modules need not import the class that imports them."""
+
+    def __getattr__(self, name: str) -> Any: ...
 
 
 class StepInfo(NamedTuple):
@@ -34,7 +39,7 @@ class SubPlan:
     kernels read the outputs' declared types for zero-iteration results).
     """
 
-    def __init__(self, method: Method, captured: list[int]):
+    def __init__(self, method: MethodState, captured: list[int]):
         self.method = method
         self.captured = captured
         self.name = method.name
