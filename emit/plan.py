@@ -83,7 +83,7 @@ WRITES_OVER: dict[str, tuple[int, ...]] = {
 RESHAPES = {"onnx::Reshape", "onnx::Flatten", "onnx::Squeeze", "onnx::Unsqueeze"}
 # Pools whose output, smaller than their input (a stride above 1), may start where the input
 # does: their CPU kernels' first fold reads all of the input into a buffer of their own before
-# they write any of the output (runtime/kernels/nn.py, ``_pool_calls``). MaxPool only with its
+# they write any of the output (runtime/kernels/pool.py, ``_pool_calls``). MaxPool only with its
 # Indices omitted (one output). ZFNet's first MaxPool then pools its LRN's output in place of it.
 SHRINKS_OVER = {"onnx::MaxPool", "onnx::AveragePool"}
 # Below this size an output keeps its own place: a ufunc whose output is its input checks the

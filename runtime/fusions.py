@@ -31,7 +31,7 @@ def _fusion_context(m: MethodState, steps: list) -> tuple[dict[int, int], set[in
 
 def _fuse_epilogues(m: MethodState, steps: list) -> None:
     """Pair a prepared Conv with the prepared elementwise op right after it (Relu, Clip,
-    HardSwish, HardSigmoid: ``nn._Epilogue``) where that op is the only reader of the conv's
+    HardSwish, HardSigmoid: ``conv._Epilogue``) where that op is the only reader of the conv's
     result, which is not a result of the method, and the op is no jump's target: the conv's
     plan applies the op to each part of its output as it writes it, into the op's arena view
     (``_ConvCall.with_epilogue``), and the op's own step runs nothing (``_FusedAway``). The
@@ -74,7 +74,7 @@ def _fuse_epilogues(m: MethodState, steps: list) -> None:
 
 def _fuse_depthwise_pointwise(m: MethodState, steps: list) -> None:
     """Make a depthwise Conv and the pointwise Conv that alone reads its result one prepared call
-    (``nn._ConvChain``; each may carry its epilogue, ``_fuse_epilogues`` runs first):
+    (``conv._ConvChain``; each may carry its epilogue, ``_fuse_epilogues`` runs first):
 
         d = Conv(x, w1, b1, group=C)   [then Relu / Clip / HardSwish / HardSigmoid, fused]
         y = Conv(d, w2, b2)            1 x 1 [then its epilogue op, fused]
@@ -88,7 +88,7 @@ def _fuse_depthwise_pointwise(m: MethodState, steps: list) -> None:
     read from). Only the CPU executor fuses them, in the method's own steps and in shape plans
     alike (the fused step reads what the first conv read and writes y, which nothing between the
     two reads or writes); the graph and the .pte keep both."""
-    from .kernels.nn import _ConvChain
+    from .kernels.conv import _ConvChain
 
     readers, results, targets = _fusion_context(m, steps)
     for pc, first in enumerate(steps):

@@ -38,13 +38,16 @@ PREPARED_OUTPUTS: dict[tuple[str, str], Callable] = {}
 _MODULES = (
     "elementwise",
     "linalg",
-    "nn",
+    "conv",
+    "pool",
+    "sampling",
     "normalization",
     "reduction",
     "tensor",
     "indexing",
     "quantization",
     "recurrent",
+    "recurrent_prepared",
     "control",
     "sequence",
     "signal",
@@ -133,9 +136,11 @@ def _load_all() -> None:
     for m in _MODULES:
         try:
             importlib.import_module(f"{__name__}.{m}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{m}":
-                raise
+        except Exception as e:
+            _loaded = False
+            raise ImportError(
+                f"kernel module {__name__}.{m} failed to import: {type(e).__name__}: {e}"
+            ) from e
 
 
 def invoke(fn: Callable, ctx, args: list, attrs: dict, what: str) -> tuple:

@@ -1,4 +1,4 @@
-"""Normalization kernels: batch/layer/group norms, softmax family, attention, RoPE and the losses."""
+"""Normalization kernels: batch/layer/group norms, LRN, softmax family, attention, RoPE and the losses."""
 
 from __future__ import annotations
 
@@ -6,12 +6,15 @@ import functools
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from offload.ir import DataType
 
 from . import kernel, prepared
 from ._util import normalize_axes, normalize_axis, out_for, same_view, unsupported
-from .nn import _arena_buffers, _epilogue, _KeptCalls
+from .buffers import _arena_buffers, _KeptCalls
+from .conv import _epilogue
+from .linalg import widened
 
 
 def _work_dtype(*dtypes) -> np.dtype:
@@ -85,10 +88,10 @@ class _BatchNormCall(_KeptCalls):
     parameters are of its type: the kernel's x * a + b per channel (a and b computed as the
     kernel computes them: once where the parameters are constants, else at each run), by chunks
     of channels (``_NORM_CHUNK_BYTES``). With an ``epilogue`` (Relu, Clip, HardSwish,
-    HardSigmoid: ``nn._Epilogue``) it applies that op to each chunk in place and writes the op's
+    HardSigmoid: ``conv._Epilogue``) it applies that op to each chunk in place and writes the op's
     output; the op's other inputs follow the five of BatchNormalization. The same numpy ops on
     the same elements as the two steps: the same bits. Its calls are made once per arena set
-    when bound, and kept for the last arrays when called unbound (``nn._KeptCalls``)."""
+    when bound, and kept for the last arrays when called unbound (``buffers._KeptCalls``)."""
 
     __slots__ = ("dtype", "epilogue", "epsilon", "last", "shape")
 
@@ -240,6 +243,15 @@ def mean_variance_normalization(ctx, X, *, axes):
     std = np.sqrt(np.mean(centered * centered, axis=ax, keepdims=True))
     # The spec's function adds 1e-9 to the deviation, not to the variance.
     return (centered / (std + x.dtype.type(1e-9))).astype(X.dtype)
+
+
+@kernel("LRN")
+def lrn(ctx, X, *, alpha, beta, bias, size):
+    x = widened(X)
+    before = (size - 1) // 2
+    square = np.pad(x * x, [(0, 0), (before, size - 1 - before)] + [(0, 0)] * (x.ndim - 2))
+    sums = sliding_window_view(square, size, axis=1).sum(-1)
+    return (x / (bias + alpha / size * sums) ** beta).astype(X.dtype, copy=False)
 
 
 def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:

@@ -26,7 +26,7 @@ class ChannelShuffle:
     channel ranges ``ranges`` (the whole (0, C) by default), one result each. As a prepared
     call (one range) its calls are made once per arena set when bound; called unbound, or for
     several results (``write``), it keeps those it made for the last arrays it got (as
-    ``nn._ConvCall``)."""
+    ``conv._ConvCall``)."""
 
     __slots__ = ("channels", "dtype", "groups", "last", "ranges", "shape")
 

@@ -27,7 +27,9 @@ from offload.ir.tflite_ops import DOMAIN
 from . import fixed_point as fp
 from . import kernel
 from ._util import check_result
-from .nn import _fold_windows, _geometry, _integer_conv, _window_counts
+from .conv import _integer_conv
+from .pool import _window_counts
+from .windows import _fold_windows, _geometry
 
 
 def _f32(v) -> np.ndarray:

@@ -1,5 +1,5 @@
 """A conv plan that sums its bias inside the BLAS product, a column of the weights times a row of
-ones under the operand (runtime/kernels/nn.py, ``_ConvPlan.bias_in_product``): the pointwise
+ones under the operand (runtime/kernels/conv_plan.py, ``_ConvPlan.bias_in_product``): the pointwise
 path with more channels out than in, and the columns path, of one group; against onnxruntime,
 and bit for bit between a .pte method and offload.evaluate (the kernel), with constant weights
 and with weights and bias given at each run (copied into the combined matrix again)."""
@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import offload
-from offload.runtime.kernels.nn import _ConvCall
+from offload.runtime.kernels.conv import _ConvCall
 from offload.runtime.steps import _PreparedStep
 
 from .onnx_graphs import model_bytes

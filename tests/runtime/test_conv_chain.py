@@ -1,6 +1,6 @@
 """A depthwise Conv and the pointwise Conv that alone reads its result, each with its epilogue op
 or none, as one prepared step of the CPU executor (runtime/fusions.py,
-``_fuse_depthwise_pointwise``; runtime/kernels/nn.py ``_ConvChain``: the pointwise product reads
+``_fuse_depthwise_pointwise``; runtime/kernels/conv.py ``_ConvChain``: the pointwise product reads
 the depthwise sums channels-last where they are): against onnxruntime, bit for bit against the
 ops run apart (offload.evaluate), bound and unbound, on two threads, in a shape plan; and the
 pairs that must not be fused. The chains are made on the numpy paths, where the compiled loops
@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import offload
-from offload.runtime.kernels.nn import _ConvCall, _ConvChain
+from offload.runtime.kernels.conv import _ConvCall, _ConvChain
 from offload.runtime.steps import _BoundRun, _FusedAway, _PreparedStep
 
 from .harness import concurrently

@@ -1,6 +1,6 @@
 """A Conv and the elementwise op that alone reads its result (Relu, Clip, HardSwish, HardSigmoid)
 as one prepared step of the CPU executor (runtime/fusions.py, ``_fuse_epilogues``; the op applied
-per part of the output by the conv's plan, runtime/kernels/nn.py ``_Epilogue``): against
+per part of the output by the conv's plan, runtime/kernels/conv.py ``_Epilogue``): against
 onnxruntime through each of the plan's paths, bit for bit against the two ops run apart
 (offload.evaluate), bound and unbound; and the pairs that must not be fused."""
 

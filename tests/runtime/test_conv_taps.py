@@ -1,4 +1,4 @@
-"""The conv plan's ``taps`` path (runtime/kernels/nn.py, ``_ConvPlan.taps``): a one-group conv at
+"""The conv plan's ``taps`` path (runtime/kernels/conv_plan.py, ``_ConvPlan.taps``): a one-group conv at
 stride 1 with at most half as many output as input channels (DenseNet's 128 -> 32 3 x 3 convs)
 as one BLAS product by all the taps' weights of the padded image's flat rows, then the taps'
 products summed at their offsets. Against onnxruntime over kernels, paddings and dilations,

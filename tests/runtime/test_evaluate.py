@@ -34,6 +34,16 @@ def test_every_schema_op_used_by_models_has_a_kernel():
     assert unknown == [], unknown
 
 
+def test_a_kernel_module_that_fails_to_import_is_an_error_naming_it(monkeypatch):
+    """A kernel module that cannot be imported raises at lookup, every time, never leaving its ops
+    silently without kernels."""
+    monkeypatch.setattr(kernels, "_MODULES", (*kernels._MODULES, "no_such_family"))
+    monkeypatch.setattr(kernels, "_loaded", False)
+    for _ in range(2):
+        with pytest.raises(ImportError, match=r"offload\.runtime\.kernels\.no_such_family"):
+            kernels.find("", "Relu")
+
+
 def _bernoulli(seed):
     x = helper.make_tensor_value_info("p", TensorProto.FLOAT, [200, 500])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [200, 500])

@@ -17,8 +17,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import offload
-from offload.runtime.kernels import _util, nn
-from offload.runtime.kernels.nn import _ConvCall, _ConvChain
+from offload.runtime.kernels import _util, buffers, conv_plan, windows
+from offload.runtime.kernels.conv import _ConvCall, _ConvChain
 from offload.runtime.steps import _PreparedStep
 
 from .harness import concurrently, depthwise_sums
@@ -50,13 +50,13 @@ GEOMETRIES = [
 
 
 def _plan(x_shape, kernel, strides, pads, dilations, dtype):
-    g = nn._geometry("Conv", x_shape, kernel, "NOTSET", dilations, pads, strides)
-    return nn._ConvPlan(x_shape, (x_shape[1], 1) + kernel, dtype, g, x_shape[1])
+    g = windows._geometry("Conv", x_shape, kernel, "NOTSET", dilations, pads, strides)
+    return conv_plan._ConvPlan(x_shape, (x_shape[1], 1) + kernel, dtype, g, x_shape[1])
 
 
 def _run(plan, x, w, b, out=None):
     out = np.empty(plan.out_shape, plan.dtype) if out is None else out
-    nn._run_calls(plan.calls(out, x, w, b, nn._Buffers()))
+    buffers._run_calls(plan.calls(out, x, w, b, buffers._Buffers()))
     return out
 
 
@@ -215,8 +215,8 @@ def test_im2col_gives_the_numpy_columns(case):
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     b = rng.standard_normal(w_shape[0]).astype(np.float32)
-    g = nn._geometry("Conv", x_shape, w_shape[2:], "NOTSET", dilations, pads, strides)
-    plan = nn._ConvPlan(x_shape, w_shape, np.float32, g, group)
+    g = windows._geometry("Conv", x_shape, w_shape[2:], "NOTSET", dilations, pads, strides)
+    plan = conv_plan._ConvPlan(x_shape, w_shape, np.float32, g, group)
     assert plan.path == "columns"
     got = _run(plan, x, w, b)
     _util._LOOPS, loops = False, _util._LOOPS
@@ -287,9 +287,9 @@ def _in_a_process(code: str, **env) -> str:
 
 def test_offload_jit_0_turns_the_loops_off():
     code = (
-        "from offload.runtime.kernels import _util, nn\n"
-        "g = nn._geometry('Conv', (1, 8, 80, 80), (3, 3), 'NOTSET', (1, 1), (1, 1, 1, 1), (1, 1))\n"
-        "print(_util.compiled_loops(), nn._ConvPlan((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
+        "from offload.runtime.kernels import _util, conv_plan, windows\n"
+        "g = windows._geometry('Conv', (1, 8, 80, 80), (3, 3), 'NOTSET', (1, 1), (1, 1, 1, 1), (1, 1))\n"
+        "print(_util.compiled_loops(), conv_plan._ConvPlan((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
     )
     assert _in_a_process(code, OFFLOAD_JIT="0") == "None rows"
 
@@ -348,12 +348,12 @@ def test_loops_that_cannot_load_warn_and_leave_the_numpy_paths():
         "        if name == 'offload.runtime.kernels.loops':\n"
         "            raise RuntimeError('cannot cache function: no locator available')\n"
         "sys.meta_path.insert(0, Broken())\n"
-        "from offload.runtime.kernels import _util, nn\n"
+        "from offload.runtime.kernels import _util, conv_plan, windows\n"
         "with warnings.catch_warnings(record=True) as caught:\n"
         "    warnings.simplefilter('always')\n"
         "    loops = _util.compiled_loops()\n"
-        "g = nn._geometry('Conv', (1, 8, 80, 80), (3, 3), 'NOTSET', (1, 1), (1, 1, 1, 1), (1, 1))\n"
+        "g = windows._geometry('Conv', (1, 8, 80, 80), (3, 3), 'NOTSET', (1, 1), (1, 1, 1, 1), (1, 1))\n"
         "print(loops, len(caught), 'NUMBA_CACHE_DIR' in str(caught[0].message),"
-        " nn._ConvPlan((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
+        " conv_plan._ConvPlan((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
     )
     assert _in_a_process(code) == "None 1 True rows"

@@ -1,4 +1,4 @@
-"""The convolutions of mobile convnets (runtime/kernels/nn.py, ``_ConvPlan``): depthwise, grouped,
+"""The convolutions of mobile convnets (runtime/kernels/conv_plan.py, ``_ConvPlan``): depthwise, grouped,
 strided, dilated and padded 2-D convs on odd sizes, through each of the plan's paths, against
 onnxruntime: by a .pte method (a prepared Conv, bound to its arrays or called per run) and by
 offload.evaluate (the kernel), which agree bit for bit."""
@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import offload
-from offload.runtime.kernels.nn import _ConvCall
+from offload.runtime.kernels.conv import _ConvCall
 from offload.runtime.steps import _BoundRun, _KernelPair, _PreparedStep
 
 from .harness import depthwise_sums, plan_path

@@ -1,4 +1,4 @@
-"""MaxPool and AveragePool as prepared calls (runtime/kernels/nn.py, _PoolCall): a MaxPool whose
+"""MaxPool and AveragePool as prepared calls (runtime/kernels/pool.py, _PoolCall): a MaxPool whose
 Indices output is omitted and any 2-D float AveragePool of static shapes run their numpy calls
 straight into the arena, bound once per arena set; values against onnxruntime, and bit for bit
 against the kernel (offload.evaluate); a MaxPool whose Indices are wanted stays a kernel step."""
@@ -27,7 +27,7 @@ GEOMETRIES = [
     dict(kernel_shape=[7, 7], strides=[1, 1]),
     dict(kernel_shape=[3, 2], strides=[1, 2], pads=[2, 0, 1, 1], dilations=[2, 1]),
     dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
-    # the stem pool (nn._stem) on even maps: no padding buffer, first rows and columns folded again
+    # the stem pool (pool._stem) on even maps: no padding buffer, first rows and columns folded again
     dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
     dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0]),
 ]
@@ -53,7 +53,7 @@ def _pool_step(method):
 
 
 # heights and widths odd and even: without padding, a size that is not a multiple of the stride
-# is folded by views per channel or row (nn._pool_calls); both even for the stem pool
+# is folded by views per channel or row (pool._pool_calls); both even for the stem pool
 @pytest.mark.parametrize(
     "shape", [(2, 5, 13, 12), (1, 3, 10, 11), (2, 3, 12, 14)], ids=lambda s: "x".join(map(str, s))
 )
@@ -119,7 +119,7 @@ def test_a_pool_of_a_symbolic_shape_is_prepared_by_the_shape_plan():
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 def test_a_same_size_pool_on_small_maps_matches_onnxruntime(op, kernel, shape):
     # stride 1 and (k - 1) / 2 padding: folded flat over all channels, the edges again
-    # (nn._same_size_pool_calls); maps smaller than the kernel have edges only
+    # (pool._same_size_pool_calls); maps smaller than the kernel have edges only
     pads = [kernel[0] // 2, kernel[1] // 2] * 2
     data = _pool_model(op, dict(kernel_shape=list(kernel), pads=pads), shape)
     method = _method(data)
@@ -140,7 +140,7 @@ def test_a_same_size_pool_on_small_maps_matches_onnxruntime(op, kernel, shape):
     ids=["MaxPool", "AveragePool", "depthwise-Conv"],
 )
 def test_sizes_whose_padded_buffers_round_alike_keep_their_own_padding(op, attrs):
-    # Padding buffers are shared by the ops of one geometry on a thread (nn._Buffers); at stride 2
+    # Padding buffers are shared by the ops of one geometry on a thread (buffers._Buffers); at stride 2
     # a 12- and a 13-row map round up to the same 14 padded rows, and the 13-row map writes its
     # last row where the 12-row one reads padding: the buffer is keyed by the map's size too.
     w = np.random.default_rng(4).standard_normal((4, 1, 3, 3)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""Prepared RNN, GRU and LSTM calls (runtime/kernels/recurrent.py ``_PreparedCall``, run by
+"""Prepared RNN, GRU and LSTM calls (runtime/kernels/recurrent_prepared.py ``_PreparedCall``, run by
 runtime/steps.py's ``_PreparedOutputsStep``) against onnxruntime, or ONNX's reference evaluator
 where onnxruntime has no kernel (layout 1, float64).
 
