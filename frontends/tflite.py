@@ -44,6 +44,7 @@ from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 from . import (  # noqa: F401  (the rule modules register their rules in RULES)
     tflite_control,
     tflite_int8,
+    tflite_litert_custom,
     tflite_lstm,
     tflite_ops,
     tflite_slices,
@@ -213,6 +214,16 @@ class _Importer:
         data = b.get("data")
         return data.data if data is not None and len(data) else None
 
+    def empty_constant(self, t: Table, index: int, path: str) -> Value:
+        """A tensor of no elements that no buffer and no operator fills (converters write an empty
+        RESHAPE shape so): the empty constant LiteRT reads there."""
+        ttype = self.tensor_type(t, path)
+        shape = tuple(int(d) for d in t.items("shape"))
+        name = self.namer.fresh(t.get("name") or f"tensor_{index}")
+        v = Value(name, TensorType(ttype.dtype, shape, ttype.quant), np.zeros(shape, ttype.dtype.numpy))
+        self.block.constants[name] = v
+        return v
+
     def tensor_value(self, t: Table, index: int, path: str) -> Value:
         ttype = self.tensor_type(t, path)
         name = self.namer.fresh(t.get("name") or f"tensor_{index}")
@@ -365,6 +376,9 @@ class _Importer:
                 if t.get("buffer") == 0 or self.buffer_data(t.get("buffer"), path) is None:
                     if t.get("is_variable") and variables is not None:  # an LSTM's state
                         values[i] = variables.tensor(i, t, path)
+                        return values[i]
+                    if 0 in t.items("shape"):  # nothing to write: LiteRT reads an empty constant
+                        values[i] = self.empty_constant(t, i, path)
                         return values[i]
                     raise self.fail(f"{path} ('{t.get('name')}') is read before any operator writes it")
                 values[i] = self.tensor_value(t, i, path)

@@ -153,6 +153,25 @@ def leaky_relu(node: Node) -> list:
     return node.op("LeakyRelu", node.inputs[:1], {"alpha": float(node.opt("alpha"))})
 
 
+@rule("PRELU", version=1, inputs=2)
+def prelu(node: Node) -> list:
+    """x where x >= 0, else alpha·x, alpha broadcast against x (LiteRT broadcasts both ways; a
+    converter writes alpha as [C] or [1, 1, C] beside NHWC x, which ONNX PRelu's one-way
+    broadcast takes)."""
+    x, alpha = node.inputs[:2]
+    xs, alphas = x.type.shape if x.type else None, alpha.type.shape if alpha.type else None
+    one_way = (
+        xs is not None
+        and alphas is not None
+        and len(alphas) <= len(xs)
+        and all(a == 1 or a == d for a, d in zip(reversed(alphas), reversed(xs)))
+    )
+    if one_way:
+        return node.op("PRelu", [x, alpha])
+    negative = node.one("Less", [x, node.scalar(0.0)])
+    return node.op("Where", [negative, node.one("Mul", [x, alpha]), x])
+
+
 @rule("SOFTMAX", version=3)
 def softmax(node: Node) -> list:
     x, beta = node.inputs[0], float(node.opt("beta"))
@@ -219,35 +238,39 @@ def quantize(node: Node) -> list:
 
 @rule("TRANSPOSE_CONV", version=5, inputs=3)
 def transpose_conv(node: Node) -> list:
-    """Inputs (output shape, OHWI filter, NHWC input, optional bias). TFLite places input pixel i
-    at output i·stride - before, where ``before`` is the SAME padding of a conv from the output
-    shape back to the input; ONNX ConvTranspose does the same with pads [before, after], after
-    whatever the output shape leaves (output_padding when it asks for more)."""
+    """Inputs (output shape, OHWI filter, NHWC input, optional bias)."""
     out_shape = node.const(0).astype(np.int64).reshape(-1)
-    _, kh, kw, _ = node.shape(1, 4)
-    _, h, w, _ = node.dims(2, 4)
+    if len(out_shape) != 4:
+        raise node.fail(f"output shape {out_shape.tolist()} is not 4 dims")
     strides = [node.opt("stride_h"), node.opt("stride_w")]
-    if len(out_shape) != 4 or min(strides) < 1 or not isinstance(h, int) or not isinstance(w, int):
-        raise node.fail(
-            f"output shape {out_shape.tolist()}, strides {strides} or input {h}×{w} is not usable"
-        )
-    padding = node.opt("padding")
+    y = transposed_conv(node, 2, 1, _optional(node, 3), out_shape[1:3], strides, node.opt("padding"))
+    return [node.activation(y) if "fused_activation_function" in node.options.fields else y]
+
+
+def transposed_conv(node: Node, x: int, w: int, bias, out_hw, strides: list, padding: int) -> Value:
+    """NHWC input ``x`` through the OHWI filter input ``w`` to an output of spatial size
+    ``out_hw``. TFLite places input pixel i at output i·stride - before, where ``before`` is the
+    SAME padding of a conv from the output shape back to the input; ONNX ConvTranspose does the
+    same with pads [before, after], after whatever the output shape leaves (output_padding when
+    it asks for more)."""
+    _, kh, kw, _ = node.shape(w, 4)
+    _, h, wd, _ = node.dims(x, 4)
+    if min(strides) < 1 or not isinstance(h, int) or not isinstance(wd, int):
+        raise node.fail(f"strides {strides} or input {h}×{wd} is not usable")
     if padding not in (Padding.SAME, Padding.VALID):
         raise node.fail(f"padding {padding} is neither SAME nor VALID")
     begin, end, extra = [], [], []
-    for size, k, s, out in ((h, kh, strides[0], out_shape[1]), (w, kw, strides[1], out_shape[2])):
+    for size, k, s, out in ((h, kh, strides[0], out_hw[0]), (wd, kw, strides[1], out_hw[1])):
         before = same_pads(int(out), k, s, 1)[0] if padding == Padding.SAME else 0
         after = s * (size - 1) + k - before - int(out)
         begin.append(before)
         end.append(max(after, 0))
         extra.append(max(-after, 0))
-    attrs = {"strides": strides, "kernel_shape": [kh, kw], "pads": begin + end}
+    attrs = {"strides": list(strides), "kernel_shape": [kh, kw], "pads": begin + end}
     if any(extra):
         attrs["output_padding"] = extra
-    w_ = permuted(node, 1, [3, 0, 1, 2])  # OHWI → IOHW
-    x = node.inputs[2]
-    y = in_nchw(node, "ConvTranspose", [x, w_, _optional(node, 3)], attrs)
-    return [node.activation(y) if "fused_activation_function" in node.options.fields else y]
+    w_ = permuted(node, w, [3, 0, 1, 2])  # OHWI → IOHW
+    return in_nchw(node, "ConvTranspose", [node.inputs[x], w_, bias], attrs)
 
 
 @rule("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", version=4, inputs=2)

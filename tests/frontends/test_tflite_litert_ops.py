@@ -1,0 +1,138 @@
+"""TFLite operators and file forms that real models use and LiteRT runs by default: PRELU,
+MediaPipe's ``Convolution2DTransposeBias`` custom operator, an empty tensor that no buffer and no
+operator fills. Each model is built by hand (tests/frontends/tflite/build.py) and run by LiteRT
+live, the reference; offload runs it with ``evaluate``, from a ``.pte``, and delegated to opencl."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+import offload
+from offload import runtime
+from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
+from offload.schemas.generated.tflite.ReshapeOptions import ReshapeOptionsStart
+from offload.schemas.generated.tflite.TensorType import TensorType
+from tests.delegates.opencl_support import needs_opencl, run_on_opencl
+from tests.frontends.tflite.build import Graph, Op, T, build
+
+Interpreter = pytest.importorskip("ai_edge_litert.interpreter", reason="LiteRT is the reference").Interpreter
+
+RNG = np.random.default_rng(20261127)
+
+
+def litert(data: bytes, feeds: dict) -> dict:
+    interp = Interpreter(model_content=data)
+    interp.allocate_tensors()
+    for d in interp.get_input_details():
+        interp.set_tensor(d["index"], feeds[d["name"]])
+    interp.invoke()
+    return {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
+
+
+def check(data: bytes, feeds: dict, tmp_path, rtol=1e-6, atol=1e-6, backend=None) -> None:
+    """offload on ``data`` against LiteRT: evaluate and the .pte's run (CPU), or opencl."""
+    want = litert(data, feeds)
+    program = offload.load(data)
+    if backend == "opencl":
+        _, got = run_on_opencl(program, feeds, tmp_path)
+        runs = [got]
+    else:
+        path = tmp_path / "m.pte"
+        offload.save(program, path)
+        runs = [offload.evaluate(program, feeds), runtime.load(str(path)).run(feeds)]
+    for got in runs:
+        assert sorted(got) == sorted(want)
+        for name, w in want.items():
+            assert got[name].shape == w.shape and got[name].dtype == w.dtype, name
+            np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol, err_msg=name)
+
+
+def prelu_model(x_shape, alpha: np.ndarray, y_shape) -> bytes:
+    tensors = [T("x", list(x_shape)), T("alpha", list(alpha.shape), data=alpha), T("y", list(y_shape))]
+    return build([Graph(tensors, [Op(BuiltinOperator.PRELU, [0, 1], [2])], [0], [2])])
+
+
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_prelu_with_a_per_channel_alpha(backend, tmp_path):
+    alpha = RNG.uniform(-0.5, 0.5, (1, 1, 3)).astype(np.float32)
+    data = prelu_model((1, 4, 5, 3), alpha, (1, 4, 5, 3))
+    x = RNG.standard_normal((1, 4, 5, 3)).astype(np.float32)
+    x[0, 0, 0] = [0.0, -0.0, 1.0]
+    check(data, {"x": x}, tmp_path, backend=backend)
+    assert [op.op_type for op in offload.load(data).main.body.operations] == ["PRelu"]
+
+
+def test_prelu_broadcasts_both_ways_as_litert_does(tmp_path):
+    alpha = RNG.uniform(-1, 1, (1, 4, 1)).astype(np.float32)
+    data = prelu_model((2, 1, 3), alpha, (2, 4, 3))
+    check(data, {"x": RNG.standard_normal((2, 1, 3)).astype(np.float32)}, tmp_path)
+
+
+def transpose_conv_bias_model(padding: int, strides: tuple[int, int], out_shape) -> bytes:
+    w = RNG.standard_normal((2, 3, 3, 3)).astype(np.float32)  # OHWI
+    b = RNG.standard_normal(2).astype(np.float32)
+    options = struct.pack("<iii", padding, strides[1], strides[0])  # padding, stride w, stride h
+    tensors = [T("x", [1, 4, 5, 3]), T("w", [2, 3, 3, 3], data=w), T("b", [2], data=b), T("y", out_shape)]
+    op = Op("Convolution2DTransposeBias", [0, 1, 2], [3], custom_options=options)
+    return build([Graph(tensors, [op], [0], [3])])
+
+
+@pytest.mark.parametrize(
+    "padding, strides, out_shape",
+    [(1, (2, 2), [1, 8, 10, 2]), (2, (2, 2), [1, 9, 11, 2]), (1, (1, 2), [1, 4, 10, 2])],
+    ids=["same", "valid", "same_h1_w2"],
+)
+def test_mediapipes_transposed_conv_with_bias(padding, strides, out_shape, tmp_path):
+    data = transpose_conv_bias_model(padding, strides, out_shape)
+    x = RNG.standard_normal((1, 4, 5, 3)).astype(np.float32)
+    check(data, {"x": x}, tmp_path, rtol=1e-5, atol=1e-5)
+
+
+@needs_opencl
+def test_mediapipes_transposed_conv_with_bias_on_opencl(tmp_path):
+    data = transpose_conv_bias_model(1, (2, 2), [1, 8, 10, 2])
+    x = RNG.standard_normal((1, 4, 5, 3)).astype(np.float32)
+    check(data, {"x": x}, tmp_path, rtol=1e-5, atol=1e-5, backend="opencl")
+
+
+def test_bad_options_of_the_transposed_conv_are_named():
+    data = build(
+        [
+            Graph(
+                [T("x", [1, 4, 5, 3]), T("w", [2, 3, 3, 3], data=np.ones((2, 3, 3, 3), np.float32))]
+                + [T("b", [2], data=np.ones(2, np.float32)), T("y", [1, 8, 10, 2])],
+                [
+                    Op(
+                        "Convolution2DTransposeBias",
+                        [0, 1, 2],
+                        [3],
+                        custom_options=struct.pack("<iii", 7, 2, 2),
+                    )
+                ],
+                [0],
+                [3],
+            )
+        ]
+    )
+    with pytest.raises(offload.errors.ModelFormatError, match=r"Convolution2DTransposeBias.*padding 7"):
+        offload.load(data)
+
+
+def _reshape_options(b):
+    from offload.schemas.generated.tflite.BuiltinOptions import BuiltinOptions
+    from offload.schemas.generated.tflite.ReshapeOptions import ReshapeOptionsEnd
+
+    ReshapeOptionsStart(b)
+    return BuiltinOptions.ReshapeOptions, ReshapeOptionsEnd(b)
+
+
+def test_an_empty_tensor_without_a_buffer_is_an_empty_constant(tmp_path):
+    """A RESHAPE to a scalar whose shape input is an int32 [0] tensor with no buffer: LiteRT reads
+    it as an empty shape."""
+    tensors = [T("x", [1, 1]), T("shape", [0], type=TensorType.INT32), T("y", [])]
+    op = Op(BuiltinOperator.RESHAPE, [0, 1], [2], options=_reshape_options)
+    data = build([Graph(tensors, [op], [0], [2])])
+    check(data, {"x": np.array([[2.5]], np.float32)}, tmp_path)
