@@ -88,7 +88,7 @@ class OpCapability:
     attributes: Mapping[str, tuple] = field(default_factory=dict)
 
     def check(self, op: Operation) -> Support:
-        from offload.ir import TensorType, lookup
+        from offload.ir import TensorType, attributes_of
 
         for v in [*op.inputs, *op.outputs]:
             if v is None or not isinstance(v.type, TensorType):
@@ -97,8 +97,7 @@ class OpCapability:
                 return Support(False, f"dtype {v.type.dtype.short} of '{v.name}' is not supported")
             if self.max_rank is not None and v.type.rank is not None and v.type.rank > self.max_rank:
                 return Support(False, f"rank {v.type.rank} of '{v.name}' exceeds {self.max_rank}")
-        schema = lookup(op.domain, op.op_type)
-        attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+        attrs = attributes_of(op)
         for name, allowed in self.attributes.items():
             if attrs.get(name) not in allowed:
                 return Support(
@@ -141,6 +140,11 @@ class BackendCompiler(abc.ABC):
                 raise CompileSpecError(
                     f"backend '{self.name}' has no compile spec '{spec.key}' (known: {known})"
                 )
+
+    def stores_half(self, compile_specs: list[CompileSpec]) -> bool:
+        """Whether these specs make the backend store float32 values as half, so that
+        ``to_backend`` measures the value ranges (calibration) and the fp16 error it causes."""
+        return False
 
     @abc.abstractmethod
     def preprocess(self, subprogram: Program, compile_specs: list[CompileSpec]) -> PreprocessResult:

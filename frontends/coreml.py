@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError, VerificationError
+from offload.errors import ModelFormatError, UnsupportedOpError
 from offload.ir import (
     Block,
     DataType,
@@ -30,13 +30,12 @@ from offload.ir import (
     Program,
     TensorType,
     Value,
-    infer_types,
-    verify,
 )
 
 from . import coreml_ops  # noqa: F401  (registers the rules)
 from .coreml_node import RULES, Const, Node
 from .coreml_reader import BLOB_CODES, CoreMLModel, read_mlmodel, read_mlpackage
+from .finish import typed_and_verified
 
 MAX_RANK = 64
 MAX_CONST_ELEMENTS = 1 << 32
@@ -607,16 +606,6 @@ def import_model(model: CoreMLModel) -> Program:
     program = imp.program()
     for v, _, _ in imp.declared:
         v.type = None  # inferred anew from the ops
-    try:
-        infer_types(program)
-        verify(program)
-    except VerificationError as e:
-        raise ModelFormatError(f"{model.origin}: {e}") from None
-    except OffloadError as e:
-        if isinstance(e, (ModelFormatError, UnsupportedOpError)):
-            raise
-        raise ModelFormatError(
-            f"{model.origin}: the operations do not fit the values they read: {e}"
-        ) from None
+    typed_and_verified(program, model.origin, "operations")
     imp.check_declared()
     return program

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError, Message
 
-from offload.errors import ModelFixWarning, ModelFormatError, VerificationError
+from offload.errors import ModelFixWarning, ModelFormatError
 from offload.ir import (
     Block,
     DataType,
@@ -24,11 +24,11 @@ from offload.ir import (
     Value,
     infer_types,
     lookup,
-    verify,
 )
 from offload.ir.verifier import shape_conflicts
 from offload.schemas.generated import onnx_pb2 as pb
 
+from .finish import typed_and_verified
 from .onnx_versions import upgrade
 
 # Limits a loader enforces before it allocates anything.
@@ -668,13 +668,7 @@ def import_onnx(data: bytes, origin: str = "<bytes>", base_dir: str | None = Non
             ModelFixWarning,
             stacklevel=2,
         )
-    infer_types(program)
-    _trust_inference(program, origin)
-    try:
-        verify(program)
-    except VerificationError as e:
-        raise ModelFormatError(f"{origin}: {e}") from None
-    return program
+    return typed_and_verified(program, origin, "nodes", fix=_trust_inference)
 
 
 MAX_SHAPE_ROUNDS = 8

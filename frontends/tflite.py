@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError, VerificationError
+from offload.errors import ModelFormatError, UnsupportedOpError
 from offload.ir import (
     Block,
     DataType,
@@ -35,8 +35,6 @@ from offload.ir import (
     QuantParams,
     TensorType,
     Value,
-    infer_types,
-    verify,
 )
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
 from offload.schemas.generated.tflite.TensorType import TensorType as TflType
@@ -51,6 +49,7 @@ from . import (  # noqa: F401  (the rule modules register their rules in RULES)
     tflite_sparse,
     tflite_tensor_ops,
 )
+from .finish import typed_and_verified
 from .tflite_custom import register_custom_op  # noqa: F401  (public: offload.frontends.tflite.register_custom_op)
 from .tflite_node import _TYPE_NAMES, ARITY, DTYPES, RULES, Node
 from .tflite_quant import (
@@ -600,14 +599,4 @@ def _shared_name(options, index: int) -> str:
 
 def import_tflite(data: bytes, origin: str = "<bytes>") -> Program:
     """Import the bytes of a .tflite file (its main subgraph) into an ir.Program."""
-    program = _Importer(data, origin).program()
-    try:
-        infer_types(program)
-        verify(program)
-    except VerificationError as e:
-        raise ModelFormatError(f"{origin}: {e}") from None
-    except OffloadError as e:
-        if isinstance(e, (ModelFormatError, UnsupportedOpError)):
-            raise
-        raise ModelFormatError(f"{origin}: the operators do not fit the tensors they read: {e}") from None
-    return program
+    return typed_and_verified(_Importer(data, origin).program(), origin, "operators")

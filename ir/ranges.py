@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from .core import Block, Operation, Program, Value
-from .registry import lookup
+from .registry import attributes_of
 from .types import DataType, TensorType, ValueRange
 
 INF = math.inf
@@ -143,7 +143,7 @@ def bounds(op: Operation) -> list[Interval]:
         return [UNKNOWN] * len(op.outputs)
     ins = [UNKNOWN if v is None else interval(v) for v in op.inputs]
     try:
-        found = fn(op, ins, _attrs(op))
+        found = fn(op, ins, attributes_of(op))
     except (TypeError, ValueError, IndexError, KeyError):  # symbolic dims, odd attributes
         return [UNKNOWN] * len(op.outputs)
     return [_clean(b) for b in found] + [UNKNOWN] * (len(op.outputs) - len(found))
@@ -152,11 +152,6 @@ def bounds(op: Operation) -> list[Interval]:
 def _clean(b: Interval) -> Interval:
     lo, hi = float(b[0]), float(b[1])
     return UNKNOWN if math.isnan(lo) or math.isnan(hi) else (lo, hi)
-
-
-def _attrs(op: Operation) -> dict:
-    schema = lookup(op.domain, op.op_type)
-    return schema.with_defaults(op.attributes) if schema else dict(op.attributes)
 
 
 def _union(*xs: Interval) -> Interval:

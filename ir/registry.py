@@ -101,6 +101,13 @@ def lookup(domain: str, name: str) -> OpSchema | None:
     return _REGISTRY.get(("" if domain == "ai.onnx" else domain, name))
 
 
+def attributes_of(op) -> dict[str, Any]:
+    """``op``'s attributes with its schema's defaults filled in (as written for an op without a
+    schema: a custom op's, or one of a domain offload does not know)."""
+    schema = lookup(op.domain, op.op_type)
+    return schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+
+
 # ONNX ops whose every run draws anew: never folded into constants, never computed once.
 RANDOM_OPS = frozenset(
     {"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Bernoulli", "Multinomial"}

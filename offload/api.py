@@ -45,14 +45,14 @@ def to_backend(program: Program, backend, compile_specs=None, passes="default", 
     program = as_float_for(program, partitioner)
     lowered = optimize(program, passes)  # a copy, also for passes="none"
     samples = list(calibration or ())
-    if samples or _wants_ranges(specs):
+    if samples or _wants_ranges(specs, partitioner):
         from offload.calibrate import record
         from offload.ir.ranges import annotate
 
         record(lowered, samples)
         annotate(lowered)
     lower_partitions(lowered, partitioner, specs)
-    if samples and _wants_ranges(specs):
+    if samples and _wants_ranges(specs, partitioner):
         from offload.calibrate import measure_fp16_error
 
         measure_fp16_error(lowered, samples)
@@ -60,9 +60,9 @@ def to_backend(program: Program, backend, compile_specs=None, passes="default", 
     return lowered
 
 
-def _wants_ranges(specs: dict) -> bool:
-    """Whether a backend is asked to store values as half (spec precision=fp16)."""
-    return any(s.key == "precision" and s.text() == "fp16" for found in specs.values() for s in found)
+def _wants_ranges(specs: dict, partitioner) -> bool:
+    """Whether a backend is asked to store values as half (its compile specs say so)."""
+    return any(b.stores_half(specs.get(b.name, [])) for b in partitioner.backends)
 
 
 def as_float_for(program: Program, partitioner) -> Program:

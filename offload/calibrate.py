@@ -97,11 +97,12 @@ def measure_fp16_error(lowered: Program, samples: list[Mapping[str, np.ndarray]]
     from offload.delegates import registry
     from offload.runtime import evaluate
 
+    def stores_half(op) -> bool:
+        backend = registry.find(op.attributes["backend"])
+        return backend is not None and backend.compiler().stores_half(op.attributes["compile_specs"])
+
     wanted = [
-        op
-        for op in lowered.main.body.walk()
-        if op.qualified_type == "offload::Delegate"
-        and any(s.key == "precision" and s.text() == "fp16" for s in op.attributes["compile_specs"])
+        op for op in lowered.main.body.walk() if op.qualified_type == "offload::Delegate" and stores_half(op)
     ]
     if not wanted or not samples:
         return 0

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from offload.errors import UnsupportedOpError
-from offload.ir import Block, Operation, Program, Value, lookup
+from offload.ir import Block, Operation, Program, Value, attributes_of
 
 from . import kernels
 from .inputs import check_inputs
@@ -64,8 +64,7 @@ def _missing_kernels(block: Block) -> list[Operation]:
 def _call(op: Operation, env: _Env) -> None:
     fn = kernels.find(op.domain, op.op_type)
     args = [None if v is None else env.get(v) for v in op.inputs]
-    schema = lookup(op.domain, op.op_type)
-    attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+    attrs = attributes_of(op)
     what = f"op '{op.name or op.op_type}' ({op.qualified_type})"
     result = kernels.invoke(fn, KernelContext(op, env), args, attrs, what)
     for out, value in zip(op.outputs, result):

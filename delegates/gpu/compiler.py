@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from offload.errors import UnsupportedOpError
-from offload.ir import Operation, Program, TensorType, Value, lookup
+from offload.ir import Operation, Program, TensorType, Value, attributes_of
 from offload.ir.rewrite import reads
 
 from ..backend import BackendCompiler, CompileSpec, CompileSpecError, PreprocessResult, Support
@@ -77,8 +77,7 @@ def _dim(d) -> int | str | None:
 
 
 def _attrs(op: Operation) -> dict:
-    schema = lookup(op.domain, op.op_type)
-    attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+    attrs = attributes_of(op)
     return {k: _attr(a) for k, a in attrs.items() if _attr(a) is not None}
 
 
@@ -166,6 +165,9 @@ class GPUCompiler(BackendCompiler):
 
     capabilities = CAPABILITIES
     quantized_as_float = True  # float kernels only, as the TFLite GPU delegate runs int8 models
+
+    def stores_half(self, compile_specs: list[CompileSpec]) -> bool:
+        return precision(compile_specs, self.name) == "fp16"
 
     def check_specs(self, specs: list[CompileSpec]) -> None:
         super().check_specs(specs)

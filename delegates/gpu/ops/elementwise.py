@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from offload.errors import ModelFormatError, UnsupportedOpError
-from offload.ir import DataType, lookup
+from offload.ir import DataType, attributes_of
 
 from ...backend import OpCapability, Support
 from ..api import MAX_RANK, Buf, Builder, Ints, broadcast_strides, common, ctype, float_options, pad
@@ -160,8 +160,7 @@ def _dtype_name(v) -> str | None:
 
 
 def check(op) -> Support | None:
-    schema = lookup(op.domain, op.op_type)
-    attrs = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+    attrs = attributes_of(op)
     try:
         got = result_type(op.op_type, attrs, [_dtype_name(v) for v in op.inputs])
     except UnsupportedOpError as e:

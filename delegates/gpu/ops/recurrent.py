@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from offload.errors import ModelFormatError
-from offload.ir import DataType, lookup
+from offload.ir import DataType, attributes_of
 
 from ...backend import OpCapability, Support
 from ..api import Buf, Builder, Scratch, float_options, fp16, source
@@ -170,13 +170,8 @@ def _activations(op_type: str, attrs: dict, D: int) -> list[tuple[int, float, fl
     return bound
 
 
-def _with_defaults(op) -> dict:
-    schema = lookup(op.domain, op.op_type)
-    return schema.with_defaults(op.attributes) if schema else dict(op.attributes)
-
-
 def _check(op) -> Support | None:
-    attrs = _with_defaults(op)
+    attrs = attributes_of(op)
     shapes = [tuple(v.type.shape) if v is not None else None for v in op.inputs]
     dtypes = [np.dtype(v.type.dtype.numpy).name if v is not None else None for v in op.inputs]
     geo = _geometry(op.op_type, attrs, shapes, dtypes)

@@ -6,7 +6,7 @@ import json
 
 from offload.delegates import BackendCompiler, CompileSpec, OpCapability, PreprocessResult, Support
 from offload.errors import UnsupportedOpError
-from offload.ir import DataType, Operation, Program, Value, lookup
+from offload.ir import DataType, Operation, Program, Value, attributes_of
 
 from .plan import FORMAT
 
@@ -111,8 +111,7 @@ class ExampleCompiler(BackendCompiler):
             # A constant the block does not list is still a weight: init gets it by name.
             if v is not None and v.is_constant and not ids.known(v):
                 weights[str(ids(v))] = v.name
-        schema = lookup(op.domain, op.op_type)
-        attributes = schema.with_defaults(op.attributes) if schema else dict(op.attributes)
+        attributes = attributes_of(op)
         return {
             "type": op.op_type,
             "name": op.name,

@@ -1,0 +1,29 @@
+"""What every importer does last: infer the program's types, verify it, and turn what fails into a
+``ModelFormatError`` naming the file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError, VerificationError
+from offload.ir import Program, infer_types, verify
+
+
+def typed_and_verified(
+    program: Program, origin: str, items: str, fix: Callable[[Program, str], None] | None = None
+) -> Program:
+    """``program`` with its types inferred and verified. ``fix(program, origin)`` runs between the
+    two (what a reference runtime accepts in a slightly malformed file). ``items`` names what the
+    format calls its nodes, for the message when they do not fit what they read."""
+    try:
+        infer_types(program)
+        if fix is not None:
+            fix(program, origin)
+        verify(program)
+    except VerificationError as e:
+        raise ModelFormatError(f"{origin}: {e}") from None
+    except OffloadError as e:
+        if isinstance(e, (ModelFormatError, UnsupportedOpError)):
+            raise
+        raise ModelFormatError(f"{origin}: the {items} do not fit the values they read: {e}") from None
+    return program
