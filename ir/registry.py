@@ -126,9 +126,10 @@ def computed_once(domain: str, name: str) -> bool:
 
 # ONNX ops whose output shapes are functions of their input shapes and attributes alone, with,
 # for the ops in the second table, the values of the inputs at the given positions (a target
-# shape, axes, slice bounds): not of other input data. (NonZero, Unique, Compress, TopK's k,
-# Range, OneHot's depth … are not.) The runtime keeps what is computed from such shapes
-# (runtime/shape_plans.py, _find_shape_steps).
+# shape, axes, slice bounds, TopK's k, Range's bounds, OneHot's depth): not of other input data
+# (NonZero, Unique, Compress are not here). The one table of which inputs decide a shape: the CPU
+# runtime keeps what is computed from such shapes (runtime/shape_plans.py, _find_shape_steps), the
+# GPU backends read those inputs on the host when they specialize (delegates/gpu/host.py).
 SHAPE_FROM_SHAPES = frozenset(
     """Abs Acos Acosh Add And Asin Asinh Atan Atanh AveragePool BatchNormalization Cast CastLike Ceil
     Celu Clip Concat Conv Cos Cosh Div Dropout Elu Equal Erf Exp Flatten Floor GRU Gather
@@ -147,10 +148,14 @@ SHAPE_FROM_VALUES: dict[str, tuple[int, ...]] = {
     "Unsqueeze": (1,),
     "Pad": (1, 3),
     "ConstantOfShape": (0,),
-    "ReduceMean": (1,),
-    "ReduceSum": (1,),
-    "ReduceMax": (1,),
-    "ReduceMin": (1,),
+    **dict.fromkeys(
+        """ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd
+        ReduceSum ReduceSumSquare""".split(),  # noqa: SIM905 (a word list reads better)
+        (1,),
+    ),
+    "TopK": (1,),
+    "OneHot": (1,),
+    "Range": (0, 1, 2),
     "Split": (1,),
     "Resize": (1, 2, 3),  # roi, scales, sizes (Resize-10: scales at 1)
     "Upsample": (1,),

@@ -26,7 +26,6 @@ from .specialize import max_shapes, shape_sets
 # The op tables of the families, and If / Loop (``control.py``: recorded by the builder itself).
 CAPABILITIES = {**ops.CAPABILITIES, **control.CAPS}
 CHECKS = {**ops.CHECKS, **control.CHECKS}
-HOST_INPUTS = {**ops.HOST_INPUTS, **control.HOST_INPUTS}
 MULTI_OUTPUT = ops.MULTI_OUTPUT | frozenset(control.MULTI_OUTPUT)
 
 PRECISION_SPEC = (
@@ -286,7 +285,7 @@ class GPUCompiler(BackendCompiler):
         # Small partition inputs that shape-deciding inputs are computed from: read on the host
         # when the runtime specializes, their values part of its key.
         plan["names"] = [v.name for v in body.inputs]  # what the ``shapes`` spec names inputs by
-        plan["host_inputs"] = [vid(v) for v in host_inputs(body, HOST_INPUTS)]
+        plan["host_inputs"] = [vid(v) for v in host_inputs(body)]
         plan["shapes"] = shapes
         plan["dtypes"] = dtypes
         if stored == "fp16" and mixed(compile_specs, self.name):

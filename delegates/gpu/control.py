@@ -4,7 +4,7 @@ read on the host.
 Compile half (``CAPS`` / ``CHECKS``, used like an op family's). An If or a Loop is taken when
 every op of its branches or body is (``GPUCompiler.supports`` recurses into them) and nothing in
 it needs a value of the data on the host: a Loop's trip count M is read on the host when the
-runtime specializes (``HOST_INPUTS``, like a Reshape's shape), a body must not read its iteration
+runtime specializes (``host.LAUNCH_INPUTS``, like a Reshape's shape), a body must not read its iteration
 number or a carried value as a shape, and scan outputs (one row per iteration) need a trip count
 that no condition can cut short. The plan holds a branch or a body as a sub-plan
 ``{"inputs", "ops", "outputs"}`` over the value ids of the whole plan: a nested step reads outer
@@ -42,13 +42,12 @@ from offload.ir import Block, DataType, Operation, TensorType, Value
 
 from ..backend import OpCapability, Support
 from .api import MAX_RANK, Buf, Scratch
-from .host import check_host_inputs, host_reason
+from .host import check_host_inputs, host_input_names, host_reason
 from .plan import DTYPES
 
 _TYPES = frozenset(DataType.from_numpy(t) for t in DTYPES)
 CAPS = {op: OpCapability(_TYPES, max_rank=MAX_RANK) for op in ("If", "Loop")}
 MULTI_OUTPUT = ("If", "Loop")
-HOST_INPUTS = {"Loop": {0: "M"}}
 MAX_BODY_CONSTANT = 4096  # elements of a constant held by a branch or body (stored in the plan)
 
 
@@ -75,8 +74,6 @@ def _constants(block: Block) -> Support | None:
 def _reads_parameter_as_shape(op: Operation) -> str | None:
     """The name of a nested block parameter (a Loop's iteration number or carried value) that an
     op inside ``op`` reads as a shape-deciding input: it changes per iteration, the plan cannot."""
-    from .compiler import HOST_INPUTS as table  # the families' and this module's, merged there
-
     params = {
         id(v): v
         for b in op.blocks
@@ -84,7 +81,7 @@ def _reads_parameter_as_shape(op: Operation) -> str | None:
         for v in blk.inputs
     }
     for inner in (o for b in op.blocks for o in b.walk()):
-        for i in table.get(inner.op_type, {}):
+        for i in host_input_names(inner.op_type) if inner.domain == "" else ():
             stack = [inner.inputs[i] if i < len(inner.inputs) else None]
             while stack:
                 v = stack.pop()
@@ -147,7 +144,7 @@ def _check_loop(op: Operation) -> Support | None:
     if scans and cond is not None and (not _passes_condition_through(body) or host_reason(cond) is not None):
         return Support(False, "Loop scan outputs whose length depends on the data (its condition)")
     found = _constants(body)
-    return found if found is not None else check_host_inputs(op, HOST_INPUTS["Loop"])
+    return found if found is not None else check_host_inputs(op)
 
 
 CHECKS = {"If": _check_if, "Loop": _check_loop}

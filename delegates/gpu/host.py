@@ -1,7 +1,9 @@
 """Which small values a GPU partition knows on the host when it specializes, and which it cannot.
 
 Some inputs decide an op's output shape (Reshape's shape, Slice's starts, Pad's pads, Resize's
-sizes, Reduce axes …: each family's ``HOST_INPUTS``). A GPU delegate takes such an op when the
+sizes, Reduce axes …: ``ir.SHAPE_FROM_VALUES``, the IR's one table of them), and a few more decide
+how a kernel launches without deciding a shape (CumSum's axis, a Loop's trip count: a family's
+``LAUNCH_INPUTS``); ``host_input_names`` joins the two. A GPU delegate takes such an op when the
 value is known on the host at specialization, that is when it is
 
 - a constant;
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from offload.ir import Operation, TensorType, Value
+from offload.ir import SHAPE_FROM_VALUES, Operation, TensorType, Value, lookup
 from offload.ir.infer_fold import FOLDABLE
 
 # A host-read value is a shape vector or a scalar: anything larger is data.
@@ -52,12 +54,26 @@ def host_reason(v: Value, depth: int = 0) -> str | None:
     return None
 
 
-def check_host_inputs(op: Operation, names: dict[int, str]):
-    """A refusal (``Support``) when one of the inputs ``names`` (index → ONNX name) of ``op`` is not
-    known on the host at specialization; None when all are (or are absent)."""
+# Inputs the kernels of an op need on the host although they decide no shape: CumSum's axis picks
+# the kernel's strides, a Loop's trip count the recorded iterations.
+LAUNCH_INPUTS = {"CumSum": {1: "axis"}, "CumProd": {1: "axis"}, "Loop": {0: "M"}}
+
+
+def host_input_names(op_type: str) -> dict[int, str]:
+    """Index → ONNX name of the inputs of ``op_type`` (default domain) that a GPU delegate reads
+    on the host when it specializes: those deciding its output shape, and ``LAUNCH_INPUTS``."""
+    positions = SHAPE_FROM_VALUES.get(op_type, ())
+    schema = lookup("", op_type) if positions else None
+    names = {i: schema.inputs[min(i, len(schema.inputs) - 1)].name for i in positions} if schema else {}
+    return {**names, **LAUNCH_INPUTS.get(op_type, {})}
+
+
+def check_host_inputs(op: Operation):
+    """A refusal (``Support``) when one of the inputs of ``op`` that ``host_input_names`` lists is
+    not known on the host at specialization; None when all are (or are absent)."""
     from ..backend import Support
 
-    for i, name in names.items():
+    for i, name in host_input_names(op.op_type).items():
         v = op.inputs[i] if i < len(op.inputs) else None
         if v is None:
             continue
@@ -67,9 +83,9 @@ def check_host_inputs(op: Operation, names: dict[int, str]):
     return None
 
 
-def host_inputs(body, table: dict[str, dict[int, str]]) -> list[Value]:
+def host_inputs(body) -> list[Value]:
     """The partition inputs of ``body`` that the runtime reads on the host: the small ones from
-    which a shape-deciding input (``table``: op type → input index → name) is computed."""
+    which an input of ``host_input_names`` is computed."""
     inputs = {id(v) for v in body.inputs}
     found: dict[int, Value] = {}
 
@@ -85,7 +101,7 @@ def host_inputs(body, table: dict[str, dict[int, str]]) -> list[Value]:
                 walk(x, depth + 1)
 
     for op in body.walk():  # ops in branches and loop bodies too
-        for i in table.get(op.op_type, {}):
+        for i in host_input_names(op.op_type) if op.domain == "" else ():
             if i < len(op.inputs):
                 walk(op.inputs[i], 0)
     return [v for v in body.inputs if id(v) in found and _small(v)]

@@ -3,9 +3,9 @@
 Each family module declares, as data, what it takes and how it runs it:
 ``CAPS`` (op type → ``OpCapability``), ``CHECKS`` (op type → ``check(op) -> Support | None``,
 the limits a capability row cannot express; None means no objection), ``LAUNCH`` (plan step type
-→ ``launch(builder, step)``) and optionally ``MULTI_OUTPUT`` (op types with several outputs) and
-``HOST_INPUTS`` (op type → index → name of the inputs that decide its output shape, which the
-runtime reads on the host when it specializes: ``gpu/host.py``).
+→ ``launch(builder, step)``) and optionally ``MULTI_OUTPUT`` (op types with several outputs). Which
+inputs the runtime reads on the host when it specializes is one table for all families
+(``gpu/host.py``, from ``ir.SHAPE_FROM_VALUES``).
 Family modules import neither pyopencl nor CuPy: the compile half reads CAPS/CHECKS, the runtime
 halves read LAUNCH.
 """
@@ -57,6 +57,5 @@ FAMILIES = (
 CAPABILITIES = {op: cap for f in FAMILIES for op, cap in f.CAPS.items()}
 CHECKS = {op: check for f in FAMILIES for op, check in f.CHECKS.items()}
 LAUNCH = {step: fn for f in FAMILIES for step, fn in f.LAUNCH.items()}
-HOST_INPUTS = {op: names for f in FAMILIES for op, names in getattr(f, "HOST_INPUTS", {}).items()}
 MULTI_OUTPUT = frozenset(op for f in FAMILIES for op in getattr(f, "MULTI_OUTPUT", ()))
 ELEMENTWISE = elementwise.ELEMENTWISE

@@ -29,11 +29,10 @@ CAPS = {
 
 
 # Inputs that decide the output shape: read on the host when the runtime specializes (host.py).
-HOST_INPUTS = {"ConstantOfShape": {0: "input"}}
 
 
 def _check_constant_of_shape(op) -> Support | None:
-    return check_host_inputs(op, HOST_INPUTS["ConstantOfShape"])
+    return check_host_inputs(op)
 
 
 CHECKS = {"ConstantOfShape": _check_constant_of_shape}

@@ -1,7 +1,7 @@
 """Ops whose values follow from each element's index: Range and Trilu (``kernels_cl/generate.cl``).
 
 Range's start / limit / delta decide its length, so they are read on the host when the runtime
-specializes (``HOST_INPUTS``); Trilu's k only selects elements and is read by the kernel itself.
+specializes (``host.host_input_names``); Trilu's k only selects elements and is read by the kernel itself.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ CAPS = {
 }
 
 # Inputs that decide the output shape: read on the host when the runtime specializes (host.py).
-HOST_INPUTS = {"Range": {0: "start", 1: "limit", 2: "delta"}}
 
 
 def _check_range(op) -> Support | None:
@@ -42,7 +41,7 @@ def _check_range(op) -> Support | None:
     sizes = [[d for d in v.type.shape if isinstance(d, int)] for v in op.inputs]
     if any(v.type.rank > 1 or math.prod(s) != 1 for v, s in zip(op.inputs, sizes)):
         return Support(False, "Range of inputs that are not scalars")
-    return check_host_inputs(op, HOST_INPUTS["Range"])
+    return check_host_inputs(op)
 
 
 def _check_trilu(op) -> Support | None:

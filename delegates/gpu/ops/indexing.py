@@ -44,7 +44,6 @@ CAPS = {
 
 
 # Inputs that decide the output shape: read on the host when the runtime specializes (host.py).
-HOST_INPUTS = {"Pad": {1: "pads", 3: "axes"}, "Resize": {1: "roi", 2: "scales", 3: "sizes"}}
 
 
 def _check_gather(op) -> Support | None:
@@ -56,7 +55,7 @@ def _check_gather(op) -> Support | None:
 def _check_pad(op) -> Support | None:
     if len(op.inputs) < 2 or op.inputs[1] is None:
         return Support(False, "Pad without a pads input (opset < 11)")
-    found = check_host_inputs(op, HOST_INPUTS["Pad"])
+    found = check_host_inputs(op)
     if found is not None:
         return found
     mode = op.attributes.get("mode", "constant")
@@ -87,7 +86,7 @@ def _check_resize(op) -> Support | None:
         return Support(False, f"Resize of {op.inputs[0].type.dtype.short} data (takes float32)")
     if len(op.inputs) < 3:
         return Support(False, "Resize without scales or sizes after roi (the opset-10 form)")
-    found = check_host_inputs(op, HOST_INPUTS["Resize"])
+    found = check_host_inputs(op)
     if found is not None:
         return found
     if _present(op, 2) == _present(op, 3):

@@ -43,7 +43,7 @@ def _check_alias(op) -> Support | None:
     """A view op needs the value of its shape / axes input only when its output shape is not
     static: then the runtime infers that shape from the value when it specializes."""
     if not all(v is None or v.type.is_static for v in op.outputs):
-        found = check_host_inputs(op, HOST_INPUTS.get(op.op_type, {}))
+        found = check_host_inputs(op)
         if found is not None:
             return found
     if op.op_type == "Dropout":
@@ -61,22 +61,10 @@ def _check_concat(op) -> Support | None:
     return None
 
 
-# Inputs that decide the output shape: read on the host when the runtime specializes (host.py).
-HOST_INPUTS = {
-    "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"},
-    "Split": {1: "split"},
-    "Expand": {1: "shape"},
-    "Tile": {1: "repeats"},
-    "Reshape": {1: "shape"},
-    "Squeeze": {1: "axes"},
-    "Unsqueeze": {1: "axes"},
-}
-
-
 def _check_strided(op) -> Support | None:
     if op.op_type in ("DepthToSpace", "SpaceToDepth") and op.inputs[0].type.rank != 4:
         return Support(False, f"{op.op_type} of a rank-{op.inputs[0].type.rank} tensor (takes rank 4)")
-    return check_host_inputs(op, HOST_INPUTS.get(op.op_type, {}))
+    return check_host_inputs(op)
 
 
 CHECKS = {

@@ -28,7 +28,6 @@ _ANY = _INTS | {DataType.FLOAT, DataType.BOOL}
 _INDEX = frozenset({DataType.FLOAT, DataType.INT32, DataType.INT64})
 
 CAPS = {"OneHot": OpCapability(_ANY, max_rank=MAX_RANK), "EyeLike": OpCapability(_ANY, max_rank=2)}
-HOST_INPUTS = {"OneHot": {1: "depth"}}
 
 
 def _check_one_hot(op) -> Support | None:
@@ -42,7 +41,7 @@ def _check_one_hot(op) -> Support | None:
     axis = int(op.attributes.get("axis", -1))
     if not -rank - 1 <= axis <= rank:
         return Support(False, f"OneHot axis {axis} of rank-{rank} indices")
-    return check_host_inputs(op, HOST_INPUTS["OneHot"])
+    return check_host_inputs(op)
 
 
 def _check_eye_like(op) -> Support | None:

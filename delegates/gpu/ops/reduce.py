@@ -69,7 +69,7 @@ def check_reduce(op) -> Support | None:
         return Support(False, f"{op.op_type} of {x.type.dtype.short} is not supported")
     axes = _axes_of(op)
     if axes is None:  # computed axes: known on the host when the runtime specializes
-        return check_host_inputs(op, HOST_INPUTS[op.op_type])
+        return check_host_inputs(op)
     rank = x.type.rank
     if any(not -rank <= a < rank for a in axes):
         return Support(False, f"{op.op_type} axes {axes} out of range for rank {rank}")
@@ -95,9 +95,6 @@ def check_arg(op) -> Support | None:
         return Support(False, f"{op.op_type} along an empty axis")
     return None
 
-
-# Inputs that decide the output shape: read on the host when the runtime specializes (host.py).
-HOST_INPUTS = {op: {1: "axes"} for op in CODES}
 
 CHECKS = {**dict.fromkeys(CODES, check_reduce), "ArgMax": check_arg, "ArgMin": check_arg}
 

@@ -31,8 +31,6 @@ _F32 = frozenset({DataType.FLOAT})
 CAPS["Hardmax"] = OpCapability(_F32, max_rank=MAX_RANK)
 CAPS["LpNormalization"] = OpCapability(_F32, max_rank=MAX_RANK, attributes={"p": (1, 2)})
 
-HOST_INPUTS = {op: {1: "axis"} for op in OPS}
-
 
 def _check(op) -> Support | None:
     x, axis = op.inputs[0], op.inputs[1] if len(op.inputs) > 1 else None
@@ -44,7 +42,7 @@ def _check(op) -> Support | None:
         return Support(False, f"{op.op_type} of a scalar")
     if axis.type.shape is not None and math.prod(axis.type.shape) != 1:
         return Support(False, f"{op.op_type} axis is not a scalar")
-    return check_host_inputs(op, HOST_INPUTS[op.op_type])
+    return check_host_inputs(op)
 
 
 def _check_axis(op) -> Support | None:

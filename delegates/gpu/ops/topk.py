@@ -28,7 +28,6 @@ _VALUES = frozenset(
 # No rank limit: the kernel sees [outer, L, inner] only. INT64 is also K's and the indices' type.
 CAPS = {"TopK": OpCapability(_VALUES, attributes={"largest": (0, 1), "sorted": (0, 1)})}
 MULTI_OUTPUT = ("TopK",)
-HOST_INPUTS = {"TopK": {1: "K"}}
 
 
 def _check(op) -> Support | None:
@@ -45,7 +44,7 @@ def _check(op) -> Support | None:
     axis = int(op.attributes.get("axis", -1))
     if rank == 0 or not -rank <= axis < rank:
         return Support(False, f"TopK axis {axis} of a rank-{rank} tensor")
-    return check_host_inputs(op, HOST_INPUTS["TopK"])
+    return check_host_inputs(op)
 
 
 CHECKS = {"TopK": _check}
