@@ -23,6 +23,8 @@ DEFAULT: tuple[str, ...] = (
     "cleanup::const_elimination",
     "cleanup::noop_elimination",
     "cleanup::dead_code_elimination",
+    # a branch's or body's weights in the top block: the GPU backends take them from there
+    "cleanup::hoist_nested_constants",
     "cleanup::const_deduplication",
     "cleanup::remove_redundant_ops",
     "cleanup::loop_invariant_elimination",
