@@ -131,6 +131,7 @@ _FOLDERS: dict[str, Callable] = {
     "Squeeze": _squeeze_value,
     "Slice": _slice_value,
     "Reshape": lambda op, attrs, a, shape: _as_output_shape(op, a),
+    "Transpose": lambda op, attrs, a: np.transpose(a, attrs.get("perm")),
     "ConstantOfShape": _constant_of_shape_value,
     "Add": _numeric(np.add),
     "Sub": _numeric(np.subtract),
