@@ -216,7 +216,8 @@ def read_mlpackage(path: str) -> CoreMLModel:
     try:
         with open(manifest_path, "rb") as f:
             manifest = json.loads(f.read().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    # ValueError: also an integer past Python's digit limit; RecursionError: a deep nesting
+    except (ValueError, RecursionError) as e:
         raise ModelFormatError(f"{origin}: Manifest.json is not JSON: {e}") from None
     entries = manifest.get("itemInfoEntries") if isinstance(manifest, dict) else None
     root = manifest.get("rootModelIdentifier") if isinstance(manifest, dict) else None

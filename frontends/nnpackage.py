@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import lzma
 import os
 import posixpath
 import zipfile
@@ -99,8 +100,18 @@ class _Zip:
         try:
             with self.zip.open(info) as f:
                 data = f.read(size + 1)  # the header's size is checked, not trusted
-        except (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, OSError, ValueError) as e:
-            raise ModelFormatError(f"{where}: cannot be read: {e}") from None
+        except (
+            zipfile.BadZipFile,
+            zlib.error,
+            lzma.LZMAError,  # an entry's method says LZMA, its bytes are not
+            NotImplementedError,
+            EOFError,
+            OSError,  # bz2 reports bad data as OSError
+            ValueError,
+        ) as e:
+            raise ModelFormatError(
+                f"{where}: cannot be read as zip compression method {info.compress_type}: {e}"
+            ) from None
         if len(data) != size:
             raise ModelFormatError(f"{where}: holds {len(data)} bytes, its header says {size}")
         self.read_total += size
@@ -132,7 +143,8 @@ def _manifest(files) -> tuple[list[tuple[str, str]], dict]:
     where = f"{files.origin}: {MANIFEST}"
     try:
         manifest = json.loads(files.read(MANIFEST, MAX_MANIFEST_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    # ValueError: also an integer past Python's digit limit; RecursionError: a deep nesting
+    except (ValueError, RecursionError) as e:
         raise ModelFormatError(f"{where} is not JSON: {e}") from None
     if not isinstance(manifest, dict):
         raise ModelFormatError(f"{where} is not a JSON object")

@@ -203,7 +203,7 @@ def describe_fp16_error(text: str) -> str:
             for o in found["outputs"]
         ]
         return f"fp16 error against float32 on {found['samples']} calibration sample(s): " + ", ".join(parts)
-    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+    except (ValueError, RecursionError, KeyError, TypeError, ZeroDivisionError):
         return "fp16 error: unreadable record"
 
 

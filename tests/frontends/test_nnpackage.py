@@ -121,6 +121,44 @@ def test_bad_packages_are_format_errors(entries, match):
         offload.load(zipped(entries))
 
 
+HUGE_INT_MANIFEST = '{"main-model": "model.tflite", "x": %s}' % ("1" * 5000)  # past int's digit limit
+DEEP_MANIFEST = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("manifest", [HUGE_INT_MANIFEST, DEEP_MANIFEST], ids=["5000-digits", "deep"])
+def test_unparsable_manifest_json_names_the_package(manifest, tmp_path):
+    entries = {**package({}), "metadata/MANIFEST": manifest}
+    with pytest.raises(ModelFormatError, match=r"<bytes>: metadata/MANIFEST is not JSON"):
+        offload.load(zipped(entries))
+    for name, data in entries.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    with pytest.raises(ModelFormatError, match=f"{tmp_path}: metadata/MANIFEST is not JSON"):
+        offload.load(tmp_path)
+
+
+def _with_method(data: bytes, entry: bytes, method: int) -> bytes:
+    """``data`` with the compression method of ``entry`` changed in both of its zip headers."""
+    data = bytearray(data)
+    for magic, at, name_len, name_at in ((b"PK\x01\x02", 10, 28, 46), (b"PK\x03\x04", 8, 26, 30)):
+        i = data.find(magic)
+        while i >= 0:
+            n = int.from_bytes(data[i + name_len : i + name_len + 2], "little")
+            if data[i + name_at : i + name_at + n] == entry:
+                data[i + at : i + at + 2] = method.to_bytes(2, "little")
+            i = data.find(magic, i + 4)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("method", [12, 14], ids=["bzip2", "lzma"])
+def test_an_entry_whose_method_lies_is_a_format_error(method):
+    data = _with_method(zipped(package(NEW_MANIFEST), zipfile.ZIP_STORED), b"model.tflite", method)
+    with pytest.raises(
+        ModelFormatError, match=f"'model.tflite': cannot be read as zip compression method {method}"
+    ):
+        offload.load(data)
+
+
 def test_unknown_files_are_refused_by_name():
     onnx_inside = package({"main-model": "m.onnx"}, "m.onnx", b"\x08\x07" * 20)
     with pytest.raises(UnsupportedOpError, match="TFLite and circle"):

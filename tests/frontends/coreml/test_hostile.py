@@ -81,6 +81,7 @@ def test_the_untouched_package_runs(pkg):
         (json.dumps({"itemInfoEntries": {"x": {"path": "/etc/passwd"}}, "rootModelIdentifier": "x"}).encode(), "relative"),
         (json.dumps({"itemInfoEntries": {"x": {"path": "nothing"}}, "rootModelIdentifier": "x"}).encode(), "not a file"),
         (b"[" * 100000 + b"]" * 100000, "not JSON"),
+        (b'{"itemInfoEntries": {}, "x": ' + b"1" * 5000 + b"}", "Manifest.json is not JSON: Exceeds the limit"),
     ],
 )  # fmt: skip
 def test_bad_manifests(pkg, manifest, match):
