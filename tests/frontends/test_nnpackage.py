@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -302,3 +305,66 @@ def test_models_connected_in_a_cycle_are_refused():
     }
     with pytest.raises(ModelFormatError, match="cycle"):
         offload.load(chained(two_way))
+
+
+def _folder(tmp_path, entries: dict):
+    for name, data in entries.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    return tmp_path
+
+
+def test_a_folder_loads_under_a_4_gib_address_space(tmp_path):
+    """A file is read by its size, not into a buffer of the 4 GiB entry limit."""
+    _folder(tmp_path, package(NEW_MANIFEST))
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+        "import offload\n"
+        "offload.load(sys.argv[1])\n"
+        "print('loaded')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == ["loaded"], done.stderr[-2000:]
+
+
+def test_a_model_listed_twice_is_refused(tmp_path):
+    manifest = {**NEW_MANIFEST, "models": ["model.tflite"] * 64, "model-types": ["tflite"] * 64}
+    for load in (
+        lambda: offload.load(zipped(package(manifest))),
+        lambda: offload.load(_folder(tmp_path, package(manifest))),
+    ):
+        start = time.monotonic()
+        with pytest.raises(ModelFormatError, match=r"model 'model\.tflite' is listed twice"):
+            load()
+        assert time.monotonic() - start < 1
+
+
+def test_a_folder_package_has_one_byte_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr(nnpackage, "MAX_TOTAL_BYTES", 1000)
+    with pytest.raises(ModelFormatError, match=r"'model\.tflite': \d+ bytes is over the limit"):
+        offload.load(_folder(tmp_path, package(NEW_MANIFEST)))
+
+
+def _end_record(data: bytes, entries: int, size: int) -> bytes:
+    at = data.rindex(b"PK\x05\x06")
+    head = data[: at + 8] + entries.to_bytes(2, "little") * 2 + size.to_bytes(4, "little")
+    return head + data[at + 16 :]
+
+
+@pytest.mark.parametrize("entries, size", [(65535, 100), (10, 1 << 31)], ids=["entries", "directory-bytes"])
+def test_a_huge_central_directory_is_refused_before_it_is_read(entries, size):
+    start = time.monotonic()
+    with pytest.raises(ModelFormatError, match="a package has at most 4096 entries"):
+        offload.load(_end_record(zipped(package(NEW_MANIFEST)), entries, size))
+    assert time.monotonic() - start < 1
+
+
+def test_a_zip_of_5000_entries_is_refused_at_its_end_record():
+    names = {f"f{i}": b"" for i in range(5000)}
+    start = time.monotonic()
+    with pytest.raises(ModelFormatError, match="declares 5002 entries"):
+        offload.load(zipped({**package(NEW_MANIFEST), **names}, zipfile.ZIP_STORED))
+    assert time.monotonic() - start < 2

@@ -95,6 +95,10 @@ EXPECTED = {
         "ModelFormatError",
         "entry 'model.tflite': cannot be read as zip compression method 14",
     ),
+    "nnpackage/one-model-listed-64-times.zip": (  # each listing was read and imported again
+        "ModelFormatError",
+        "model 'model.tflite' is listed twice",
+    ),
     "pte/input-names-nested-100000-deep.pte": (  # a RecursionError inside the JSON parser
         "ModelFormatError",
         "plan 'forward': the input names are not JSON",
