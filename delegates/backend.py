@@ -167,6 +167,12 @@ class Availability:
 # an ``OffloadError`` instead. A context variable: each thread sees its own call's.
 strict_execution: ContextVar[bool] = ContextVar("offload_strict_execution", default=False)
 
+# The ``RunOptions`` of the run that calls ``execute`` (None: the run has none), for a backend
+# that can stop inside a call: ``options.check(where)`` raises ``RunTerminated`` once the run's
+# deadline has passed or another thread has set ``terminate``. The GPU backends check it in
+# their device loops (``gpu.control.run``). A context variable: each thread sees its own run's.
+run_options: ContextVar[Any] = ContextVar("offload_run_options", default=None)
+
 
 class DeviceTensor:
     """A tensor a backend keeps in its device memory between delegate calls (``execute_device``):

@@ -2,7 +2,7 @@
 
 Each MIL function becomes a function of the program (a method of the ``.pte``), its block the one
 specialized for the function's opset. MIL values keep their names. ``const`` ops are not
-operations here: their values (inline, or blobs of a weight file read in place) are known at
+operations here: their values (inline, or blobs read from a weight file) are known at
 import, become block constants where an op reads them as tensors, and are read directly where a
 rule needs a parameter (``pad_type``, ``axes`` …). Every other op is translated by one rule
 (``coreml_node.rule``, in the ``coreml_ops_*`` modules); an op without a rule is an

@@ -14,16 +14,16 @@ are packed low bits first; ``padding bits`` says how many bits of the last byte 
 
 Nothing here is trusted: manifest and model sizes are bounded before reading, every path stays
 inside the package (no ``..``, no absolute path, no symlink out), every record is checked
-(sentinel, type, size and offset inside the file) before its bytes are viewed, and data is read
-in place (``np.frombuffer`` on the mapped file) where its offset is aligned to its type.
+(sentinel, type, size and offset inside the file) before its bytes are read, and each blob is
+read into memory (``WeightFile`` says why it is not mapped).
 """
 
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import struct
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,22 +93,44 @@ def unpack_bits(data: np.ndarray, bits: int, count: int, signed: bool) -> np.nda
 
 
 class WeightFile:
-    """One MIL blob storage file, mapped read-only; ``blob(offset)`` checks and views one blob."""
+    """One MIL blob storage file; ``blob(offset)`` checks one blob and reads its values.
+
+    Blobs are read into memory, not viewed in a mapping of the file: a program imported from a
+    package keeps its weights when the package is rewritten in place afterwards (a mapping
+    would see the new bytes, or end the process with SIGBUS when the file shrinks). The file
+    stays open while the import reads it, so a package replaced meanwhile is read whole from
+    the old file; one truncated in place meanwhile is a ModelFormatError.
+    """
 
     def __init__(self, path: str, origin: str):
         self.path, self.origin = path, origin
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                self.data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            # unbuffered: every read asks the file, so a change after opening is seen, not cached
+            self._file = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by the finalizer)
         except OSError as e:
             raise ModelFormatError(f"{origin}: cannot read weight file {path}: {e.strerror}") from None
-        self.size = len(self.data)
+        weakref.finalize(self, self._file.close)
+        self.size = os.fstat(self._file.fileno()).st_size
         if self.size < RECORD_BYTES:
             raise self.fail(f"is {self.size} bytes, shorter than its 64-byte header")
-        self.count, self.version = HEADER.unpack_from(self.data, 0)
+        self.count, self.version = HEADER.unpack_from(self._read(0, RECORD_BYTES, "its header"))
         if self.version != 2:
             raise self.fail(f"has storage version {self.version}; only version 2 is read")
+
+    def _read(self, at: int, n: int, what: str) -> memoryview:
+        """``n`` bytes at ``at``, read-only; a ModelFormatError when the file ends before them."""
+        data = bytearray(n)
+        view, got = memoryview(data), 0
+        self._file.seek(at)
+        while got < n:
+            k = self._file.readinto(view[got:])
+            if not k:
+                raise self.fail(
+                    f"changed while it was read: {what} ({n} bytes at {at}) ends after {got} "
+                    f"bytes; the file was {self.size} bytes when opened. Import the package again"
+                )
+            got += k
+        return view.toreadonly()
 
     def fail(self, what: str) -> ModelFormatError:
         return ModelFormatError(f"{self.origin}: weight file {os.path.basename(self.path)} {what}")
@@ -118,7 +140,8 @@ class WeightFile:
         ``code`` (a BlobDataType); sub-byte values come unpacked, one per byte."""
         if offset % RECORD_BYTES or not RECORD_BYTES <= offset <= self.size - RECORD_BYTES:
             raise self.fail(f"has no blob record at offset {offset} ({where}; the file is {self.size} bytes)")
-        sentinel, stored_code, size, at, padding = RECORD.unpack_from(self.data, offset)
+        record = self._read(offset, RECORD_BYTES, f"the blob record at {offset} ({where})")
+        sentinel, stored_code, size, at, padding = RECORD.unpack_from(record)
         if sentinel != SENTINEL:
             raise self.fail(f"has no blob record at offset {offset} ({where}): sentinel {sentinel:#x}")
         if stored_code != code:
@@ -136,11 +159,10 @@ class WeightFile:
         have = (size * 8 - padding) // bits
         if have != count:
             raise self.fail(f"blob at {offset} ({where}) holds {have} values, its const declares {count}")
+        data = self._read(at, size, f"the blob at {offset} ({where})")
         if bits < 8:
-            return unpack_bits(np.frombuffer(self.data, np.uint8, size, at), bits, count, signed=code == 8)
-        if at % dtype.itemsize == 0:
-            return np.frombuffer(self.data, dtype, count, at)  # in place, read-only
-        return np.frombuffer(bytes(self.data[at : at + size]), dtype, count)
+            return unpack_bits(np.frombuffer(data, np.uint8), bits, count, signed=code == 8)
+        return np.frombuffer(data, dtype, count)  # read-only, as constants are
 
 
 @dataclass
@@ -216,7 +238,8 @@ def read_mlpackage(path: str) -> CoreMLModel:
     try:
         with open(manifest_path, "rb") as f:
             manifest = json.loads(f.read().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    # ValueError: also an integer past Python's digit limit; RecursionError: a deep nesting
+    except (ValueError, RecursionError) as e:
         raise ModelFormatError(f"{origin}: Manifest.json is not JSON: {e}") from None
     entries = manifest.get("itemInfoEntries") if isinstance(manifest, dict) else None
     root = manifest.get("rootModelIdentifier") if isinstance(manifest, dict) else None

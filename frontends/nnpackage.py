@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import io
 import json
+import lzma
 import os
 import posixpath
+import struct
 import zipfile
 import zlib
 
@@ -29,9 +31,11 @@ from offload.ir import Program
 
 MANIFEST = "metadata/MANIFEST"
 MAX_ENTRIES = 4096
+MAX_DIRECTORY_BYTES = MAX_ENTRIES * 1024  # a zip's central directory: entries with long names
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_ENTRY_BYTES = 1 << 32  # one model file
-MAX_TOTAL_BYTES = 1 << 33  # everything read from one package
+# Everything read from one package, zip or folder (OFFLOAD_MAX_PACKAGE_BYTES).
+MAX_TOTAL_BYTES = int(os.environ.get("OFFLOAD_MAX_PACKAGE_BYTES", 1 << 33))
 MAX_RATIO = 100  # uncompressed / compressed, for entries over RATIO_FLOOR bytes
 RATIO_FLOOR = 1 << 20
 MODEL_TYPES = {"tflite": b"TFL3", "circle": b"CIR0"}
@@ -60,6 +64,7 @@ class _Zip:
     def __init__(self, data: bytes, origin: str):
         self.origin = origin
         self.read_total = 0
+        _check_directory(data, origin)
         try:
             self.zip = zipfile.ZipFile(io.BytesIO(data))
             infos = self.zip.infolist()
@@ -99,12 +104,39 @@ class _Zip:
         try:
             with self.zip.open(info) as f:
                 data = f.read(size + 1)  # the header's size is checked, not trusted
-        except (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, OSError, ValueError) as e:
-            raise ModelFormatError(f"{where}: cannot be read: {e}") from None
+        except (
+            zipfile.BadZipFile,
+            zlib.error,
+            lzma.LZMAError,  # an entry's method says LZMA, its bytes are not
+            NotImplementedError,
+            EOFError,
+            OSError,  # bz2 reports bad data as OSError
+            ValueError,
+        ) as e:
+            raise ModelFormatError(
+                f"{where}: cannot be read as zip compression method {info.compress_type}: {e}"
+            ) from None
         if len(data) != size:
             raise ModelFormatError(f"{where}: holds {len(data)} bytes, its header says {size}")
         self.read_total += size
         return data
+
+
+def _check_directory(data: bytes, origin: str) -> None:
+    """Refuse a zip whose end record declares more entries or a larger central directory than a
+    package has, before ``zipfile`` reads the directory (it builds an object per entry)."""
+    try:
+        end = zipfile._EndRecData(io.BytesIO(data))  # the end record, zip64 included
+    except (OSError, ValueError, struct.error):
+        end = None
+    if not end:
+        return  # not a zip: ZipFile says so
+    entries, size = end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE]
+    if entries > MAX_ENTRIES or size > MAX_DIRECTORY_BYTES:
+        raise ModelFormatError(
+            f"{origin}: the zip declares {entries} entries in a {size}-byte central directory; "
+            f"a package has at most {MAX_ENTRIES} entries in {MAX_DIRECTORY_BYTES} bytes"
+        )
 
 
 class _Folder:
@@ -113,6 +145,7 @@ class _Folder:
     def __init__(self, root: str):
         self.origin = root
         self.root = os.path.realpath(root)
+        self.read_total = 0
 
     def read(self, name: str, limit: int) -> bytes:
         path = os.path.realpath(os.path.join(self.root, _entry_name(name, self.origin)))
@@ -121,10 +154,14 @@ class _Folder:
         if not os.path.isfile(path):
             raise ModelFormatError(f"{self.origin}: {name!r} is not in the package")
         size = os.path.getsize(path)
-        if size > limit:
+        if size > limit or self.read_total + size > MAX_TOTAL_BYTES:
             raise ModelFormatError(f"{self.origin}: {name!r}: {size} bytes is over the limit")
         with open(path, "rb") as f:
-            return f.read(limit + 1)
+            data = f.read(size + 1)  # the size it has now, not the limit: no buffer of the limit
+        if len(data) != size:
+            raise ModelFormatError(f"{self.origin}: {name!r} changed size while it was read")
+        self.read_total += size
+        return data
 
 
 def _manifest(files) -> tuple[list[tuple[str, str]], dict]:
@@ -132,7 +169,8 @@ def _manifest(files) -> tuple[list[tuple[str, str]], dict]:
     where = f"{files.origin}: {MANIFEST}"
     try:
         manifest = json.loads(files.read(MANIFEST, MAX_MANIFEST_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    # ValueError: also an integer past Python's digit limit; RecursionError: a deep nesting
+    except (ValueError, RecursionError) as e:
         raise ModelFormatError(f"{where} is not JSON: {e}") from None
     if not isinstance(manifest, dict):
         raise ModelFormatError(f"{where} is not a JSON object")
@@ -156,6 +194,12 @@ def _manifest(files) -> tuple[list[tuple[str, str]], dict]:
     for _, kind in found:
         if not isinstance(kind, str):
             raise ModelFormatError(f"{where}: model type {kind!r} is not a string")
+    seen = set()
+    for model, _ in found:  # each would be read and imported again: a way to multiply a package
+        key = posixpath.normpath(model)
+        if key in seen:
+            raise ModelFormatError(f"{where}: model {model!r} is listed twice; list each model file once")
+        seen.add(key)
     return found, manifest
 
 

@@ -5,18 +5,21 @@ from __future__ import annotations
 import os
 
 from offload.emit import lower
+from offload.files import replace_file
 from offload.ir import Program
 from offload.schemas import pte
 
 
 def save(program: Program, path: str | os.PathLike | None = None) -> bytes | None:
-    """Lower ``program`` and serialize it: written to ``path`` when given, else returned as bytes."""
+    """Lower ``program`` and serialize it: written to ``path`` when given, else returned as bytes.
+
+    The file is written whole and renamed over ``path`` (``offload.files.replace_file``): a module
+    that maps the old file (``runtime.load(path)``) keeps running on the old bytes."""
     program_t, segments = lower(program)
     data = pte.serialize(program_t, segments)
     if path is None:
         return data
-    with open(os.fspath(path), "wb") as f:
-        f.write(data)
+    replace_file(path, data)
     return None
 
 

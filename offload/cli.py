@@ -14,6 +14,7 @@ import numpy as np
 
 import offload
 from offload.errors import OffloadError
+from offload.files import replace_file
 from offload.frontends import sniff
 from offload.ir import DataType, TensorType
 from offload.profile import Profile, profiling
@@ -551,8 +552,7 @@ def _report(args, progress: Progress) -> int:
     with progress.step("partitioning" + ("" if args.no_measure else " and measuring")):
         data = report.build(program, partitioner, _compile_specs(args.spec), measure=not args.no_measure)
     text = report.to_json(data) if args.json else report.render_html(data)
-    with open(args.output, "w") as f:
-        f.write(text)
+    replace_file(args.output, text.encode())
     s = data["summary"]
     print(f"delegated {s['delegated_ops']}/{s['ops']} ops in {s['partitions']} partition(s)")
     for r in data["reasons"]:

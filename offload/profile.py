@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from offload.files import replace_file
+
 _ACTIVE: contextvars.ContextVar[Profile | None] = contextvars.ContextVar("offload_profile", default=None)
 
 
@@ -86,8 +88,7 @@ class Profile:
         return {"traceEvents": out, "displayTimeUnit": "ms"}
 
     def write(self, path: str | os.PathLike) -> None:
-        with open(os.fspath(path), "w") as f:
-            json.dump(self.trace(), f)
+        replace_file(path, json.dumps(self.trace()).encode())
 
     def summary(self, top: int = 15) -> str:
         """The names that took the most time (plan and load events left out: they hold the others)."""

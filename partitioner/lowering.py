@@ -65,7 +65,7 @@ def _shapes_of_sets(program: Program, specs: dict[str, list[CompileSpec]]) -> di
             continue
         try:
             sets = json.loads(spec.text())
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
             sets = None
         if not isinstance(sets, list) or not all(isinstance(x, dict) for x in sets):
             raise CompileSpecError(

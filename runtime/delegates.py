@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from offload.delegates import faults
-from offload.delegates.backend import DeviceTensor, on_host, strict_execution
+from offload.delegates.backend import DeviceTensor, on_host, run_options, strict_execution
 from offload.errors import (
     BackendUnavailableError,
     DTypeError,
@@ -128,6 +128,7 @@ class Delegate:
             with self._lock:
                 faults.check(self.backend, "execute")
                 token = strict_execution.set(self.strict)
+                bounds = run_options.set(options)
                 try:
                     if keep is not None or any(isinstance(x, DeviceTensor) for x in inputs):
                         keep = keep or [False] * len(declared)
@@ -135,6 +136,7 @@ class Delegate:
                     else:
                         outputs = self.runtime.execute(self.handle, inputs)
                 finally:
+                    run_options.reset(bounds)
                     strict_execution.reset(token)
             if options is not None:
                 options.check(self.where)
@@ -203,7 +205,7 @@ def describe_fp16_error(text: str) -> str:
             for o in found["outputs"]
         ]
         return f"fp16 error against float32 on {found['samples']} calibration sample(s): " + ", ".join(parts)
-    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+    except (ValueError, RecursionError, KeyError, TypeError, ZeroDivisionError):
         return "fp16 error: unreadable record"
 
 

@@ -440,8 +440,8 @@ class Method:
             return [tensor_name(self._values[i]) or f"{stem}{k}" for k, i in enumerate(slots)]
         try:
             names = json.loads(text)
-        except ValueError:
-            raise ModelFormatError(f"{self.where}: the {stem} names are not JSON") from None
+        except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
+            raise ModelFormatError(f"{self.where}: the {stem} names are not JSON: {e}") from None
         if stem == "input" and isinstance(names, dict):  # {"inputs": [...], "states": [...]}
             states = names.get("states")
             if not isinstance(states, list) or not all(isinstance(s, str) for s in states):

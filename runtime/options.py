@@ -2,8 +2,9 @@
 
 The executor checks them before every instruction of a plan, so also inside the sub-plans of If,
 Loop and Scan bodies (each iteration runs its body's instructions) and before and after each
-delegate call. A GPU delegate's launches are enqueued as one unit: a run stops at the next
-check after it returns.
+delegate call. A delegate's backend sees them too (``delegates.backend.run_options``): the GPU
+backends check them at each iteration of a Loop they run on the device; other launches are one
+unit, and a run stops at the next check after the delegate returns.
 """
 
 from __future__ import annotations

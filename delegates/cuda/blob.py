@@ -51,7 +51,7 @@ def unpack(blob: bytes) -> tuple[dict, list[Binary]]:
     if not blob.startswith(MAGIC):
         try:
             return json.loads(blob), []
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ModelFormatError(
                 f"cuda backend: the delegate blob is neither a cuda blob nor a plan: {e}"
             ) from None
@@ -73,7 +73,7 @@ def unpack(blob: bytes) -> tuple[dict, list[Binary]]:
             if not ARCH.match(e["arch"]):
                 raise ValueError(f"binary {e['key'][:12]} names architecture {e['arch']!r}")
             binaries.append(Binary(str(e["key"]), e["arch"], e["kind"], data[off : off + size]))
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, RecursionError, KeyError, TypeError) as e:
         raise ModelFormatError(f"cuda backend: bad blob header: {e}") from None
     return plan, binaries
 

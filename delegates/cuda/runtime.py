@@ -21,10 +21,10 @@ import numpy as np
 from offload import profile
 from offload.errors import DTypeError, KernelError, OffloadError
 
-from ..backend import Availability, BackendRuntime, CompileSpec, DeviceTensor, on_host
+from ..backend import Availability, BackendRuntime, CompileSpec, DeviceTensor, on_host, run_options
 from ..gpu.api import Buf, Ints, Scratch, storage_dtype
 from ..gpu.builder import PlanValues, host_weights
-from ..gpu.control import has_control, run
+from ..gpu.control import has_control, held, run
 from ..gpu.ops.linalg import GemmCall
 from ..gpu.plan import parse
 from ..gpu.precision import Fp32Rerun, flag_spec
@@ -290,7 +290,7 @@ class CUDARuntime(BackendRuntime):
     def _execute(self, handle: Handle, inputs: list, keep: list[bool] | None) -> list:
         view, stream = handle.device.allocator.view, handle.stream
         try:
-            with handle.lock, handle.device.device, stream:
+            with held(handle.lock, run_options.get(), "cuda backend"), handle.device.device, stream:
                 key = signature(handle.plan, inputs)
                 spec = handle.specializations.get(key, lambda: self._specialize(handle, _shapes(inputs)))
                 for i, x, pinned in zip(spec.inputs, inputs, spec.host_in):
@@ -451,7 +451,21 @@ def _run_control(spec: Specialized, stream) -> None:
         raw = np.ascontiguousarray(value).view(np.uint8).ravel()
         buffers[v][: raw.size].set(raw, stream=stream)
 
-    run(spec.launches, lambda item: item.run(stream), copy, read, write)
+    def fence():
+        event = cp.cuda.Event(disable_timing=True)
+        event.record(stream)
+        return event.synchronize
+
+    run(
+        spec.launches,
+        lambda item: item.run(stream),
+        copy,
+        read,
+        write,
+        fence,
+        run_options.get(),
+        "cuda backend",
+    )
 
 
 def _release(spec: Specialized) -> None:

@@ -31,13 +31,14 @@ A value made before a loop and read in its body stays live until the loop ends (
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from offload.errors import ModelFormatError, SpecializationError
+from offload.errors import ModelFormatError, RunTerminated, SpecializationError
 from offload.ir import Block, DataType, Operation, TensorType, Value
 
 from ..backend import OpCapability, Support
@@ -48,6 +49,8 @@ from .plan import DTYPES
 _TYPES = frozenset(DataType.from_numpy(t) for t in DTYPES)
 CAPS = {op: OpCapability(_TYPES, max_rank=MAX_RANK) for op in ("If", "Loop")}
 MULTI_OUTPUT = ("If", "Loop")
+MARK_EVERY = 256  # commands a device loop enqueues between two waits of an unbounded run
+LOCK_POLL = 0.01  # seconds between checks of a waiting run's options
 MAX_BODY_CONSTANT = 4096  # elements of a constant held by a branch or body (stored in the plan)
 
 
@@ -196,6 +199,7 @@ class LoopHead:
     iteration: int | None
     exit: int = -1
     args: list = field(default_factory=list)
+    name: str = "Loop"
 
 
 @dataclass
@@ -217,43 +221,94 @@ def run(
     copy: Callable[[int, int, int, int], None],
     read: Callable[[int], bool],
     write: Callable[[int, np.ndarray], None],
+    fence: Callable[[], Callable[[], None]] | None = None,
+    options=None,
+    where: str = "gpu backend",
 ) -> None:
     """Interpret a specialization's items: ``launch(item)`` a kernel, ``copy(src, dst, nbytes,
     dst_offset)`` between value buffers, ``read(v)`` the first byte of a condition as a truth
-    value, ``write(v, array)`` a host value into a buffer. All on one queue/stream, in order."""
+    value, ``write(v, array)`` a host value into a buffer. All on one queue/stream, in order.
+
+    ``fence()`` marks the queue and returns a call that waits until the device has done
+    everything enqueued before the mark. A loop whose condition is not read on the host would
+    otherwise enqueue its body as fast as the host can, each queued command holding memory until
+    the device gets to it (memory growing without bound in a long loop). So:
+
+    - a run without ``options``: at a loop head, once ``MARK_EVERY`` commands have been enqueued
+      since the last mark, the host waits for that mark and makes a new one; it stays at most
+      two marks ahead of the device (about ``2 * MARK_EVERY`` commands, or two iterations of a
+      longer body), a wait now and then costs nothing measurable, and memory stays flat;
+    - a run with ``options`` (its ``RunOptions``, ``backend.run_options``): each iteration waits
+      for the one before and then checks them, so a deadline or ``terminate`` stops the run
+      within one iteration (``RunTerminated``), with nothing of it left queued.
+    """
     pc, n = 0, len(items)
     counters: dict[int, int] = {}
     resumed = -1
-    while pc < n:
-        item = items[pc]
-        kind = type(item)
-        if kind is Copy:
-            if item.nbytes:
-                offset = 0 if item.row_of is None else counters[item.row_of] * item.nbytes
-                copy(item.args[0].id, item.args[1].id, item.nbytes, offset)
-            pc += 1
-        elif kind is Branch:
-            pc = pc + 1 if read(item.args[0].id) else item.target
-        elif kind is Jump:
-            pc = item.target
-        elif kind is LoopHead:
-            i = counters[pc] + 1 if resumed == pc else 0
-            resumed = -1
-            if i >= item.trips or (item.cond is not None and not read(item.cond)):
-                pc = item.exit
-                continue
-            counters[pc] = i
-            if item.iteration is not None:
-                write(item.iteration, np.array(i, np.int64))
-            pc += 1
-        elif kind is LoopBack:
-            resumed = pc = item.head
-        elif kind is Fill:
-            write(item.args[0].id, item.value)
-            pc += 1
-        else:
-            launch(item)
-            pc += 1
+    queued, mark = 0, None  # commands enqueued since the last mark; the wait for that mark
+    try:
+        while pc < n:
+            item = items[pc]
+            kind = type(item)
+            if kind is Copy:
+                if item.nbytes:
+                    offset = 0 if item.row_of is None else counters[item.row_of] * item.nbytes
+                    copy(item.args[0].id, item.args[1].id, item.nbytes, offset)
+                    queued += 1
+                pc += 1
+            elif kind is Branch:
+                pc = pc + 1 if read(item.args[0].id) else item.target
+            elif kind is Jump:
+                pc = item.target
+            elif kind is LoopHead:
+                i = counters[pc] + 1 if resumed == pc else 0
+                resumed = -1
+                if fence is not None:
+                    if options is not None:
+                        if i:
+                            fence()()  # the iteration before has ended on the device
+                    elif queued >= MARK_EVERY:
+                        if mark is not None:
+                            mark()
+                        mark, queued = fence(), 0
+                if options is not None:
+                    options.check(f"{where}: {item.name}, iteration {i}")
+                if i >= item.trips or (item.cond is not None and not read(item.cond)):
+                    pc = item.exit
+                    continue
+                counters[pc] = i
+                if item.iteration is not None:
+                    write(item.iteration, np.array(i, np.int64))
+                pc += 1
+            elif kind is LoopBack:
+                resumed = pc = item.head
+            elif kind is Fill:
+                write(item.args[0].id, item.value)
+                pc += 1
+            else:
+                launch(item)
+                queued += 1
+                pc += 1
+    except RunTerminated:
+        if fence is not None:
+            fence()()  # what was enqueued before the check ends before the buffers are reused
+        raise
+
+
+@contextlib.contextmanager
+def held(lock, options, where: str):
+    """``with lock``, for a run bounded by ``options``: while another thread's call holds the
+    handle, this one waits no longer than its own deadline or stop flag allow (RunTerminated)."""
+    if options is None:
+        with lock:
+            yield
+        return
+    while not lock.acquire(timeout=LOCK_POLL):
+        options.check(f"{where}: waiting for another thread's call on this delegate")
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def loop_lifetimes(items: list, first: dict[int, int], last: dict[int, int]) -> None:
@@ -357,7 +412,7 @@ def record_loop(b, step: dict) -> None:
         _copy(b, cond, cond_param)
     else:
         b.launches.append(Fill([Buf(cond_param)], np.ones(1, np.uint8)))
-    head = LoopHead(trips, None, None)
+    head = LoopHead(trips, None, None, name=f"Loop '{step.get('name') or 'Loop'}'")
     at = len(b.launches)
     b.launches.append(head)
     b.record_steps(body["ops"])

@@ -88,7 +88,7 @@ def parse(processed: bytes | dict, backend: str) -> dict:
             if raw
             else processed
         )
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:
         raise ModelFormatError(f"{backend} backend: the delegate blob is not a JSON plan: {e}") from None
     if not isinstance(plan, dict) or plan.get("format") not in FORMATS:
         got = plan.get("format") if isinstance(plan, dict) else type(plan).__name__

@@ -52,7 +52,7 @@ def shape_sets(specs: list[CompileSpec], backend: str) -> list[dict[str, tuple[i
         return []
     try:
         sets = json.loads(spec.text())
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:
         raise CompileSpecError(f"{backend} backend: shapes is not JSON: {e}") from None
     ok = isinstance(sets, list) and all(
         isinstance(s, dict)

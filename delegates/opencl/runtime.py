@@ -23,10 +23,10 @@ import numpy as np
 from offload import profile
 from offload.errors import DTypeError, KernelError, OffloadError
 
-from ..backend import Availability, BackendRuntime, CompileSpec, DeviceTensor, on_host
+from ..backend import Availability, BackendRuntime, CompileSpec, DeviceTensor, on_host, run_options
 from ..gpu.api import Buf, Ints, Scratch
 from ..gpu.builder import PlanValues, host_weights
-from ..gpu.control import has_control, run
+from ..gpu.control import has_control, held, run
 from ..gpu.plan import parse
 from ..gpu.precision import Fp32Rerun
 from ..gpu.specialize import (
@@ -300,7 +300,7 @@ class OpenCLRuntime(BackendRuntime):
         return handle.fp32 is None  # the fp16 guard reads every output on the host
 
     def _execute(self, handle: Handle, inputs: list, keep: list[bool] | None) -> list:
-        with handle.lock:
+        with held(handle.lock, run_options.get(), "opencl backend"):
             key = signature(handle.plan, inputs)
             spec = handle.specializations.get(key, lambda: self._specialize(handle, _shapes(inputs)))
             alloc, queue = handle.device.allocator, handle.device.queue
@@ -417,7 +417,10 @@ def _run_control(device: Device, spec: Specialized) -> None:
     def write(v: int, value: np.ndarray) -> None:
         cl.enqueue_copy(queue, buffers[v], np.ascontiguousarray(value), is_blocking=True)
 
-    run(spec.launches, launch, copy, read, write)
+    def fence():
+        return cl.enqueue_marker(queue).wait
+
+    run(spec.launches, launch, copy, read, write, fence, run_options.get(), "opencl backend")
 
 
 def _release(spec: Specialized) -> None:

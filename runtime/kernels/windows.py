@@ -10,7 +10,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from offload.errors import ShapeError
 
-from ._util import unsupported
+from ._util import check_result, unsupported
 from .linalg import widened
 
 # ---------------------------------------------------------------------------- geometry
@@ -86,6 +86,13 @@ def _geometry_of(op, x_shape, kernel, dilations, pads, strides, auto_pad, ceil_m
             o = span // s + 1
         out.append(o)
         ends.append(max(e, (o - 1) * s + (k - 1) * d + 1 - i - b))
+    # Bounded before anything is made: the padded input a kernel builds and the result, at four
+    # bytes an element, so that huge pads or dilations are refused at once, not attempted.
+    lead = tuple(x_shape[:2])
+    check_result(
+        (*lead, *(i + b + e for i, b, e in zip(size, begin, ends))), np.float32, f"{op} (padded input)"
+    )
+    check_result((*lead, *out), np.float32, op)
     return _Geom(kernel, strides, dilations, begin, tuple(ends), tuple(out))
 
 

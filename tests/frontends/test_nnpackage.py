@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -119,6 +122,44 @@ def test_circle_model_reads_as_tflite():
 def test_bad_packages_are_format_errors(entries, match):
     with pytest.raises(ModelFormatError, match=match):
         offload.load(zipped(entries))
+
+
+HUGE_INT_MANIFEST = '{"main-model": "model.tflite", "x": %s}' % ("1" * 5000)  # past int's digit limit
+DEEP_MANIFEST = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("manifest", [HUGE_INT_MANIFEST, DEEP_MANIFEST], ids=["5000-digits", "deep"])
+def test_unparsable_manifest_json_names_the_package(manifest, tmp_path):
+    entries = {**package({}), "metadata/MANIFEST": manifest}
+    with pytest.raises(ModelFormatError, match=r"<bytes>: metadata/MANIFEST is not JSON"):
+        offload.load(zipped(entries))
+    for name, data in entries.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    with pytest.raises(ModelFormatError, match=f"{tmp_path}: metadata/MANIFEST is not JSON"):
+        offload.load(tmp_path)
+
+
+def _with_method(data: bytes, entry: bytes, method: int) -> bytes:
+    """``data`` with the compression method of ``entry`` changed in both of its zip headers."""
+    data = bytearray(data)
+    for magic, at, name_len, name_at in ((b"PK\x01\x02", 10, 28, 46), (b"PK\x03\x04", 8, 26, 30)):
+        i = data.find(magic)
+        while i >= 0:
+            n = int.from_bytes(data[i + name_len : i + name_len + 2], "little")
+            if data[i + name_at : i + name_at + n] == entry:
+                data[i + at : i + at + 2] = method.to_bytes(2, "little")
+            i = data.find(magic, i + 4)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("method", [12, 14], ids=["bzip2", "lzma"])
+def test_an_entry_whose_method_lies_is_a_format_error(method):
+    data = _with_method(zipped(package(NEW_MANIFEST), zipfile.ZIP_STORED), b"model.tflite", method)
+    with pytest.raises(
+        ModelFormatError, match=f"'model.tflite': cannot be read as zip compression method {method}"
+    ):
+        offload.load(data)
 
 
 def test_unknown_files_are_refused_by_name():
@@ -264,3 +305,66 @@ def test_models_connected_in_a_cycle_are_refused():
     }
     with pytest.raises(ModelFormatError, match="cycle"):
         offload.load(chained(two_way))
+
+
+def _folder(tmp_path, entries: dict):
+    for name, data in entries.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    return tmp_path
+
+
+def test_a_folder_loads_under_a_4_gib_address_space(tmp_path):
+    """A file is read by its size, not into a buffer of the 4 GiB entry limit."""
+    _folder(tmp_path, package(NEW_MANIFEST))
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+        "import offload\n"
+        "offload.load(sys.argv[1])\n"
+        "print('loaded')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == ["loaded"], done.stderr[-2000:]
+
+
+def test_a_model_listed_twice_is_refused(tmp_path):
+    manifest = {**NEW_MANIFEST, "models": ["model.tflite"] * 64, "model-types": ["tflite"] * 64}
+    for load in (
+        lambda: offload.load(zipped(package(manifest))),
+        lambda: offload.load(_folder(tmp_path, package(manifest))),
+    ):
+        start = time.monotonic()
+        with pytest.raises(ModelFormatError, match=r"model 'model\.tflite' is listed twice"):
+            load()
+        assert time.monotonic() - start < 1
+
+
+def test_a_folder_package_has_one_byte_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr(nnpackage, "MAX_TOTAL_BYTES", 1000)
+    with pytest.raises(ModelFormatError, match=r"'model\.tflite': \d+ bytes is over the limit"):
+        offload.load(_folder(tmp_path, package(NEW_MANIFEST)))
+
+
+def _end_record(data: bytes, entries: int, size: int) -> bytes:
+    at = data.rindex(b"PK\x05\x06")
+    head = data[: at + 8] + entries.to_bytes(2, "little") * 2 + size.to_bytes(4, "little")
+    return head + data[at + 16 :]
+
+
+@pytest.mark.parametrize("entries, size", [(65535, 100), (10, 1 << 31)], ids=["entries", "directory-bytes"])
+def test_a_huge_central_directory_is_refused_before_it_is_read(entries, size):
+    start = time.monotonic()
+    with pytest.raises(ModelFormatError, match="a package has at most 4096 entries"):
+        offload.load(_end_record(zipped(package(NEW_MANIFEST)), entries, size))
+    assert time.monotonic() - start < 1
+
+
+def test_a_zip_of_5000_entries_is_refused_at_its_end_record():
+    names = {f"f{i}": b"" for i in range(5000)}
+    start = time.monotonic()
+    with pytest.raises(ModelFormatError, match="declares 5002 entries"):
+        offload.load(zipped({**package(NEW_MANIFEST), **names}, zipfile.ZIP_STORED))
+    assert time.monotonic() - start < 2

@@ -82,6 +82,27 @@ EXPECTED = {
         "ModelFormatError",
         "not a readable zip archive: zip file version 10.1",
     ),
+    # JSON integers past Python's 4,300-digit limit raise ValueError, not JSONDecodeError
+    "nnpackage/manifest-5000-digit-integer.zip": (
+        "ModelFormatError",
+        "<bytes>: metadata/MANIFEST is not JSON: Exceeds the limit (4300 digits)",
+    ),
+    "coreml/manifest-5000-digit-integer.pkg": (
+        "ModelFormatError",
+        "Manifest.json is not JSON: Exceeds the limit (4300 digits)",
+    ),
+    "nnpackage/stored-model-entry-says-lzma.zip": (  # lzma's own error class
+        "ModelFormatError",
+        "entry 'model.tflite': cannot be read as zip compression method 14",
+    ),
+    "nnpackage/one-model-listed-64-times.zip": (  # each listing was read and imported again
+        "ModelFormatError",
+        "model 'model.tflite' is listed twice",
+    ),
+    "pte/input-names-nested-100000-deep.pte": (  # a RecursionError inside the JSON parser
+        "ModelFormatError",
+        "plan 'forward': the input names are not JSON",
+    ),
 }
 
 

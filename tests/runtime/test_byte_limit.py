@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -100,3 +101,27 @@ def test_the_limit_is_set_by_the_environment():
         "ShapeError: X: a result of shape (100,) would take 400 bytes, over the 256-byte limit" in done.stderr
     )
     assert _util.MAX_RESULT_BYTES == 1 << 34  # this process: the default
+
+
+@pytest.mark.parametrize(
+    "node, inits",
+    [
+        (  # a depthwise conv whose dilation and pads make a padded input of about 1 TiB
+            helper.make_node("Conv", ["x", "w"], ["y"], group=4, dilations=[65536] * 2, pads=[131072] * 4),
+            [("w", np.ones((4, 1, 3, 3), np.float32))],
+        ),
+        (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 60000, 60000]), []),
+        (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[0, 0, 70000, 70000]), []),
+    ],
+    ids=["conv-dilated", "maxpool", "averagepool"],
+)
+def test_windows_past_the_limit_are_refused_before_padding(node, inits):
+    """Symbolic input sizes: inference cannot refuse these; the kernel's geometry does, at once."""
+    data = _model([node], [("x", TensorProto.FLOAT, ["N", 4, "H", "W"])], [("y", TensorProto.FLOAT)], inits)
+    module = offload.runtime.load(offload.save(offload.load(data)))
+    start = time.monotonic()
+    with pytest.raises(
+        ShapeError, match=r"\(padded input\): a result of shape \(1, 4, \d+, \d+\) would take"
+    ):
+        module.run({"x": np.ones((1, 4, 8, 8), np.float32)})
+    assert time.monotonic() - start < 1

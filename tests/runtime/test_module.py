@@ -356,6 +356,18 @@ def _first_kernel(plan):
             lambda p: setattr(_first_planned(p).allocationInfo, "memoryOffsetLow", 1 << 30),
             r"value 13 .*outside arena",
         ),
+        (  # deeper than Python's JSON parser goes: a RecursionError inside it
+            lambda p: setattr(p.containerMetaType, "encodedInpStr", "[" * 100_000 + "]" * 100_000),
+            r"plan 'forward': the input names are not JSON",
+        ),
+        (
+            lambda p: setattr(p.containerMetaType, "encodedOutStr", "[" * 100_000 + "]" * 100_000),
+            r"plan 'forward': the output names are not JSON",
+        ),
+        (
+            lambda p: setattr(p.containerMetaType, "encodedOutStr", "[" + "1" * 5000 + "]"),
+            r"the output names are not JSON: Exceeds the limit",
+        ),
     ],
 )
 def test_a_broken_plan_is_a_model_format_error(break_it, message, example_model):

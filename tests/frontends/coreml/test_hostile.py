@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -81,6 +83,7 @@ def test_the_untouched_package_runs(pkg):
         (json.dumps({"itemInfoEntries": {"x": {"path": "/etc/passwd"}}, "rootModelIdentifier": "x"}).encode(), "relative"),
         (json.dumps({"itemInfoEntries": {"x": {"path": "nothing"}}, "rootModelIdentifier": "x"}).encode(), "not a file"),
         (b"[" * 100000 + b"]" * 100000, "not JSON"),
+        (b'{"itemInfoEntries": {}, "x": ' + b"1" * 5000 + b"}", "Manifest.json is not JSON: Exceeds the limit"),
     ],
 )  # fmt: skip
 def test_bad_manifests(pkg, manifest, match):
@@ -208,3 +211,52 @@ def test_mutation_corpus(pkg, seed):
     target.write_bytes(bytes(data))
     with contextlib.suppress(ModelFormatError, UnsupportedOpError):
         offload.load(pkg)
+
+
+REWRITTEN_CHILD = """
+import sys
+import numpy as np
+import offload
+from tests.frontends.coreml.test_hostile import CASE, WEIGHTS
+from tests.frontends.coreml.test_ops import check, load_case
+
+pkg, how = sys.argv[1], sys.argv[2]
+program = offload.load(pkg)
+with open(f"{pkg}/{WEIGHTS}", "r+b") as f:  # rewritten in place, as a tool saving over it does
+    if how == "truncated":
+        f.truncate(64)
+    else:
+        size = f.seek(0, 2)
+        f.seek(64)
+        f.write(bytes(size - 64))
+inputs, want, tolerance = load_case(CASE)
+check(CASE, offload.evaluate(program, inputs), want, tolerance)
+check(CASE, offload.runtime.load(offload.save(program)).run(inputs), want, tolerance)
+print("kept")
+"""
+
+
+@pytest.mark.parametrize("how", ["truncated", "same-size"])
+def test_an_imported_program_keeps_its_weights_when_the_package_is_rewritten(pkg, how):
+    """In a child process: a weight file mapped by the program would end it with SIGBUS."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    done = subprocess.run(
+        [sys.executable, "-c", REWRITTEN_CHILD, str(pkg), how],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"child ended with {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.split() == ["kept"]
+
+
+def test_a_weight_file_truncated_while_it_is_read_is_named(pkg):
+    from offload.frontends.coreml_reader import WeightFile
+
+    weights = WeightFile(str(pkg / WEIGHTS), str(pkg))
+    os.truncate(pkg / WEIGHTS, 100)
+    with pytest.raises(
+        ModelFormatError, match=r"weight\.bin changed while it was read: the blob record at 64"
+    ):
+        weights.blob(64, 2, 20, "const 'w'")
