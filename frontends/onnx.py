@@ -28,6 +28,7 @@ from offload.ir import (
 from offload.ir.verifier import shape_conflicts
 from offload.schemas.generated import onnx_pb2 as pb
 
+from . import onnx_contrib, onnx_contrib_attention, onnx_contrib_quant  # noqa: F401  (these register rewrites)
 from .finish import typed_and_verified
 from .onnx_versions import upgrade
 
@@ -212,16 +213,16 @@ class _Importer:
             raise self.fail(f"{where}: the model declares no opset_import for domain '{domain or 'ai.onnx'}'")
         version = self.opsets[domain]
         outputs = list(node.output)
-        built = upgrade(
-            _Builder(self, block, scope),
-            domain,
-            node.op_type,
-            version,
-            inputs,
-            attrs,
-            len(outputs),
-            f"{self.origin}: {where}",
-        )
+        builder = _Builder(self, block, scope, node.op_type)
+        if onnx_contrib.handles(domain, node.op_type):
+            wanted = [bool(name) for name in outputs]
+            built = onnx_contrib.rewrite(
+                builder, domain, node.op_type, inputs, attrs, wanted, f"{self.origin}: {where}"
+            )
+        else:
+            built = upgrade(
+                builder, domain, node.op_type, version, inputs, attrs, len(outputs), f"{self.origin}: {where}"
+            )
         if built is None:
             _check_attributes(domain, node.op_type, attrs, f"{self.origin}: {where}")
             op = Operation(
@@ -330,16 +331,17 @@ class _Scope:
 
 
 class _Builder:
-    """What a version upgrade may do: add constants and operations to the block being built."""
+    """What an import rewrite (a version upgrade, a contrib op's decomposition) may do: add
+    constants and operations to the block being built."""
 
-    def __init__(self, imp: _Importer, block: Block, scope: _Scope):
-        self.imp, self.block, self.scope = imp, block, scope
+    def __init__(self, imp: _Importer, block: Block, scope: _Scope, source: str):
+        self.imp, self.block, self.scope, self.source = imp, block, scope, source
 
     def const(self, array, dtype=np.int64) -> Value:
         return self.block.add_constant(self.imp.fresh("const"), np.asarray(array, dtype=dtype))
 
     def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
-        _check_attributes("", op_type, attrs or {}, f"{self.imp.origin}: {op_type} made from an older opset")
+        _check_attributes("", op_type, attrs or {}, f"{self.imp.origin}: {op_type} made from {self.source}")
         names = [self.imp.fresh(op_type) for _ in range(num_outputs)]
         op = self.block.append(Operation(op_type, inputs, attrs, output_names=names))
         return op.outputs

@@ -1,0 +1,131 @@
+"""com.microsoft's quantized operators as ONNX quantization ops.
+
+- **MatMulIntegerToFloat**: MatMulInteger, Cast to float, times a_scale * b_scale (the product
+  first, as onnxruntime multiplies each sum by it), plus the bias.
+- **DynamicQuantizeMatMul**: DynamicQuantizeLinear of A (uint8, the range widened to hold 0, as
+  onnxruntime quantizes it), then the same.
+- **QGemm**: MatMulInteger of the (transposed) operands plus the int32 C, times
+  alpha * a_scale * b_scale; quantized with y_scale / y_zero_point where given, float otherwise.
+- **QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
+  QLinearGlobalAveragePool, QLinearConcat**: DequantizeLinear of each input, the float op,
+  QuantizeLinear of the result (a missing zero point is 0 of the input's type). onnxruntime
+  computes the same values through scale ratios (MLAS) or a 256-entry table: on a value within
+  float32 rounding of a tie the two round apart, one quantization step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from offload.ir import DataType, Value
+
+from .onnx_contrib import _Node, contrib
+
+
+def _to_float(n: _Node, acc: Value, scale: Value, bias: Value | None) -> Value:
+    y = n.one("Mul", [n.one("Cast", [acc], {"to": int(DataType.FLOAT)}), scale])
+    return y if bias is None else n.one("Add", [y, bias])
+
+
+@contrib("MatMulIntegerToFloat")
+def _matmul_integer_to_float(n: _Node):
+    a, b, a_scale, b_scale, a_zero, b_zero, bias = (n.input(i) for i in range(7))
+    acc = n.one("MatMulInteger", [a, b, a_zero, b_zero])
+    return [_to_float(n, acc, n.one("Mul", [a_scale, b_scale]), bias)]
+
+
+@contrib("DynamicQuantizeMatMul")
+def _dynamic_quantize_matmul(n: _Node):
+    a, b, b_scale, b_zero, bias = (n.input(i) for i in range(5))
+    qa, a_scale, a_zero = n.op("DynamicQuantizeLinear", [a], num_outputs=3)
+    acc = n.one("MatMulInteger", [qa, b, a_zero, b_zero])
+    return [_to_float(n, acc, n.one("Mul", [a_scale, b_scale]), bias)]
+
+
+def _zero(n: _Node, zero: Value | None, like: Value) -> Value:
+    """A zero point, or 0 of ``like``'s quantized type where the node omits it."""
+    return zero if zero is not None else n.const(0, n.dtype(like).numpy)
+
+
+def _dequantized(n: _Node, x: Value, scale: Value, zero: Value | None) -> Value:
+    return n.one("DequantizeLinear", [x, scale, zero])
+
+
+def _quantized(n: _Node, y: Value, scale: Value, zero: Value | None, like: Value) -> Value:
+    return n.one("QuantizeLinear", [y, scale, _zero(n, zero, like)])
+
+
+@contrib("QGemm")
+def _qgemm(n: _Node):
+    a, a_scale, a_zero, b, b_scale, b_zero, c, y_scale, y_zero = (n.input(i) for i in range(9))
+    if n.attr("transA", 0):
+        a = n.one("Transpose", [a], {"perm": [1, 0]})
+    if n.attr("transB", 0):
+        b = n.one("Transpose", [b], {"perm": [1, 0]})
+    acc = n.one("MatMulInteger", [a, b, a_zero, b_zero])
+    if c is not None:
+        acc = n.one("Add", [acc, c])
+    scale = n.one("Mul", [a_scale, b_scale])
+    alpha = float(n.attr("alpha", 1.0))
+    if alpha != 1.0:
+        scale = n.one("Mul", [scale, n.const(alpha, np.float32)])
+    y = _to_float(n, acc, scale, None)
+    if y_scale is None:
+        return [y]
+    return [n.one("QuantizeLinear", [y, y_scale, _zero(n, y_zero, a)])]
+
+
+@contrib("QLinearAdd", "QLinearMul")
+def _qlinear_binary(n: _Node):
+    a, a_scale, a_zero, b, b_scale, b_zero, c_scale, c_zero = (n.input(i) for i in range(8))
+    fa, fb = _dequantized(n, a, a_scale, a_zero), _dequantized(n, b, b_scale, b_zero)
+    y = n.one(n.op_type.removeprefix("QLinear"), [fa, fb])
+    return [_quantized(n, y, c_scale, c_zero, a)]
+
+
+@contrib("QLinearSigmoid", "QLinearLeakyRelu")
+def _qlinear_unary(n: _Node):
+    x, x_scale, x_zero, y_scale, y_zero = (n.input(i) for i in range(5))
+    fx = _dequantized(n, x, x_scale, x_zero)
+    if n.op_type == "QLinearSigmoid":
+        y = n.one("Sigmoid", [fx])
+    else:
+        y = n.one("LeakyRelu", [fx], {"alpha": float(n.attr("alpha", 0.01))})
+    return [_quantized(n, y, y_scale, y_zero, x)]
+
+
+def _channels_first(n: _Node, x: Value, last: bool) -> tuple[Value, list[int] | None]:
+    """``x`` with its channels at axis 1, and the permutation back (None where it was so)."""
+    if not last:
+        return x, None
+    rank = n.rank(x)
+    to_first = [0, rank - 1, *range(1, rank - 1)]
+    back = [0, *range(2, rank), 1]
+    return n.one("Transpose", [x], {"perm": to_first}), back
+
+
+_POOL_ATTRS = ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
+
+
+@contrib("QLinearAveragePool", "QLinearGlobalAveragePool")
+def _qlinear_pool(n: _Node):
+    x, x_scale, x_zero, y_scale, y_zero = (n.input(i) for i in range(5))
+    fx, back = _channels_first(n, _dequantized(n, x, x_scale, x_zero), bool(n.attr("channels_last", 0)))
+    if n.op_type == "QLinearAveragePool":
+        attrs = {k: v for k, v in n.attrs.items() if k in _POOL_ATTRS}
+        y = n.one("AveragePool", [fx], attrs)
+    else:
+        y = n.one("GlobalAveragePool", [fx])
+    if back is not None:
+        y = n.one("Transpose", [y], {"perm": back})
+    return [_quantized(n, y, y_scale, y_zero, x)]
+
+
+@contrib("QLinearConcat")
+def _qlinear_concat(n: _Node):
+    y_scale, y_zero, *rest = n.inputs
+    if not rest or len(rest) % 3:
+        raise n.refuse(f"with {len(rest)} inputs after Y_scale, Y_zero_point (triples expected)")
+    parts = [_dequantized(n, *rest[i : i + 3]) for i in range(0, len(rest), 3)]
+    y = n.one("Concat", parts, {"axis": int(n.attr("axis"))})
+    return [_quantized(n, y, y_scale, y_zero, rest[0])]
