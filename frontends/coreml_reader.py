@@ -10,7 +10,8 @@ A weight file (MIL blob storage, version 2) is a 64-byte header (``uint32 count`
 version``, reserved) followed by blobs, each a 64-byte record (``uint32 sentinel 0xDEADBEEF``,
 ``uint32 dtype``, ``uint64 size``, ``uint64 data offset``, ``uint64 padding bits``, reserved) and
 its data, 64-byte aligned. A const's offset points at the record. Sub-byte types (int4, uint1–6)
-are packed low bits first; ``padding bits`` says how many bits of the last byte are unused.
+are packed low bits first; ``padding bits`` says how many bits of the last byte are unused (for
+sub-byte types only: files of whole-byte types may hold anything there).
 
 Nothing here is trusted: manifest and model sizes are bounded before reading, every path stays
 inside the package (no ``..``, no absolute path, no symlink out), every record is checked
@@ -154,7 +155,11 @@ class WeightFile:
                 f"blob at {offset} ({where}): {size} bytes at offset {at} run past the end ({self.size} bytes)"
             )
         dtype, bits = BLOB_TYPES[code]
-        if padding >= 8 or (bits >= 8 and padding):
+        if bits >= 8:
+            # Before sub-byte types the field was reserved, and older coremltools left other
+            # bytes in it: it means nothing for a whole-byte type, which Core ML reads so too.
+            padding = 0
+        elif padding >= 8:
             raise self.fail(f"blob at {offset} ({where}) declares {padding} padding bits")
         have = (size * 8 - padding) // bits
         if have != count:
