@@ -6,6 +6,8 @@ runs; ``to_backend`` hands the parts a backend supports to its delegate; ``calib
 the ranges values take on sample inputs (what fp16 mixed precision keeps float32 by).
 """
 
+from importlib import metadata as _metadata
+
 from offload import errors
 from offload.api import optimize, save, to_backend
 from offload.calibrate import calibrate
@@ -13,4 +15,7 @@ from offload.frontends import load
 from offload.runtime import evaluate
 
 __all__ = ["calibrate", "errors", "evaluate", "load", "optimize", "save", "to_backend"]
-__version__ = "0.1.0"
+try:  # one place for the version: pyproject.toml, read back from the installed metadata
+    __version__ = _metadata.version("offload")
+except _metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"

@@ -45,3 +45,15 @@ def test_the_wheel_holds_every_package_and_data_file(tmp_path):
     assert "offload/passes/preprocess/__init__.py" in names
     assert "offload/kernels_cl/common.h" in names and "offload/schemas/coreml/LICENSE.txt" in names
     assert not any(n.startswith(("offload/tests/", "offload/fuzz/", "tests/")) for n in names)
+
+
+def test_the_version_is_written_once():
+    import tomllib
+
+    import offload
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert offload.__version__ == declared
+    assert "__version__ =" not in (ROOT / "offload" / "__init__.py").read_text().replace(
+        "__version__ = _metadata", ""
+    ).replace('__version__ = "0+unknown"', "")
