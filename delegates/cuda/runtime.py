@@ -1,43 +1,32 @@
-"""The runtime half of the `cuda` backend: a blob → kernels loaded, buffers placed, launches bound.
+"""The runtime half of the `cuda` backend: ``GPURuntime``'s device hooks over CuPy.
 
-It imports nothing from ``compiler.py``. At init the weights are uploaded once; for each input
-signature (``gpu/specialize.py``; a static plan has one, built at init) every plan step's
-launcher (``gpu.ops``) records its launches through ``CUDABuilder`` (GEMMs as cuBLAS calls through ``cupy.matmul``); buffers are
-placed by lifetime as the OpenCL runtime places them, weights and int tables uploaded once. Each
-handle has its own stream and pinned host buffers for its inputs and outputs, so ``execute``
-copies in, launches and copies out on that stream only.
+It imports nothing from ``compiler.py``. ``gpu/runtime.py`` does the rest: weights uploaded once at
+init; for each input signature (``gpu/specialize.py``; a static plan has one, built at init) every
+plan step's launcher (``gpu.ops``) records its launches through ``CUDABuilder`` (GEMMs as cuBLAS
+calls through ``cupy.matmul``); buffers are placed by lifetime as for OpenCL, int tables uploaded
+once. Each handle has its own stream and each specialization pinned host buffers for its inputs
+and outputs, so ``execute`` copies in, launches (as CUDA graphs under spec graph=1, the default)
+and copies out on that stream only, and waits for it once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import threading
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from offload import profile
-from offload.errors import DTypeError, KernelError, OffloadError
 
-from ..backend import Availability, BackendRuntime, CompileSpec, DeviceTensor, on_host, run_options
-from ..gpu.api import Buf, Ints, Scratch, storage_dtype
-from ..gpu.builder import PlanValues, host_weights
-from ..gpu.control import has_control, held, run
+from ..backend import Availability, CompileSpec
+from ..gpu.api import Buf, Scratch, storage_dtype
+from ..gpu.builder import PlanValues
 from ..gpu.ops.linalg import GemmCall
 from ..gpu.plan import parse
-from ..gpu.precision import Fp32Rerun, flag_spec
-from ..gpu.specialize import (
-    Specializations,
-    describe,
-    host_values,
-    input_shapes,
-    max_shapes,
-    planned_shapes,
-    resident_inputs,
-    signature,
-)
+from ..gpu.precision import flag_spec
+from ..gpu.runtime import GPURuntime, GPUTensor, Handle, Specialized, compile_spec
 from . import blob
 from .device import IMPORT_ERROR, MAX_BLOCK, Device, build, cp, device_for, device_names, launch_shape
 
@@ -93,12 +82,7 @@ class Gemm:
             self.c += self.bias * beta
 
 
-def _shapes(inputs: list) -> list:
-    """What ``_specialize`` plans for: arrays as they are, device tensors by their shapes."""
-    return [tuple(x.shape) if isinstance(x, CUDATensor) else x for x in inputs]
-
-
-class CUDATensor(DeviceTensor):
+class CUDATensor(GPUTensor):
     """An output kept in a CuPy array for the next delegate on the same device, in its device
     dtype (half under precision=fp16)."""
 
@@ -107,39 +91,28 @@ class CUDATensor(DeviceTensor):
     def __init__(self, array, dtype, device: Device):
         self.array, self.shape, self.dtype, self.device = array, tuple(array.shape), np.dtype(dtype), device
 
+    @property
+    def stored(self) -> np.dtype:
+        return self.array.dtype
+
     def to_host(self) -> np.ndarray:
         with self.device.device:
             return cp.asnumpy(self.array).astype(self.dtype, copy=False)
 
 
 @dataclass
-class Specialized:
-    """A plan specialized to one input signature: buffers placed, launches bound, pinned host
-    buffers (device dtype) for its inputs and outputs."""
+class CUDASpecialized(Specialized):
+    """``Specialized`` with pinned host buffers (device dtype) for its inputs and outputs."""
 
-    inputs: list[int]
-    outputs: list[int]
-    buffers: dict[int, object]  # every value id → its device buffer (aliases share one)
-    launches: list
     host_in: list = field(default_factory=list)
     host_out: list = field(default_factory=list)
-    keep: list = field(default_factory=list)  # int tables the launches use
-    control: bool = False  # whether ``launches`` holds If / Loop items (run by ``gpu.control.run``)
     graph: object = None  # graphs and cuBLAS calls of ``launches`` (spec graph=1); False: not capturable
 
 
 @dataclass
-class Handle:
-    device: Device
-    stream: object
-    plan: dict
-    dtypes: dict[int, np.dtype]
-    binaries: object
-    host: dict[int, np.ndarray]  # the weights on the host, by value id
-    weights: dict[int, object]  # their device buffers, uploaded once, shared by every specialization
-    specializations: Specializations
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per handle
-    fp32: Fp32Rerun | None = None  # fp16_check (``gpu/precision.py``)
+class CUDAHandle(Handle):
+    stream: object = None  # every copy and launch of the handle goes on it
+    binaries: object = ()  # the kernels the blob stores compiled (``blob.select``)
     graphs: bool = True  # compile spec graph (1, the default): replay each specialization as CUDA graphs
 
 
@@ -181,14 +154,13 @@ class CUDABuilder(PlanValues):
         )
 
 
-def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
-    return next((s for s in specs if s.key == key), None)
-
-
-class CUDARuntime(BackendRuntime):
+class CUDARuntime(GPURuntime):
     name = "cuda"
-    thread_safe = True  # each handle runs one call at a time under its own lock
-    device_tensors = True  # outputs read only by cuda delegates on this device stay in its memory
+    tensor_type = CUDATensor
+    launch_types = (Launch, Gemm)
+    import_error = IMPORT_ERROR
+    # anywhere in a call: a failed launch surfaces at the next synchronizing call
+    call_errors = (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) if cp is not None else ()
 
     def is_available(self) -> Availability:
         if cp is None:
@@ -204,154 +176,128 @@ class CUDARuntime(BackendRuntime):
     def devices(self) -> list[str]:
         return device_names()
 
-    def init(self, processed: bytes, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]):
-        if cp is None:
-            raise OffloadError(f"cuda backend: {IMPORT_ERROR}")
+    # -- the device, a handle, a builder --
+    def unpack(self, processed: bytes) -> tuple[dict, object]:
         plan, binaries = blob.unpack(processed)
-        plan = parse(plan, "cuda")  # a damaged plan: ModelFormatError, not a crash
-        handle = self._init(plan, binaries, compile_specs, weights)
-        handle.fp32 = Fp32Rerun.wanted(
-            "cuda", plan, compile_specs, lambda plan, specs: self._init(plan, binaries, specs, weights)
-        )
-        return handle
+        return parse(plan, "cuda"), binaries  # a damaged plan: ModelFormatError, not a crash
 
-    def _init(
-        self, plan: dict, binaries, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]
-    ):
-        host = host_weights(plan, weights, "cuda")
-        spec = _spec(compile_specs, "device")
-        device = device_for(spec.integer() if spec is not None else 0)
-        with device.device:
+    def open_device(self, compile_specs: list[CompileSpec]) -> Device:
+        spec = compile_spec(compile_specs, "device")
+        return device_for(spec.integer() if spec is not None else 0)
+
+    def new_handle(self, compile_specs: list[CompileSpec], stored, **fields) -> CUDAHandle:
+        graphs = flag_spec(compile_specs, "graph", True, "cuda")
+        with fields["device"].device:
             # Every upload of init goes on the handle's stream, which does not wait for the
             # legacy default stream.
             stream = cp.cuda.Stream(non_blocking=True)
-            with stream:
-                values = PlanValues(plan, {})
-                buffers = {}
-                for i, w in host.items():  # float32 → half under fp16 (nearest even, ±inf past 65504)
-                    buffers[i] = device.allocator.alloc(max(values.nbytes(i), 4))
-                    _upload(device, buffers[i], w, values.dtypes[i], values.storage(i), stream)
-                cache = Specializations(max_shapes(compile_specs, "cuda"), _release)
-                handle = Handle(device, stream, plan, values.dtypes, binaries, host, buffers, cache)
-                handle.graphs = flag_spec(compile_specs, "graph", True, "cuda")
-                for shapes in planned_shapes(plan, compile_specs, "cuda"):
-                    cache.get(shapes, lambda shapes=shapes: self._specialize(handle, list(shapes)))
-            stream.synchronize()
-        return handle
+        return CUDAHandle(**fields, stream=stream, binaries=stored, graphs=graphs)
 
-    def _specialize(self, handle: Handle, inputs: list) -> Specialized:
-        """The plan's launches recorded for these inputs (arrays, or shapes), buffers placed, args
-        bound; runs on the handle's device and stream."""
-        plan, device = handle.plan, handle.device
-        shapes = input_shapes(plan, inputs, "cuda")
-        b = CUDABuilder(device, plan, {**handle.host, **host_values(plan, inputs)}, handle.binaries, shapes)
-        ins, outs, pinned = b.record(plan)
-        buffers = b.place(pinned, given=handle.weights)
-        alloc = device.allocator
-        for i, w in b.host.items():  # folded shape values and host inputs (weights are uploaded)
-            if i not in handle.weights:
-                _upload(device, buffers[i], w, b.dtypes[i], b.storage(i), handle.stream)
-        spec = Specialized(ins, outs, buffers, b.launches, control=has_control(b.launches))
-        for launch in b.launches:
-            if not isinstance(launch, Launch | Gemm):
-                continue
-            if isinstance(launch, Gemm):
-                launch.bind(buffers, alloc.view)
-                continue
-            bound = []
-            for a in launch.args:
-                if isinstance(a, Buf):
-                    bound.append(buffers[a.id])
-                elif isinstance(a, Ints):
-                    table = cp.asarray(np.asarray(a.values, np.int32) if a.values else np.zeros(1, np.int32))
-                    spec.keep.append(table)
-                    bound.append(table)
-                else:
-                    bound.append(a)
-            launch.bound = tuple(bound)
+    def on_device(self, handle: CUDAHandle):
+        return _current(handle.device, handle.stream)
+
+    def synchronize(self, handle: CUDAHandle) -> None:
+        handle.stream.synchronize()
+
+    def builder(self, handle: CUDAHandle, host: dict[int, np.ndarray], shapes: dict) -> CUDABuilder:
+        return CUDABuilder(handle.device, handle.plan, host, handle.binaries, shapes)
+
+    def new_specialization(self, handle: CUDAHandle, b: CUDABuilder, **fields) -> CUDASpecialized:
         # The caller's float32 is converted to / from half on the host, in the pinned buffers.
-        spec.host_in = [alloc.pinned(b.shapes[i], b.storage(i)) for i in ins]
-        spec.host_out = [alloc.pinned(b.shapes[i], b.storage(i)) for i in outs]
-        return spec
+        alloc = handle.device.allocator
+        return CUDASpecialized(
+            **fields,
+            host_in=[alloc.pinned(b.shapes[i], b.storage(i)) for i in fields["inputs"]],
+            host_out=[alloc.pinned(b.shapes[i], b.storage(i)) for i in fields["outputs"]],
+        )
 
-    def execute(self, handle: Handle, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return self._execute(handle, [np.asarray(x) for x in inputs], None)
+    # -- memory --
+    def upload(self, handle: CUDAHandle, buffer, array: np.ndarray, dtype, storage) -> None:
+        if array.size:  # float32 → half under fp16 (nearest even, ±inf past 65504)
+            with np.errstate(over="ignore"):
+                array = np.ascontiguousarray(np.asarray(array, dtype).astype(storage))
+            handle.device.allocator.view(buffer, array.shape, array.dtype).set(array, handle.stream)
 
-    def execute_device(self, handle: Handle, inputs: list, keep: list[bool]) -> list:
-        """Inputs that are this device's ``CUDATensor``s are copied array to array on the handle's
-        stream (another device's or backend's come through the host); kept outputs are copies
-        that they own (the producer synchronized its stream before returning them)."""
-        inputs = resident_inputs(handle.plan, inputs, CUDATensor, handle.device)
-        return self._execute(handle, inputs, keep if self.keeps_on_device(handle) else None)
+    def table(self, handle: CUDAHandle, values: list[int]):
+        return cp.asarray(np.asarray(values, np.int32) if values else np.zeros(1, np.int32))
 
-    def keeps_on_device(self, handle: Handle) -> bool:
-        return handle.fp32 is None  # the fp16 guard reads every output on the host
+    def bind(self, handle: CUDAHandle, spec: Specialized, launch, args: list) -> None:
+        if isinstance(launch, Gemm):
+            launch.bind(spec.buffers, handle.device.allocator.view)
+        else:
+            launch.bound = tuple(args)
 
-    def _execute(self, handle: Handle, inputs: list, keep: list[bool] | None) -> list:
+    def copy_in(self, handle: CUDAHandle, spec: CUDASpecialized, k: int, x: np.ndarray) -> None:
+        pinned = spec.host_in[k]
+        if x.size:
+            with np.errstate(over="ignore"):
+                np.copyto(pinned, x, casting="same_kind")
+            view = handle.device.allocator.view
+            view(spec.buffers[spec.inputs[k]], x.shape, pinned.dtype).set(pinned, handle.stream)
+
+    def copy_tensor(self, handle: CUDAHandle, spec: CUDASpecialized, k: int, x: CUDATensor) -> None:
+        view = handle.device.allocator.view
+        view(spec.buffers[spec.inputs[k]], x.shape, spec.host_in[k].dtype)[...] = x.array
+
+    def copy_out(self, handle: CUDAHandle, spec: CUDASpecialized, keep: list[bool] | None) -> list:
         view, stream = handle.device.allocator.view, handle.stream
-        try:
-            with held(handle.lock, run_options.get(), "cuda backend"), handle.device.device, stream:
-                key = signature(handle.plan, inputs)
-                spec = handle.specializations.get(key, lambda: self._specialize(handle, _shapes(inputs)))
-                for i, x, pinned in zip(spec.inputs, inputs, spec.host_in):
-                    if x.dtype != handle.dtypes[i]:
-                        raise DTypeError(f"cuda backend: input {i} is {x.dtype}, expected {handle.dtypes[i]}")
-                    if isinstance(x, CUDATensor) and x.array.dtype == pinned.dtype:
-                        if x.array.size:
-                            view(spec.buffers[i], x.shape, pinned.dtype)[...] = x.array
-                        continue
-                    x = x.to_host() if isinstance(x, CUDATensor) else x
-                    if x.size:
-                        with np.errstate(over="ignore"):
-                            np.copyto(pinned, x, casting="same_kind")
-                        view(spec.buffers[i], x.shape, pinned.dtype).set(pinned, stream)
-                run = profile.active()
-                if run is not None and not spec.control:
-                    _launch_profiled(spec, stream, run)
-                elif spec.control:
-                    _run_control(spec, stream)
-                elif handle.graphs and spec.graph is not False:
-                    replay(spec, stream)
-                else:
-                    for launch in spec.launches:
-                        launch.run(stream)
-                kept = {}
-                for k, (i, pinned) in enumerate(zip(spec.outputs, spec.host_out)):
-                    if keep and keep[k]:
-                        array = view(spec.buffers[i], pinned.shape, pinned.dtype).copy()
-                        kept[k] = CUDATensor(array, handle.dtypes[i], handle.device)
-                    elif pinned.size:
-                        view(spec.buffers[i], pinned.shape, pinned.dtype).get(stream, out=pinned)
-                stream.synchronize()
-                # Copies: the pinned buffers are refilled by the next call.
-                outputs = [
-                    kept[k] if k in kept else np.array(p, handle.dtypes[i], copy=True)
-                    for k, (i, p) in enumerate(zip(spec.outputs, spec.host_out))
-                ]
-        except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
-            raise KernelError(f"cuda backend: {type(e).__name__}: {e}") from e
-        if handle.fp32 is None:
-            return outputs
-        return handle.fp32.checked(outputs, inputs, lambda h, xs: self.execute(h, on_host(xs)))
+        kept = {}
+        for k, (i, pinned) in enumerate(zip(spec.outputs, spec.host_out)):
+            if keep and keep[k]:
+                array = view(spec.buffers[i], pinned.shape, pinned.dtype).copy()
+                kept[k] = CUDATensor(array, handle.dtypes[i], handle.device)
+            elif pinned.size:
+                view(spec.buffers[i], pinned.shape, pinned.dtype).get(stream, out=pinned)
+        stream.synchronize()
+        # Copies: the pinned buffers are refilled by the next call.
+        return [
+            kept[k] if k in kept else np.array(p, handle.dtypes[i], copy=True)
+            for k, (i, p) in enumerate(zip(spec.outputs, spec.host_out))
+        ]
 
-    def describe(self, handle: Handle) -> str:
-        return describe(handle.plan, handle.specializations)
+    def release(self, spec: CUDASpecialized) -> None:
+        # CuPy returns the arrays to its pool when the last reference goes: nothing to free.
+        super().release(spec)
+        spec.host_in.clear()
+        spec.host_out.clear()
 
-    def destroy(self, handle: Handle) -> None:
-        if handle.fp32 is not None and handle.fp32.handle is not None:
-            self.destroy(handle.fp32.handle)
-            handle.fp32.handle = None
-        # CuPy returns the arrays to its pool when the last reference goes.
-        with handle.lock:
-            handle.specializations.clear()
-            handle.weights.clear()
+    # -- launches --
+    def enqueue(self, handle: CUDAHandle, launch) -> None:
+        launch.run(handle.stream)
+
+    def launch(self, handle: CUDAHandle, spec: CUDASpecialized) -> None:
+        if handle.graphs and spec.graph is not False:
+            replay(spec, handle.stream)
+        else:
+            super().launch(handle, spec)
+
+    def launch_profiled(self, handle: CUDAHandle, spec: Specialized, run) -> None:
+        _launch_profiled(spec, handle.stream, run)
+
+    def copy_buffer(
+        self, handle: CUDAHandle, spec: Specialized, src: int, dst: int, nbytes: int, offset: int
+    ) -> None:
+        buffers = spec.buffers
+        buffers[dst][offset : offset + nbytes] = buffers[src][:nbytes]
+
+    def read_condition(self, handle: CUDAHandle, spec: Specialized, v: int) -> bool:
+        return bool(spec.buffers[v][:1].get(stream=handle.stream)[0])
+
+    def write_value(self, handle: CUDAHandle, spec: Specialized, v: int, value: np.ndarray) -> None:
+        raw = np.ascontiguousarray(value).view(np.uint8).ravel()
+        spec.buffers[v][: raw.size].set(raw, stream=handle.stream)
+
+    def fence(self, handle: CUDAHandle):
+        event = cp.cuda.Event(disable_timing=True)
+        event.record(handle.stream)
+        return event.synchronize
 
 
-def _upload(device: Device, buffer, w: np.ndarray, dtype, storage, stream) -> None:
-    if w.size:
-        with np.errstate(over="ignore"):
-            w = np.ascontiguousarray(np.asarray(w, dtype).astype(storage))
-        device.allocator.view(buffer, w.shape, w.dtype).set(w, stream)
+@contextlib.contextmanager
+def _current(device: Device, stream):
+    """``device`` current and ``stream`` the current stream."""
+    with device.device, stream:
+        yield
 
 
 # Specializations captured as CUDA graphs, refused by capture, and graph launches (compile spec
@@ -373,7 +319,7 @@ def _segments(launches: list) -> list:
     return segments
 
 
-def replay(spec: Specialized, stream) -> None:
+def replay(spec: CUDASpecialized, stream) -> None:
     """The specialization's launches as CUDA graphs: on the first call each run of kernel launches
     between two cuBLAS calls is captured from ``stream`` as one graph (the launches are recorded,
     not run, while capturing); then, on every call, the graphs are launched and the cuBLAS calls
@@ -399,7 +345,7 @@ def replay(spec: Specialized, stream) -> None:
                 f"cuda backend: a specialization could not be captured as a CUDA graph "
                 f"({type(e).__name__}: {e}); it runs launch by launch",
                 RuntimeWarning,
-                stacklevel=5,
+                stacklevel=6,
             )
             for launch in spec.launches:
                 launch.run(stream)
@@ -434,43 +380,3 @@ def _launch_profiled(spec: Specialized, stream, run) -> None:
         begin = cp.cuda.get_elapsed_time(origin, start) * 1e6  # ms → ns
         length = cp.cuda.get_elapsed_time(start, end) * 1e6
         run.add(name, "device", host_start + int(begin), host_start + int(begin + length), track="cuda")
-
-
-def _run_control(spec: Specialized, stream) -> None:
-    """A specialization with If / Loop: its items interpreted on ``stream`` (the current one),
-    conditions read as they come."""
-    buffers = spec.buffers
-
-    def copy(src: int, dst: int, nbytes: int, offset: int) -> None:
-        buffers[dst][offset : offset + nbytes] = buffers[src][:nbytes]
-
-    def read(v: int) -> bool:
-        return bool(buffers[v][:1].get(stream=stream)[0])
-
-    def write(v: int, value: np.ndarray) -> None:
-        raw = np.ascontiguousarray(value).view(np.uint8).ravel()
-        buffers[v][: raw.size].set(raw, stream=stream)
-
-    def fence():
-        event = cp.cuda.Event(disable_timing=True)
-        event.record(stream)
-        return event.synchronize
-
-    run(
-        spec.launches,
-        lambda item: item.run(stream),
-        copy,
-        read,
-        write,
-        fence,
-        run_options.get(),
-        "cuda backend",
-    )
-
-
-def _release(spec: Specialized) -> None:
-    spec.buffers.clear()
-    spec.launches.clear()
-    spec.keep.clear()
-    spec.host_in.clear()
-    spec.host_out.clear()

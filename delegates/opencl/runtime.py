@@ -1,44 +1,29 @@
-"""The runtime half of the `opencl` backend: a plan → kernels built, buffers placed, launches bound.
+"""The runtime half of the `opencl` backend: ``GPURuntime``'s device hooks over pyopencl.
 
-It imports nothing from ``compiler.py``. At init the weights are uploaded once. For each input
-signature (``gpu/specialize.py``; a static plan has one, built at init) every plan step's launcher
-(``gpu.ops``) records its launches through ``PlanBuilder``; then intermediate buffers are assigned
-from a pool by lifetime (a buffer is reused once the last launch reading its value has been
-enqueued) and every kernel's arguments are bound once, so ``execute`` only finds its
-specialization, copies inputs in, enqueues and copies outputs out. Intermediates never leave the
-device.
+It imports nothing from ``compiler.py``. ``gpu/runtime.py`` does the rest: weights uploaded once at
+init; for each input signature (``gpu/specialize.py``; a static plan has one, built at init) every
+plan step's launcher (``gpu.ops``) records its launches through ``PlanBuilder``; then intermediate
+buffers are assigned from a pool by lifetime (a buffer is reused once the last launch reading its
+value has been enqueued) and every kernel's arguments are bound once (``set_args``), so ``execute``
+only finds its specialization, copies inputs in, enqueues and copies outputs out. Intermediates
+never leave the device; every copy between host and device blocks.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from offload import profile
-from offload.errors import DTypeError, KernelError, OffloadError
+from offload.errors import OffloadError
 
-from ..backend import Availability, BackendRuntime, CompileSpec, DeviceTensor, on_host, run_options
+from ..backend import Availability, CompileSpec
 from ..gpu.api import Buf, Ints, Scratch
-from ..gpu.builder import PlanValues, host_weights
-from ..gpu.control import has_control, held, run
-from ..gpu.plan import parse
-from ..gpu.precision import Fp32Rerun
-from ..gpu.specialize import (
-    Specializations,
-    describe,
-    host_values,
-    input_shapes,
-    max_shapes,
-    planned_shapes,
-    resident_inputs,
-    signature,
-)
+from ..gpu.builder import PlanValues
+from ..gpu.runtime import GPURuntime, GPUTensor, Handle, Specialized, compile_spec
 from .device import (
     IMPORT_ERROR,
     Device,
@@ -66,12 +51,7 @@ class Launch:
     args: list  # as recorded: value ids are ``Buf``, tables ``Ints``, step buffers ``Scratch``
 
 
-def _shapes(inputs: list) -> list:
-    """What ``_specialize`` plans for: arrays as they are, device tensors by their shapes."""
-    return [tuple(x.shape) if isinstance(x, CLTensor) else x for x in inputs]
-
-
-class CLTensor(DeviceTensor):
+class CLTensor(GPUTensor):
     """An output kept in an OpenCL buffer for the next delegate on the same device: ``storage``
     is its dtype in device memory where that differs (half under precision=fp16)."""
 
@@ -81,38 +61,16 @@ class CLTensor(DeviceTensor):
         self.buffer, self.shape, self.dtype, self.storage, self.device = buffer, shape, dtype, storage, device
 
     @property
-    def stored_bytes(self) -> int:
-        return math.prod(self.shape) * (self.storage or self.dtype).itemsize
+    def stored(self) -> np.dtype:
+        return self.storage or self.dtype
 
     def to_host(self) -> np.ndarray:
         return self.device.allocator.copyout(self.buffer, self.shape, self.dtype, self.storage)
 
 
 @dataclass
-class Specialized:
-    """A plan specialized to one input signature: its buffers placed and its launches bound."""
-
-    inputs: list[int]
-    outputs: list[int]
-    shapes: dict[int, tuple[int, ...]]
-    buffers: dict[int, object]  # every value id → its buffer (aliases share one)
-    launches: list[Launch]  # and, for a plan with If / Loop, the control items of ``gpu.control``
-    own: list = field(default_factory=list)  # buffers and tables this specialization allocated
-    control: bool = False  # whether ``launches`` holds control items (run by ``gpu.control.run``)
-
-
-@dataclass
-class Handle:
-    device: Device
-    plan: dict
-    dtypes: dict[int, np.dtype]
-    storage: dict[int, np.dtype]  # device dtype of inputs and outputs where it differs (fp16)
-    tuning: str
-    host: dict[int, np.ndarray]  # the weights on the host, by value id
-    weights: dict[int, object]  # their device buffers, uploaded once, shared by every specialization
-    specializations: Specializations
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one run at a time per handle
-    fp32: Fp32Rerun | None = None  # fp16_check (``gpu/precision.py``)
+class CLHandle(Handle):
+    tuning: str = "none"  # compile spec tuning: how GEMM variants are chosen (``PlanBuilder.tuned``)
 
 
 class PlanBuilder(PlanValues):
@@ -177,14 +135,13 @@ class PlanBuilder(PlanValues):
         return best
 
 
-def _spec(specs: list[CompileSpec], key: str) -> CompileSpec | None:
-    return next((s for s in specs if s.key == key), None)
-
-
-class OpenCLRuntime(BackendRuntime):
+class OpenCLRuntime(GPURuntime):
     name = "opencl"
-    thread_safe = True  # each handle runs one call at a time under its own lock
-    device_tensors = True  # outputs read only by opencl delegates on this device stay in buffers
+    tensor_type = CLTensor
+    launch_types = (Launch,)
+    import_error = IMPORT_ERROR
+    launch_errors = (cl.Error,) if cl is not None else ()
+    timed_copies = True  # copies block: their host time is their time
 
     def is_available(self) -> Availability:
         if cl is None:
@@ -218,141 +175,53 @@ class OpenCLRuntime(BackendRuntime):
             for p, d, dev in devices
         ]
 
-    def init(self, processed: bytes, compile_specs: list[CompileSpec], weights: Mapping[str, np.ndarray]):
-        if cl is None:
-            raise OffloadError(f"opencl backend: {IMPORT_ERROR}")
-        plan = parse(processed, "opencl")
-        host = host_weights(plan, weights, "opencl")
-        spec = _spec(compile_specs, "device")
-        device = device_for(spec.text() if spec is not None else None)
-        tuning = _spec(compile_specs, "tuning")
-        values = PlanValues(plan, {})
-        buffers = {}
-        for i, w in host.items():  # uploaded once; float32 → half under fp16
-            buffers[i] = device.allocator.alloc(max(values.nbytes(i), 4))
-            device.allocator.copyin(buffers[i], np.asarray(w, values.dtypes[i]), values.storage(i))
-        ends = (*plan["inputs"], *plan["outputs"])
-        storage = {i: values.storage(i) for i in ends if values.storage(i) != values.dtypes[i]}
-        cache = Specializations(max_shapes(compile_specs, "opencl"), _release)
-        handle = Handle(
-            device,
-            plan,
-            values.dtypes,
-            storage,
-            tuning.text() if tuning is not None else "none",
-            host,
-            buffers,
-            cache,
-        )
-        handle.fp32 = Fp32Rerun.wanted(
-            "opencl",
-            plan,
-            compile_specs,
-            lambda plan, specs: self.init(json.dumps(plan).encode(), specs, weights),
-        )
-        for shapes in planned_shapes(plan, compile_specs, "opencl"):
-            cache.get(shapes, lambda shapes=shapes: self._specialize(handle, list(shapes)))
-        device.queue.finish()
-        return handle
+    # -- the device, a handle, a builder --
+    def open_device(self, compile_specs: list[CompileSpec]) -> Device:
+        spec = compile_spec(compile_specs, "device")
+        return device_for(spec.text() if spec is not None else None)
 
-    def _specialize(self, handle: Handle, inputs: list) -> Specialized:
-        """The plan's launches recorded for these inputs (arrays, or shapes), buffers placed, args bound."""
-        plan, device = handle.plan, handle.device
-        shapes = input_shapes(plan, inputs, "opencl")
-        b = PlanBuilder(device, plan, {**handle.host, **host_values(plan, inputs)}, handle.tuning, shapes)
-        ins, outs, pinned = b.record(plan)
-        buffers = b.place(pinned, given=handle.weights)
-        alloc = device.allocator
-        shared = {id(x) for x in handle.weights.values()}  # a view of a weight holds its buffer
-        own = list({id(x): x for x in buffers.values() if id(x) not in shared}.values())
-        for i, w in b.host.items():  # folded shape values and host inputs (weights are uploaded)
-            if i not in handle.weights:
-                alloc.copyin(buffers[i], np.asarray(w, b.dtypes[i]), b.storage(i))
-        spec = Specialized(ins, outs, b.shapes, buffers, b.launches, own, has_control(b.launches))
-        for launch in b.launches:
-            if not isinstance(launch, Launch):
-                continue
-            args = []
-            for a in launch.args:
-                if isinstance(a, Buf):
-                    args.append(buffers[a.id])
-                elif isinstance(a, Ints):
-                    table = alloc.alloc(4 * max(len(a.values), 1))
-                    alloc.copyin(table, np.asarray(a.values, np.int32))
-                    spec.own.append(table)
-                    args.append(table)
-                else:
-                    args.append(a)
-            launch.kernel.set_args(*args)
-        return spec
+    def new_handle(self, compile_specs: list[CompileSpec], stored, **fields) -> CLHandle:
+        tuning = compile_spec(compile_specs, "tuning")
+        return CLHandle(**fields, tuning=tuning.text() if tuning is not None else "none")
 
-    def execute(self, handle: Handle, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return self._execute(handle, [np.asarray(x) for x in inputs], None)
+    def synchronize(self, handle: CLHandle) -> None:
+        handle.device.queue.finish()
 
-    def execute_device(self, handle: Handle, inputs: list, keep: list[bool]) -> list:
-        """Inputs that are this device's ``CLTensor``s are copied buffer to buffer (another
-        device's or backend's come through the host); kept outputs are copied into buffers of
-        their own, which they hold."""
-        inputs = resident_inputs(handle.plan, inputs, CLTensor, handle.device)
-        return self._execute(handle, inputs, keep if self.keeps_on_device(handle) else None)
+    def builder(self, handle: CLHandle, host: dict[int, np.ndarray], shapes: dict) -> PlanBuilder:
+        return PlanBuilder(handle.device, handle.plan, host, handle.tuning, shapes)
 
-    def keeps_on_device(self, handle: Handle) -> bool:
-        return handle.fp32 is None  # the fp16 guard reads every output on the host
+    # -- memory --
+    def upload(self, handle: CLHandle, buffer, array: np.ndarray, dtype, storage) -> None:
+        handle.device.allocator.copyin(buffer, np.asarray(array, dtype), storage)
 
-    def _execute(self, handle: Handle, inputs: list, keep: list[bool] | None) -> list:
-        with held(handle.lock, run_options.get(), "opencl backend"):
-            key = signature(handle.plan, inputs)
-            spec = handle.specializations.get(key, lambda: self._specialize(handle, _shapes(inputs)))
-            alloc, queue = handle.device.allocator, handle.device.queue
-            run = profile.active()
-            started = profile.now() if run is not None else 0
-            moved = on_device = 0
-            for i, x in zip(spec.inputs, inputs):
-                if x.dtype != handle.dtypes[i]:
-                    raise DTypeError(f"opencl backend: input {i} is {x.dtype}, expected {handle.dtypes[i]}")
-                storage = handle.storage.get(i)
-                if isinstance(x, CLTensor) and x.storage == storage:
-                    if x.stored_bytes:
-                        cl.enqueue_copy(queue, spec.buffers[i], x.buffer, byte_count=x.stored_bytes)
-                    on_device += x.stored_bytes
-                    continue
-                x = x.to_host() if isinstance(x, CLTensor) else x
-                alloc.copyin(spec.buffers[i], x, storage)
-                moved += x.nbytes
-            if run is not None:
-                run.add("copy to device", "copy", started, profile.now(), bytes=moved)
-                if on_device:
-                    run.add("copy on device", "copy", started, profile.now(), bytes=on_device)
-            try:
-                if run is not None and not spec.control:
-                    _launch_profiled(handle.device, spec, run)
-                elif spec.control:
-                    _run_control(handle.device, spec)
-                else:
-                    for launch in spec.launches:
-                        cl.enqueue_nd_range_kernel(
-                            queue, launch.kernel, launch.global_size, launch.local_size
-                        )
-                started = profile.now() if run is not None else 0
-                outputs = [
-                    self._kept(handle, spec, i)
-                    if keep and keep[k]
-                    else alloc.copyout(
-                        spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i)
-                    )
-                    for k, i in enumerate(spec.outputs)
-                ]
-                if run is not None:
-                    host = sum(x.nbytes for x in outputs if not isinstance(x, CLTensor))
-                    run.add("copy to host", "copy", started, profile.now(), bytes=host)
-            except cl.Error as e:
-                raise KernelError(f"opencl backend: {type(e).__name__}: {e}") from e
-        if handle.fp32 is None:
-            return outputs
-        return handle.fp32.checked(outputs, inputs, lambda h, xs: self.execute(h, on_host(xs)))
+    def table(self, handle: CLHandle, values: list[int]):
+        alloc = handle.device.allocator
+        table = alloc.alloc(4 * max(len(values), 1))
+        alloc.copyin(table, np.asarray(values, np.int32))
+        return table
+
+    def bind(self, handle: CLHandle, spec: Specialized, launch: Launch, args: list) -> None:
+        launch.kernel.set_args(*args)
+
+    def copy_in(self, handle: CLHandle, spec: Specialized, k: int, x: np.ndarray) -> None:
+        i = spec.inputs[k]
+        handle.device.allocator.copyin(spec.buffers[i], x, handle.storage.get(i))
+
+    def copy_tensor(self, handle: CLHandle, spec: Specialized, k: int, x: CLTensor) -> None:
+        queue = handle.device.queue
+        cl.enqueue_copy(queue, spec.buffers[spec.inputs[k]], x.buffer, byte_count=x.stored_bytes)
+
+    def copy_out(self, handle: CLHandle, spec: Specialized, keep: list[bool] | None) -> list:
+        alloc = handle.device.allocator
+        return [
+            self._kept(handle, spec, i)
+            if keep and keep[k]
+            else alloc.copyout(spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i))
+            for k, i in enumerate(spec.outputs)
+        ]
 
     @staticmethod
-    def _kept(handle: Handle, spec: Specialized, i: int) -> CLTensor:
+    def _kept(handle: CLHandle, spec: Specialized, i: int) -> CLTensor:
         """Output ``i`` copied into a buffer of its own (the specialization's is reused next run)."""
         storage = handle.storage.get(i)
         shape = spec.shapes[i]
@@ -362,70 +231,49 @@ class OpenCLRuntime(BackendRuntime):
             cl.enqueue_copy(handle.device.queue, buffer, spec.buffers[i], byte_count=n)
         return CLTensor(buffer, tuple(shape), handle.dtypes[i], storage, handle.device)
 
-    def describe(self, handle: Handle) -> str:
-        return describe(handle.plan, handle.specializations)
+    def free(self, buffer) -> None:
+        buffer.release()
 
-    def destroy(self, handle: Handle) -> None:
-        if handle.fp32 is not None and handle.fp32.handle is not None:
-            self.destroy(handle.fp32.handle)
-            handle.fp32.handle = None
-        with handle.lock:
-            handle.specializations.clear()
-            for buf in handle.weights.values():
-                buf.release()
-            handle.weights.clear()
+    # -- launches --
+    def enqueue(self, handle: CLHandle, launch: Launch) -> None:
+        cl.enqueue_nd_range_kernel(handle.device.queue, launch.kernel, launch.global_size, launch.local_size)
 
+    def launch_profiled(self, handle: CLHandle, spec: Specialized, run) -> None:
+        """The launches on the device's profiling queue, each kernel's device time an event of
+        ``run`` (placed on the host clock from the first launch's enqueue)."""
+        device = handle.device
+        device.queue.finish()  # the inputs' copies were enqueued there
+        queue = device.profiling_queue
+        host_start = profile.now()
+        events = [
+            (
+                launch.kernel.function_name,
+                cl.enqueue_nd_range_kernel(queue, launch.kernel, launch.global_size, launch.local_size),
+            )
+            for launch in spec.launches
+        ]
+        queue.finish()
+        if not events:
+            return
+        origin = events[0][1].profile.queued
+        track = f"opencl {device.device.name}"
+        for name, event in events:
+            start, end = event.profile.start - origin, event.profile.end - origin
+            run.add(name, "device", host_start + start, host_start + end, track=track)
 
-def _launch_profiled(device: Device, spec: Specialized, run) -> None:
-    """The launches on the device's profiling queue, each kernel's device time an event of
-    ``run`` (placed on the host clock from the first launch's enqueue)."""
-    device.queue.finish()  # the inputs' copies were enqueued there
-    queue = device.profiling_queue
-    host_start = profile.now()
-    events = [
-        (
-            launch.kernel.function_name,
-            cl.enqueue_nd_range_kernel(queue, launch.kernel, launch.global_size, launch.local_size),
-        )
-        for launch in spec.launches
-    ]
-    queue.finish()
-    if not events:
-        return
-    origin = events[0][1].profile.queued
-    track = f"opencl {device.device.name}"
-    for name, event in events:
-        start, end = event.profile.start - origin, event.profile.end - origin
-        run.add(name, "device", host_start + start, host_start + end, track=track)
+    def copy_buffer(
+        self, handle: CLHandle, spec: Specialized, src: int, dst: int, nbytes: int, offset: int
+    ) -> None:
+        buffers = spec.buffers
+        cl.enqueue_copy(handle.device.queue, buffers[dst], buffers[src], byte_count=nbytes, dst_offset=offset)
 
-
-def _run_control(device: Device, spec: Specialized) -> None:
-    """A specialization with If / Loop: its items interpreted, conditions read as they come."""
-    queue, buffers = device.queue, spec.buffers
-
-    def launch(item: Launch) -> None:
-        cl.enqueue_nd_range_kernel(queue, item.kernel, item.global_size, item.local_size)
-
-    def copy(src: int, dst: int, nbytes: int, offset: int) -> None:
-        cl.enqueue_copy(queue, buffers[dst], buffers[src], byte_count=nbytes, dst_offset=offset)
-
-    def read(v: int) -> bool:
+    def read_condition(self, handle: CLHandle, spec: Specialized, v: int) -> bool:
         flag = np.zeros(1, np.uint8)
-        cl.enqueue_copy(queue, flag, buffers[v], is_blocking=True)
+        cl.enqueue_copy(handle.device.queue, flag, spec.buffers[v], is_blocking=True)
         return bool(flag[0])
 
-    def write(v: int, value: np.ndarray) -> None:
-        cl.enqueue_copy(queue, buffers[v], np.ascontiguousarray(value), is_blocking=True)
+    def write_value(self, handle: CLHandle, spec: Specialized, v: int, value: np.ndarray) -> None:
+        cl.enqueue_copy(handle.device.queue, spec.buffers[v], np.ascontiguousarray(value), is_blocking=True)
 
-    def fence():
-        return cl.enqueue_marker(queue).wait
-
-    run(spec.launches, launch, copy, read, write, fence, run_options.get(), "opencl backend")
-
-
-def _release(spec: Specialized) -> None:
-    for buf in spec.own:
-        buf.release()
-    spec.own.clear()
-    spec.buffers.clear()
-    spec.launches.clear()
+    def fence(self, handle: CLHandle):
+        return cl.enqueue_marker(handle.device.queue).wait

@@ -718,9 +718,9 @@ class _Launch:
 
 
 def _spec(launches):
-    from offload.delegates.cuda.runtime import Specialized
+    from offload.delegates.cuda.runtime import CUDASpecialized
 
-    return Specialized([], [], {}, launches)
+    return CUDASpecialized([], [], {}, launches)
 
 
 def test_a_graph_is_captured_once_and_replayed():

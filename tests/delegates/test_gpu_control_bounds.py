@@ -119,22 +119,27 @@ def test_a_waiting_thread_keeps_its_own_deadline():
     assert not lock.locked()
 
 
-def test_the_cuda_runtime_hands_the_run_options_and_a_fence_to_the_control_loop(monkeypatch):
-    from offload.delegates.cuda import runtime as cuda_runtime
+@pytest.mark.parametrize("backend", ["cuda", "opencl"])
+def test_each_gpu_runtime_hands_the_run_options_and_a_fence_to_the_control_loop(monkeypatch, backend):
+    """Both runtimes run control flow through the shared base (delegates/gpu/runtime.py), which
+    passes the run's options and the backend's fence (the fence is made only when the loop asks)."""
+    from offload.delegates import registry
+    from offload.delegates.gpu import control as gpu_control
 
     seen = {}
 
     def fake_run(items, launch, copy, read, write, fence, options, where):
         seen.update(fence=fence, options=options, where=where)
 
-    monkeypatch.setattr(cuda_runtime, "run", fake_run)
+    monkeypatch.setattr(gpu_control, "run", fake_run)
+    runtime = registry.get(backend).runtime()
     options = RunOptions(timeout=5)
     token = run_options.set(options)
     try:
-        cuda_runtime._run_control(SimpleNamespace(buffers={}, launches=[]), stream=None)
+        runtime._run_control(SimpleNamespace(), SimpleNamespace(buffers={}, launches=[]))
     finally:
         run_options.reset(token)
-    assert seen["options"] is options and callable(seen["fence"]) and seen["where"] == "cuda backend"
+    assert seen["options"] is options and callable(seen["fence"]) and seen["where"] == f"{backend} backend"
 
 
 CHILD = textwrap.dedent(
