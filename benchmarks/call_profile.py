@@ -3,7 +3,7 @@
 Usage: [OPENBLAS_NUM_THREADS=1] python benchmarks/call_profile.py [--runs N] [--steps K] MODEL.onnx|NAME
 NAME is one of the mobile convnets of benchmarks/mobile (e.g. mobilenet_v2). The model goes
 through the default graph passes and is saved and loaded as a .pte; after warm runs, each bound
-step's numpy calls (``runtime.kernels.conv_plan``'s plans list them) are wrapped in a timer and the
+step's numpy calls (``runtime.kernels.conv_recipe``'s plans list them) are wrapped in a timer and the
 method runs ``--runs`` times. Prints the medians summed per (prepared call, numpy function), then
 the ``--steps`` slowest steps call by call with their operands' shapes (strides, in elements,
 where not C-contiguous). The timers add about a microsecond per call; calls are timed where they

@@ -10,11 +10,12 @@ from offload.ir import Program, infer_types, verify
 
 
 def typed_and_verified(
-    program: Program, origin: str, items: str, fix: Callable[[Program, str], None] | None = None
+    program: Program, origin: str, items: str | None, fix: Callable[[Program, str], None] | None = None
 ) -> Program:
     """``program`` with its types inferred and verified. ``fix(program, origin)`` runs between the
     two (what a reference runtime accepts in a slightly malformed file). ``items`` names what the
-    format calls its nodes, for the message when they do not fit what they read."""
+    format calls its nodes, for the ModelFormatError when they do not fit what they read; None
+    keeps such an error's own type (a ShapeError stays one), the file named in front."""
     try:
         infer_types(program)
         if fix is not None:
@@ -25,5 +26,7 @@ def typed_and_verified(
     except OffloadError as e:
         if isinstance(e, (ModelFormatError, UnsupportedOpError)):
             raise
+        if items is None:
+            raise type(e)(f"{origin}: {e}") from None
         raise ModelFormatError(f"{origin}: the {items} do not fit the values they read: {e}") from None
     return program

@@ -670,7 +670,7 @@ def import_onnx(data: bytes, origin: str = "<bytes>", base_dir: str | None = Non
             ModelFixWarning,
             stacklevel=2,
         )
-    return typed_and_verified(program, origin, "nodes", fix=_trust_inference)
+    return typed_and_verified(program, origin, None, fix=_trust_inference)
 
 
 MAX_SHAPE_ROUNDS = 8

@@ -128,7 +128,7 @@ def computed_once(domain: str, name: str) -> bool:
 # for the ops in the second table, the values of the inputs at the given positions (a target
 # shape, axes, slice bounds, TopK's k, Range's bounds, OneHot's depth): not of other input data
 # (NonZero, Unique, Compress are not here). The one table of which inputs decide a shape: the CPU
-# runtime keeps what is computed from such shapes (runtime/shape_plans.py, _find_shape_steps), the
+# runtime keeps what is computed from such shapes (runtime/shape_specializations.py, _find_shape_steps), the
 # GPU backends read those inputs on the host when they specialize (delegates/gpu/host.py).
 SHAPE_FROM_SHAPES = frozenset(
     """Abs Acos Acosh Add And Asin Asinh Atan Atanh AveragePool BatchNormalization Cast CastLike Ceil

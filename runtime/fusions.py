@@ -38,7 +38,7 @@ def _fuse_epilogues(m: MethodState, steps: list) -> None:
     conv's result is then never written: nothing reads it. Only the CPU executor pairs them;
     the graph and the .pte keep both ops. The op's other inputs (Clip's bounds) must be
     constants, so that no arena view the conv writes is one they are read from. ``steps`` are the
-    method's, or a shape plan's (``_ShapePlan``), changed in place."""
+    method's, or a shape specialization's (``_ShapeSpecialization``), changed in place."""
     readers, results, targets = _fusion_context(m, steps)
     for pc in range(len(steps) - 1):
         conv, op = steps[pc], steps[pc + 1]
@@ -85,7 +85,7 @@ def _fuse_depthwise_pointwise(m: MethodState, steps: list) -> None:
     first conv takes the ``last`` path (or ``rows`` at stride 1), d has one reader, the second
     conv, as its input, is no result of the method, and no jump lands between the two; the
     second conv's other inputs are constants (no arena view the chain writes is one they are
-    read from). Only the CPU executor fuses them, in the method's own steps and in shape plans
+    read from). Only the CPU executor fuses them, in the method's own steps and in shape specializations
     alike (the fused step reads what the first conv read and writes y, which nothing between the
     two reads or writes); the graph and the .pte keep both."""
     from .kernels.conv import _ConvChain
@@ -149,7 +149,7 @@ def _fuse_channel_shuffles(m: MethodState, steps: list) -> None:
     of the method, and no jump lands inside. Where all that reads y is Slices right after it,
     each of constant bounds on the channels (ShuffleNet's halves), the step writes their results
     instead (``_ShuffleSlices``; y is never written, the Slices run nothing). Only the CPU
-    executor fuses them, and only in the method's own steps (shape plans keep the four: their
+    executor fuses them, and only in the method's own steps (shape specializations keep the four: their
     arena places follow the steps' reads and writes, and the fused step writes y three steps
     early); the graph and the .pte keep the ops. ``steps`` are changed in place.
 

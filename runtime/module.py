@@ -8,7 +8,7 @@ match it bit for bit. A Module may be run from several threads at once: each run
 takes a set of arenas from the Method's pool (a new set is allocated when every set is in use, so
 a Method holds as many as it has had concurrent runs) and gives it back when its outputs are
 copied out; backends serialize the runs of a delegate handle themselves. A Method with symbolic
-shapes keeps a plan for each of its last input shapes (``_ShapePlan``), with a pool of its own.
+shapes keeps a plan for each of its last input shapes (``_ShapeSpecialization``), with a pool of its own.
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ from .pte_values import (
     tensor_name,
     value_type,
 )
-from .shape_plans import (
-    _find_shape_plan_steps,
+from .shape_specializations import (
     _find_shape_steps,
+    _find_specializable_steps,
     _note,
     _prepare_outputs_steps,
-    _ShapePlans,
+    _ShapeSpecializations,
 )
 from .steps import (
     StepInfo,
@@ -175,7 +175,7 @@ class Module:
 
     def _hold_arena(self, arena: np.ndarray) -> None:
         """Count ``arena`` as one whose arrays ``_detach`` copies out, while it lives (the arena
-        sets of a shape plan go with the plan)."""
+        sets of a shape specialization go with the plan)."""
         self._arena_ids.add(id(arena))
         weakref.finalize(arena, self._arena_ids.discard, id(arena))
 
@@ -279,15 +279,15 @@ class Method:
         self._load_time_lock = threading.Lock()
         self._shape_steps = False  # whether any step keeps results by input shapes (_find_shape_steps)
         # Values whose shapes follow from the input shapes (_find_shape_steps), and the kernel steps
-        # a shape plan may prepare (_find_shape_plan_steps); the plans by input shapes.
+        # a shape specialization may prepare (_find_specializable_steps); the plans by input shapes.
         self._shaped: set[int] = set()
-        self._shape_plan_steps: list[int] = []
-        self._shape_plan_held: list[int] = []
-        self._shape_plan_limit = 0
-        self._shape_plan_notes: list[tuple[int, ...]] = []  # by instruction: what a first run notes
-        self._shape_plan_outputs: list[int] = []  # kernel steps of several outputs (_prepare_outputs_steps)
+        self._specializable_steps: list[int] = []
+        self._specialization_held: list[int] = []
+        self._specialization_limit = 0
+        self._specialization_notes: list[tuple[int, ...]] = []  # by instruction: what a first run notes
+        self._specialized_outputs: list[int] = []  # kernel steps of several outputs (_prepare_outputs_steps)
         self._read_slots: set[int] = set()  # what any step or the method's results read
-        self._shape_plans = _ShapePlans()
+        self._specializations = _ShapeSpecializations()
         self._callees: set[int] = set()
         self._fallbacks: set[int] = set()  # fallback plans of delegates that run on a backend
         self._delegates: dict[int, dl.Delegate] = {}
@@ -514,7 +514,7 @@ class Method:
             self._steps.append(prepare(self, ins.instrArgs, pc, where, label, operators, len(instructions)))
         _find_load_time(self)
         _find_shape_steps(self)
-        _find_shape_plan_steps(self)
+        _find_specializable_steps(self)
         _prepare_outputs_steps(self)
         _fuse_epilogues(self, self._steps)
         _fuse_depthwise_pointwise(self, self._steps)
@@ -605,10 +605,10 @@ class Method:
         # (a sequence input has no shape: no op that shape steps follow reads one)
         shapes = (
             tuple(getattr(a, "shape", None) for a in args)
-            if self._shape_steps or self._shape_plan_steps
+            if self._shape_steps or self._specializable_steps
             else None
         )
-        plan, seen = self._shape_plans.find(self, shapes) if self._shape_plan_steps else (None, None)
+        plan, seen = self._specializations.find(self, shapes) if self._specializable_steps else (None, None)
         arena_set = plan.acquire() if plan is not None else self._acquire()
         planned, initial, bound = arena_set
         start = now() if profile is not None else 0
@@ -636,7 +636,7 @@ class Method:
                     steps = plan.steps if plan is not None else self._steps
                     self._run_watched(frame, options, profile, steps, seen)
             if seen is not None:  # the first run at these input shapes: the next one plans them
-                self._shape_plans.seen(shapes, seen)
+                self._specializations.seen(shapes, seen)
             return [self.module._detach(frame[i]) for i in self._output_slots]
         finally:
             with self._pool_lock:
@@ -654,12 +654,12 @@ class Method:
     ) -> None:
         """The chain with ``options`` checked before every instruction and, when profiling, an
         event per instruction (its time on this thread). With ``seen``, the dtype and shape of
-        each value a shape plan may hold go into it as the steps write them (_ShapePlans)."""
+        each value a shape specialization may hold go into it as the steps write them (_ShapeSpecializations)."""
         pc, n = 0, len(steps)
         if seen is not None:
             for slot in self._input_slots:
                 _note(seen, slot, frame[slot])
-            notes = self._shape_plan_notes
+            notes = self._specialization_notes
         while pc < n:
             if options is not None:
                 options.check(self.where)

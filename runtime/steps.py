@@ -15,7 +15,7 @@ from . import kernels
 
 class MethodState(Protocol):
     """A loaded method as its load-time preparation sees it (``module.Method``): the slots, steps,
-    arenas and shape plans that the preparation modules read and set. Named here, below
+    arenas and shape specializations that the preparation modules read and set. Named here, below
     ``module.py``, so that those modules need not import the class that imports them."""
 
     def __getattr__(self, name: str) -> Any: ...

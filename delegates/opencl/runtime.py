@@ -2,7 +2,7 @@
 
 It imports nothing from ``compiler.py``. ``gpu/runtime.py`` does the rest: weights uploaded once at
 init; for each input signature (``gpu/specialize.py``; a static plan has one, built at init) every
-plan step's launcher (``gpu.ops``) records its launches through ``PlanBuilder``; then intermediate
+plan step's launcher (``gpu.ops``) records its launches through ``CLBuilder``; then intermediate
 buffers are assigned from a pool by lifetime (a buffer is reused once the last launch reading its
 value has been enqueued) and every kernel's arguments are bound once (``set_args``), so ``execute``
 only finds its specialization, copies inputs in, enqueues and copies outputs out. Intermediates
@@ -70,10 +70,10 @@ class CLTensor(GPUTensor):
 
 @dataclass
 class CLHandle(Handle):
-    tuning: str = "none"  # compile spec tuning: how GEMM variants are chosen (``PlanBuilder.tuned``)
+    tuning: str = "none"  # compile spec tuning: how GEMM variants are chosen (``CLBuilder.tuned``)
 
 
-class PlanBuilder(PlanValues):
+class CLBuilder(PlanValues):
     """The ``gpu.api.Builder`` of the OpenCL runtime (one per init): programs built by pyopencl,
     launches recorded with their OpenCL sizes, GEMM variants timed on request."""
 
@@ -187,8 +187,8 @@ class OpenCLRuntime(GPURuntime):
     def synchronize(self, handle: CLHandle) -> None:
         handle.device.queue.finish()
 
-    def builder(self, handle: CLHandle, host: dict[int, np.ndarray], shapes: dict) -> PlanBuilder:
-        return PlanBuilder(handle.device, handle.plan, host, handle.tuning, shapes)
+    def builder(self, handle: CLHandle, host: dict[int, np.ndarray], shapes: dict) -> CLBuilder:
+        return CLBuilder(handle.device, handle.plan, host, handle.tuning, shapes)
 
     # -- memory --
     def upload(self, handle: CLHandle, buffer, array: np.ndarray, dtype, storage) -> None:

@@ -19,7 +19,7 @@ from offload.errors import ShapeError
 from . import kernel, prepared
 from ._util import out_for, unsupported
 from .buffers import _arena_buffers, _KeptCalls, _scratch
-from .conv_plan import _ConvPlan, _planned_conv
+from .conv_recipe import _conv_by_recipe, _ConvRecipe
 from .elementwise import _CLIP, _hard_passes
 from .linalg import saturate, widened
 from .windows import _channel_bias, _columns, _Geom, _geometry, _ints, _padded, _scatter_windows, _windows
@@ -87,7 +87,7 @@ def _conv_product(x, w, g: _Geom, group: int, dest=None):
 
 class _Epilogue(NamedTuple):
     """The elementwise op that reads a Conv's result and nothing else reads, applied by the
-    conv's plan to each part of its output in place (``_ConvPlan.calls``): the calls of the op's
+    conv's recipe to each part of its output in place (``_ConvRecipe.calls``): the calls of the op's
     own prepared call (runtime/kernels/elementwise.py), so that the results are those of the two
     steps bit for bit, without a step of its own or a pass over the whole output from memory.
     The CPU executor pairs the two steps (runtime/fusions.py, ``_fuse_epilogues``); the graph
@@ -124,39 +124,39 @@ def _epilogue(op_type: str, attrs: dict, extras: list, dtype) -> _Epilogue | Non
 
 
 class _ConvCall(_KeptCalls):
-    """The prepared call of a 2-D float Conv whose shapes are static: its plan's calls, made once
+    """The prepared call of a 2-D float Conv whose shapes are static: its recipe's calls, made once
     per arena set when bound. Called unbound (its input the result of a kernel), it keeps the
     calls it made for the last arrays it got: a method stores kernel results in the same arena
     views at every run, so they are made once there too (ShuffleNet's convs after Slice and
     Reshape: 56 of them took 2-3 ms a run to make their calls). With an ``epilogue`` its output
     is the epilogue op's and the op's other inputs follow the conv's (``with_epilogue``)."""
 
-    __slots__ = ("epilogue", "last", "n_conv", "plan")
+    __slots__ = ("epilogue", "last", "n_conv", "recipe")
 
-    def __init__(self, plan: _ConvPlan, epilogue: _Epilogue | None = None, n_conv: int = 3):
-        self.plan, self.epilogue, self.n_conv = plan, epilogue, n_conv
+    def __init__(self, recipe: _ConvRecipe, epilogue: _Epilogue | None = None, n_conv: int = 3):
+        self.recipe, self.epilogue, self.n_conv = recipe, epilogue, n_conv
         self.last = None  # (out, args, calls): one tuple, replaced whole (threads)
 
     def with_epilogue(self, op_type: str, attrs: dict, n_conv: int, extras: list) -> _ConvCall | None:
         """This conv followed by ``op_type`` (its first input this conv's result, its others of
-        specs ``extras``) as one call, or None where that op is not one a plan applies."""
-        epilogue = _epilogue(op_type, attrs, extras, self.plan.dtype)
-        return None if epilogue is None else _ConvCall(self.plan, epilogue, n_conv)
+        specs ``extras``) as one call, or None where that op is not one a recipe applies."""
+        epilogue = _epilogue(op_type, attrs, extras, self.recipe.dtype)
+        return None if epilogue is None else _ConvCall(self.recipe, epilogue, n_conv)
 
     def _calls(self, out, args) -> tuple:
         buffers = _arena_buffers(out)  # another thread may run this set later, never two at once
         x, w, b, finish = self.parts(out, args, buffers)
-        return tuple(self.plan.calls(out, x, w, b, buffers, finish))
+        return tuple(self.recipe.calls(out, x, w, b, buffers, finish))
 
     def parts(self, out, args, buffers) -> tuple:
-        """(x, w, b or None, finish or None) of this call's arguments, checked against the plan
+        """(x, w, b or None, finish or None) of this call's arguments, checked against the recipe
         (``out`` too unless None); ``finish(part)`` makes the epilogue's calls on a part."""
         conv, extras = args[: self.n_conv], args[self.n_conv :]
         x, w, b = conv if len(conv) == 3 else (*conv, None)
         self._check(out, x, w, b)
         finish = None
         if self.epilogue is not None:
-            if any(e.dtype != self.plan.dtype or e.ndim for e in extras):
+            if any(e.dtype != self.recipe.dtype or e.ndim for e in extras):
                 raise TypeError("not the declared types")
             epilogue = self.epilogue
 
@@ -166,19 +166,19 @@ class _ConvCall(_KeptCalls):
         return x, w, b, finish
 
     def _check(self, out, x, w, b) -> None:
-        plan = self.plan
+        recipe = self.recipe
         # x is None where the conv reads another conv's sums where they are (``_ConvChain``)
-        if (x is not None and x.shape != plan.x_shape) or w.shape != plan.w_shape:
+        if (x is not None and x.shape != recipe.x_shape) or w.shape != recipe.w_shape:
             raise TypeError("not the declared shapes")
-        if out is not None and out.shape != plan.out_shape:
+        if out is not None and out.shape != recipe.out_shape:
             raise TypeError("not the declared shapes")
         if (
-            (x is not None and x.dtype != plan.dtype)
-            or w.dtype != plan.dtype
-            or (b is not None and b.dtype != plan.dtype)
+            (x is not None and x.dtype != recipe.dtype)
+            or w.dtype != recipe.dtype
+            or (b is not None and b.dtype != recipe.dtype)
         ):
             raise TypeError("not the declared types")
-        if b is not None and b.shape != (plan.w_shape[0],):
+        if b is not None and b.shape != (recipe.w_shape[0],):
             raise TypeError("not the declared bias shape")
 
 
@@ -211,7 +211,7 @@ class _ConvChain(_KeptCalls):
         """Whether a chain of these two calls (their plans) is one this class runs."""
         if type(depthwise) is not _ConvCall or type(pointwise) is not _ConvCall:
             return False
-        first, second = depthwise.plan, pointwise.plan
+        first, second = depthwise.recipe, pointwise.recipe
         return (
             (first.path == "last" or (first.path == "rows" and first.g.strides == (1, 1)))
             and second.path == "pointwise"
@@ -224,7 +224,7 @@ class _ConvChain(_KeptCalls):
         buffers = _arena_buffers(out)
         x, w, b, finish = self.depthwise.parts(None, args[: self.n_first], buffers)
         _, w2, b2, finish2 = self.pointwise.parts(out, (None,) + args[self.n_first :], buffers)
-        first, second = self.depthwise.plan, self.pointwise.plan
+        first, second = self.depthwise.recipe, self.pointwise.recipe
         m, c, group = second.w_shape[0], second.x_shape[1], second.group
         mg, cg = m // group, c // group
         calls = []
@@ -242,7 +242,7 @@ class _ConvChain(_KeptCalls):
             ]
 
         if first.path == "rows":  # stride 1: one einsum sums the taps in the rows path's order
-            first = _ConvPlan(first.x_shape, first.w_shape, first.dtype, first.g, first.group)
+            first = _ConvRecipe(first.x_shape, first.w_shape, first.dtype, first.g, first.group)
             first.path = "last"
         calls += first.last(None, x, w, b, buffers, False, finish, consume)
         if b2 is not None:
@@ -273,22 +273,22 @@ def _conv_prepared(attrs, inputs, output):
             attrs["pads"],
             attrs["strides"],
         )
-        plan = _ConvPlan(x_shape, w_shape, dtype, g, attrs["group"])
+        recipe = _ConvRecipe(x_shape, w_shape, dtype, g, attrs["group"])
     except (ShapeError, ValueError, TypeError):
         return None
-    if plan.out_shape != tuple(output[1]) or (len(inputs) == 3 and tuple(inputs[2][1]) != (w_shape[0],)):
+    if recipe.out_shape != tuple(output[1]) or (len(inputs) == 3 and tuple(inputs[2][1]) != (w_shape[0],)):
         return None
-    return _ConvCall(plan)
+    return _ConvCall(recipe)
 
 
 def _conv(op, x, w, auto_pad, dilations, group, kernel_shape, pads, strides, ctx=None, b=None):
-    """Conv's sums of x with w plus the bias b (or None): by a plan (``_ConvPlan``) in 2-D when x
+    """Conv's sums of x with w plus the bias b (or None): by a recipe (``_ConvRecipe``) in 2-D when x
     and w are both float32 or both float64, by ``_conv_product`` otherwise."""
     g = _geometry(op, x.shape, kernel_shape or w.shape[2:], auto_pad, dilations, pads, strides)
     dest = None if ctx is None else out_for(ctx, 0, x.shape[:1] + w.shape[:1] + g.out, x.dtype)
     if x.ndim == 4 and w.ndim == 4 and x.dtype == w.dtype and x.dtype in (np.float32, np.float64):
         bias = None if b is None else np.ascontiguousarray(b, x.dtype).reshape(-1)
-        return _planned_conv(x, w, bias, g, group, dest)
+        return _conv_by_recipe(x, w, bias, g, group, dest)
     y = _conv_product(x, w, g, group, dest)
     if b is not None:
         y += _channel_bias(b, x.ndim - 2)

@@ -4,7 +4,7 @@ HardSigmoid and HardSwish (``hard_sigmoid``). Each does the operations of the nu
 replaces, in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
-numpy computes it with one pass over the whole map per tap (``conv_plan._ConvPlan.rows``) or one
+numpy computes it with one pass over the whole map per tap (``conv_recipe._ConvRecipe.rows``) or one
 einsum per stride phase after a transposing copy (``last``): 0.2-1 ns a multiply-add on the
 2-core benchmark machine, where onnxruntime's MLAS needs 0.07-0.11. ``depthwise`` below works
 one channel at a time: the channel's padded stride phases and its accumulator (a few KB to a
@@ -238,7 +238,7 @@ def im2col(x, cols, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
     """The column matrix of a convolution: cols[c, ki, kj, oy, ox] = x[c, oy * sh + ki * dh - top,
     ox * sw + kj * dw - left], zero outside x; x is (C, H, W), cols (C, KH, KW, OH, OW), both
     C-contiguous. One pass, each row of cols written once, where numpy copies the padded image
-    into its stride phases and then each tap's windows out of them (``conv_plan._ConvPlan.columns``):
+    into its stride phases and then each tap's windows out of them (``conv_recipe._ConvRecipe.columns``):
     the same values, so the same product."""
     channels, h, wd = x.shape
     kh, kw, oh, ow = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]

@@ -122,17 +122,17 @@ def made_for(device_kind: str):
     these models from the parametrize marks.)"""
     from offload.delegates.opencl import runtime as cl_runtime
 
-    original = cl_runtime.PlanBuilder.__init__
+    original = cl_runtime.CLBuilder.__init__
 
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
         self.device_kind = device_kind
 
-    cl_runtime.PlanBuilder.__init__ = init
+    cl_runtime.CLBuilder.__init__ = init
     try:
         yield
     finally:
-        cl_runtime.PlanBuilder.__init__ = original
+        cl_runtime.CLBuilder.__init__ = original
 
 
 KINDS = ["cpu", "gpu"]

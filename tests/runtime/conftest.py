@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from offload.runtime.kernels import _util, conv_plan
+from offload.runtime.kernels import _util, conv_recipe
 
 
 @pytest.fixture(params=["compiled", "numpy"])
@@ -17,9 +17,9 @@ def conv_loops(request, monkeypatch):
         pytest.skip("numba is not installed here (or OFFLOAD_JIT=0)")
     if request.param == "numpy":
         monkeypatch.setattr(_util, "_LOOPS", False)
-    conv_plan._plan.cache_clear()  # plans made under the other setting keep their path
+    conv_recipe._recipe.cache_clear()  # recipes made under the other setting keep their path
     yield request.param
-    conv_plan._plan.cache_clear()
+    conv_recipe._recipe.cache_clear()
 
 
 @pytest.fixture
@@ -27,6 +27,6 @@ def numpy_convs(monkeypatch):
     """Depthwise convs by the numpy paths only (the compiled loops off, as OFFLOAD_JIT=0 does):
     for the tests of those paths and of the chains they make."""
     monkeypatch.setattr(_util, "_LOOPS", False)
-    conv_plan._plan.cache_clear()
+    conv_recipe._recipe.cache_clear()
     yield
-    conv_plan._plan.cache_clear()
+    conv_recipe._recipe.cache_clear()

@@ -1,5 +1,5 @@
-"""A conv plan that sums its bias inside the BLAS product, a column of the weights times a row of
-ones under the operand (runtime/kernels/conv_plan.py, ``_ConvPlan.bias_in_product``): the pointwise
+"""A conv recipe that sums its bias inside the BLAS product, a column of the weights times a row of
+ones under the operand (runtime/kernels/conv_recipe.py, ``_ConvRecipe.bias_in_product``): the pointwise
 path with more channels out than in, and the columns path, of one group; against onnxruntime,
 and bit for bit between a .pte method and offload.evaluate (the kernel), with constant weights
 and with weights and bias given at each run (copied into the combined matrix again)."""
@@ -80,7 +80,7 @@ def _direct(x, w, b, strides, pads):
 def test_bias_in_product_matches_onnxruntime(case):
     data = _model(case, batch=2)
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
-    plan = _conv_step(method).call.plan
+    plan = _conv_step(method).call.recipe
     assert plan.path == case[7] and plan.bias_in_product(True) == case[8]
     x = np.random.default_rng(1).standard_normal((2,) + case[:3]).astype(np.float32)
     expected = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
@@ -96,7 +96,7 @@ def test_weights_and_bias_given_at_each_run(case, dtype):
     """Weights that may change between runs are copied into the combined matrix at each run."""
     data = _model(case, dtype, weights_in=True)
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
-    assert _conv_step(method).call.plan.bias_in_product(True)
+    assert _conv_step(method).call.recipe.bias_in_product(True)
     c, h, w, m, kernel, strides, pads = case[:7]
     rng = np.random.default_rng(2)
     for _ in range(3):

@@ -2,7 +2,7 @@
 or none, as one prepared step of the CPU executor (runtime/fusions.py,
 ``_fuse_depthwise_pointwise``; runtime/kernels/conv.py ``_ConvChain``: the pointwise product reads
 the depthwise sums channels-last where they are): against onnxruntime, bit for bit against the
-ops run apart (offload.evaluate), bound and unbound, on two threads, in a shape plan; and the
+ops run apart (offload.evaluate), bound and unbound, on two threads, in a shape specialization; and the
 pairs that must not be fused. The chains are made on the numpy paths, where the compiled loops
 are off (numba missing or ``OFFLOAD_JIT=0``): the compiled ``direct`` path writes the depthwise
 result itself, and the last test checks that it is then not chained."""
@@ -124,7 +124,7 @@ def test_chain_matches_onnxruntime_and_the_convs_apart(case, ops):
     data = _model(case, ops)
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
     (step,) = _chains(method)
-    assert step.call.depthwise.plan.path == "last" and step.call.pointwise.plan.path == "pointwise"
+    assert step.call.depthwise.recipe.path == "last" and step.call.pointwise.recipe.path == "pointwise"
     got_ops = [c.epilogue.op if c.epilogue else None for c in (step.call.depthwise, step.call.pointwise)]
     assert got_ops == list(ops)
     assert any(isinstance(s, _BoundRun) and step in s.steps for s in method._fast_steps)  # bound
@@ -182,14 +182,14 @@ def test_unbound_chain_of_a_kernel_result():
         _check(data, _feeds(case, batch=2, seed=seed), method, runs=1)
 
 
-def test_chain_in_a_shape_plan():
-    """A symbolic batch: the steps are prepared per input shape (``_ShapePlan``), fused there too."""
+def test_chain_in_a_shape_specialization():
+    """A symbolic batch: the steps are prepared per input shape (``_ShapeSpecialization``), fused there too."""
     case = CASES[1]
     data = _model(case, ("Clip", "Relu"), batch="N", first="Reshape")
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
     for batch in (1, 2, 1, 2):
         _check(data, _feeds(case, batch=batch, seed=batch), method, runs=1)
-    plans = list(method._shape_plans.entries.values())
+    plans = list(method._specializations.entries.values())
     assert any(
         isinstance(s, _PreparedStep) and isinstance(s.call, _ConvChain) for p in plans for s in p.steps
     )
@@ -221,7 +221,7 @@ def test_a_grouped_pointwise_conv_is_chained(case, group):
     data = _model(case, (None, "Relu"), pointwise_group=group)
     method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
     (step,) = _chains(method)
-    assert step.call.pointwise.plan.group == group
+    assert step.call.pointwise.recipe.group == group
     _check(data, _feeds(case), method)
 
 
@@ -241,9 +241,9 @@ def test_a_depthwise_conv_on_the_rows_path(case, chained):
     convs = [s.call for s in method._steps if isinstance(s, _PreparedStep) and isinstance(s.call, _ConvCall)]
     if chained:
         (step,) = _chains(method)
-        assert step.call.depthwise.plan.path == "rows"
+        assert step.call.depthwise.recipe.path == "rows"
     else:
-        assert not _chains(method) and convs[0].plan.path == "rows"
+        assert not _chains(method) and convs[0].recipe.path == "rows"
     _check(data, _feeds(case), method)
 
 
@@ -264,7 +264,7 @@ def test_two_threads_run_the_chain():
 
 def test_an_expanding_pointwise_conv_with_bias_is_not_chained():
     """More channels out than in, with a bias: its plan sums the bias in the product (a row of
-    ones under the operand, ``_ConvPlan.bias_in_product``), which the chain does not; without
+    ones under the operand, ``_ConvRecipe.bias_in_product``), which the chain does not; without
     a bias it is chained."""
     case = (8, 10, 9, 24, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
     for bias in (True, False):

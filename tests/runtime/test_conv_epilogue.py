@@ -80,7 +80,7 @@ def test_fused_conv_matches_onnxruntime_and_the_ops_apart(case, op, first, conv_
     program = offload.load(data)
     method = offload.runtime.load(offload.save(program)).method("forward")
     (step,) = _fused(method)
-    assert step.call.plan.path == plan_path(case[-1], conv_loops)
+    assert step.call.recipe.path == plan_path(case[-1], conv_loops)
     assert step.kernel.second.op_name == f"onnx::{op}"
     assert sum(isinstance(s, _FusedAway) for s in method._steps) == 1
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])

@@ -1,4 +1,4 @@
-"""The conv plan's ``taps`` path (runtime/kernels/conv_plan.py, ``_ConvPlan.taps``): a one-group conv at
+"""The conv recipe's ``taps`` path (runtime/kernels/conv_recipe.py, ``_ConvRecipe.taps``): a one-group conv at
 stride 1 with at most half as many output as input channels (DenseNet's 128 -> 32 3 x 3 convs)
 as one BLAS product by all the taps' weights of the padded image's flat rows, then the taps'
 products summed at their offsets. Against onnxruntime over kernels, paddings and dilations,
@@ -68,7 +68,9 @@ def _run(data, feeds_list):
 
 def _paths(method) -> list[str]:
     return [
-        s.call.plan.path for s in method._steps if isinstance(s, _PreparedStep) and hasattr(s.call, "plan")
+        s.call.recipe.path
+        for s in method._steps
+        if isinstance(s, _PreparedStep) and hasattr(s.call, "recipe")
     ]
 
 

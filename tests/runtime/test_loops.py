@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import offload
-from offload.runtime.kernels import _util, buffers, conv_plan, windows
+from offload.runtime.kernels import _util, buffers, conv_recipe, windows
 from offload.runtime.kernels.conv import _ConvCall, _ConvChain
 from offload.runtime.steps import _PreparedStep
 
@@ -51,7 +51,7 @@ GEOMETRIES = [
 
 def _plan(x_shape, kernel, strides, pads, dilations, dtype):
     g = windows._geometry("Conv", x_shape, kernel, "NOTSET", dilations, pads, strides)
-    return conv_plan._ConvPlan(x_shape, (x_shape[1], 1) + kernel, dtype, g, x_shape[1])
+    return conv_recipe._ConvRecipe(x_shape, (x_shape[1], 1) + kernel, dtype, g, x_shape[1])
 
 
 def _run(plan, x, w, b, out=None):
@@ -186,7 +186,7 @@ def test_a_direct_depthwise_conv_is_not_chained_and_matches_onnxruntime():
     method = offload.runtime.load(offload.save(program)).method("forward")
     calls = [s.call for s in method._steps if isinstance(s, _PreparedStep)]
     assert not any(isinstance(call, _ConvChain) for call in calls)
-    assert [call.plan.path for call in calls if isinstance(call, _ConvCall)] == ["direct", "pointwise"]
+    assert [call.recipe.path for call in calls if isinstance(call, _ConvCall)] == ["direct", "pointwise"]
     x = np.random.default_rng(9).standard_normal((1, 32, 29, 31)).astype(np.float32)
     (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     for _ in range(2):
@@ -216,7 +216,7 @@ def test_im2col_gives_the_numpy_columns(case):
     w = rng.standard_normal(w_shape).astype(np.float32)
     b = rng.standard_normal(w_shape[0]).astype(np.float32)
     g = windows._geometry("Conv", x_shape, w_shape[2:], "NOTSET", dilations, pads, strides)
-    plan = conv_plan._ConvPlan(x_shape, w_shape, np.float32, g, group)
+    plan = conv_recipe._ConvRecipe(x_shape, w_shape, np.float32, g, group)
     assert plan.path == "columns"
     got = _run(plan, x, w, b)
     _util._LOOPS, loops = False, _util._LOOPS
@@ -287,9 +287,9 @@ def _in_a_process(code: str, **env) -> str:
 
 def test_offload_jit_0_turns_the_loops_off():
     code = (
-        "from offload.runtime.kernels import _util, conv_plan, windows\n"
+        "from offload.runtime.kernels import _util, conv_recipe, windows\n"
         "g = windows._geometry('Conv', (1, 8, 80, 80), (3, 3), 'NOTSET', (1, 1), (1, 1, 1, 1), (1, 1))\n"
-        "print(_util.compiled_loops(), conv_plan._ConvPlan((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
+        "print(_util.compiled_loops(), conv_recipe._ConvRecipe((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
     )
     assert _in_a_process(code, OFFLOAD_JIT="0") == "None rows"
 
@@ -348,12 +348,12 @@ def test_loops_that_cannot_load_warn_and_leave_the_numpy_paths():
         "        if name == 'offload.runtime.kernels.loops':\n"
         "            raise RuntimeError('cannot cache function: no locator available')\n"
         "sys.meta_path.insert(0, Broken())\n"
-        "from offload.runtime.kernels import _util, conv_plan, windows\n"
+        "from offload.runtime.kernels import _util, conv_recipe, windows\n"
         "with warnings.catch_warnings(record=True) as caught:\n"
         "    warnings.simplefilter('always')\n"
         "    loops = _util.compiled_loops()\n"
         "g = windows._geometry('Conv', (1, 8, 80, 80), (3, 3), 'NOTSET', (1, 1), (1, 1, 1, 1), (1, 1))\n"
         "print(loops, len(caught), 'NUMBA_CACHE_DIR' in str(caught[0].message),"
-        " conv_plan._ConvPlan((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
+        " conv_recipe._ConvRecipe((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
     )
     assert _in_a_process(code) == "None 1 True rows"

@@ -1,4 +1,4 @@
-"""The convolutions of mobile convnets (runtime/kernels/conv_plan.py, ``_ConvPlan``): depthwise, grouped,
+"""The convolutions of mobile convnets (runtime/kernels/conv_recipe.py, ``_ConvRecipe``): depthwise, grouped,
 strided, dilated and padded 2-D convs on odd sizes, through each of the plan's paths, against
 onnxruntime: by a .pte method (a prepared Conv, bound to its arrays or called per run) and by
 offload.evaluate (the kernel), which agree bit for bit."""
@@ -94,7 +94,7 @@ def test_conv_paths_match_onnxruntime(case, bias, conv_loops):
     program = offload.load(data)
     method = offload.runtime.load(offload.save(program)).method("forward")
     step = _prepared_conv(method)
-    assert isinstance(step.call, _ConvCall) and step.call.plan.path == plan_path(case[-1], conv_loops)
+    assert isinstance(step.call, _ConvCall) and step.call.recipe.path == plan_path(case[-1], conv_loops)
     assert any(isinstance(s, _BoundRun) for s in method._fast_steps)  # the Conv is bound
     tol = dict(rtol=1e-5, atol=1e-5 * np.abs(expected).max())
     for _ in range(2):  # the second run reuses the buffers whose borders the first left zero

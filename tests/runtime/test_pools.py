@@ -90,7 +90,7 @@ def test_a_max_pool_whose_indices_are_wanted_stays_a_kernel_step():
     np.testing.assert_array_equal(got["i"], want_i)
 
 
-def test_a_pool_of_a_symbolic_shape_is_prepared_by_the_shape_plan():
+def test_a_pool_of_a_symbolic_shape_is_prepared_by_the_shape_specialization():
     attrs = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     data = model_bytes(
         [
@@ -109,7 +109,7 @@ def test_a_pool_of_a_symbolic_shape_is_prepared_by_the_shape_plan():
         np.testing.assert_allclose(
             method.run({"x": x})["y"], session.run(None, {"x": x})[0], rtol=1e-6, atol=1e-6
         )
-    plan = method._shape_plans.entries[((1, 3, 17, 12),)]
+    plan = method._specializations.entries[((1, 3, 17, 12),)]
     prepared = [s.kernel.op_name for s in plan.steps if isinstance(s, _PreparedStep)]
     assert prepared == ["onnx::Relu", "onnx::MaxPool", "onnx::AveragePool"]
 

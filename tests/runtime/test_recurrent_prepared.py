@@ -150,13 +150,13 @@ def test_prepared_threads(op):
 
 
 def _plan_steps(method, shapes) -> list:
-    plan = method._shape_plans.entries.get(shapes)
+    plan = method._specializations.entries.get(shapes)
     assert plan is not None and not isinstance(plan, dict), shapes
     return plan.steps
 
 
 @pytest.mark.parametrize("name", ["lstm_model.onnx", "gru_model.onnx"])
-def test_exported_nets_in_shape_plans(name):
+def test_exported_nets_in_shape_specializations(name):
     # Batch and sequence are symbolic: each tuple of input shapes gets a plan (at its second run)
     # whose recurrent ops are prepared calls; runs alternate between shapes.
     with open(os.path.join(MODELS, name), "rb") as f:
@@ -173,7 +173,7 @@ def test_exported_nets_in_shape_plans(name):
         shapes = tuple(v.shape for v in feeds.values())
         if shapes in refused:
             pass
-        elif isinstance(method._shape_plans.entries.get(shapes), dict):  # this run makes the plan
+        elif isinstance(method._specializations.entries.get(shapes), dict):  # this run makes the plan
             got = method.run(feeds)
             assert len(refuse_kernel(_plan_steps(method, shapes))) == 2
             refused.add(shapes)

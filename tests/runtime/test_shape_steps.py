@@ -1,7 +1,7 @@
 """Steps that depend only on the input shapes: an exported model with a symbolic batch computes
 its initial states and target shapes from Shape(input) at every run; the runtime keeps those
 results for the last input shapes and stores them again while the shapes repeat
-(runtime/shape_plans.py, _find_shape_steps)."""
+(runtime/shape_specializations.py, _find_shape_steps)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def test_transpose_moving_axes_of_size_1_is_prepared(shape, perm, prepared):
 
 
 def test_exported_lstm_net_transposes_prepared_at_batch_1():
-    # In the shape plan for batch 1 each of the four Transposes of tests/models/lstm_model.onnx
+    # In the shape specialization for batch 1 each of the four Transposes of tests/models/lstm_model.onnx
     # moves an axis of size 1 alone: a prepared step; at batch 2 each is a real transpose.
     path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models", "lstm_model.onnx")
     method = offload.runtime.load(offload.save(offload.optimize(offload.load(path)))).method("forward")
@@ -65,7 +65,7 @@ def test_exported_lstm_net_transposes_prepared_at_batch_1():
         feeds = {"tokens": rng.integers(0, 100, (batch, 9)).astype(np.int64)}
         for _ in range(3):
             method.run(feeds)
-        plan = method._shape_plans.entries[((batch, 9),)]
+        plan = method._specializations.entries[((batch, 9),)]
         prepared = [
             s for s in plan.steps if type(s) is _PreparedStep and s.kernel.op_name == "onnx::Transpose"
         ]

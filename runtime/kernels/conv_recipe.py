@@ -1,4 +1,4 @@
-"""Convolution plans: per 2-D convolution of fixed shapes, its path and the numpy calls that compute it."""
+"""Convolution recipes: per 2-D convolution of fixed shapes, its path and the numpy calls that compute it."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from ._util import compiled_loops as _loops
 from .buffers import _run_calls, _thread_buffers
 from .windows import _columns, _Geom
 
-# ---------------------------------------------------------------------------- convolution plans
+# ---------------------------------------------------------------------------- convolution recipes
 #
 # A 2-D convolution's shapes fix everything but the arithmetic: which path computes it, the
-# geometry of its windows, the views its numpy calls read and write. ``_ConvPlan`` works these
+# geometry of its windows, the views its numpy calls read and write. ``_ConvRecipe`` works these
 # out once per shape (at a method's load for a prepared Conv, cached for the kernel) and lists the
 # convolution as numpy calls with their operands fixed (``functools.partial``), which a bound
 # call runs back to back. Both the kernel and the prepared call run these same calls, so their
@@ -39,7 +39,7 @@ _COPY_PIXELS = 256  # the last path copies its sums out by blocks of rows of abo
 _CHUNK_BYTES = 512 << 10
 
 
-class _ConvPlan:
+class _ConvRecipe:
     """One 2-D convolution of fixed shapes and dtype: its geometry, its path, and the numpy calls
     that compute it (``calls``). The paths:
 
@@ -110,7 +110,7 @@ class _ConvPlan:
 
     def calls(self, out, x, w, b, buffers, finish=None) -> list:
         """The calls that write the convolution of x with w (and bias b, or None) into out, all
-        of the plan's shapes and dtype; ``buffers`` gives the scratch arrays (``_Buffers``).
+        of the recipe's shapes and dtype; ``buffers`` gives the scratch arrays (``_Buffers``).
         ``finish(part)``, when given, makes the calls of an elementwise op applied in place to
         a part of out once it holds its sums and bias (``_Epilogue``): the rows path finishes
         each chunk of channels while it is in cache, the others each image or all of out."""
@@ -134,7 +134,7 @@ class _ConvPlan:
         path with fewer input than output channels (MobileNets' expanding convs), where copying
         the input above a row of ones costs less than a pass over the output (24 -> 144
         channels on 56 x 56: 452 -> 359 us). The bias is then summed inside the product, so the
-        plan's results differ from a product and an add in the last bits, the same in the
+        recipe's results differ from a product and an add in the last bits, the same in the
         kernel and the prepared call."""
         if not bias or self.group != 1:
             return False
@@ -533,13 +533,13 @@ def _phase_span(a: int, s: int, begin: int, size: int, count: int) -> tuple[int,
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(x_shape, w_shape, dtype, g: _Geom, group: int) -> _ConvPlan:
-    return _ConvPlan(x_shape, w_shape, dtype, g, group)
+def _recipe(x_shape, w_shape, dtype, g: _Geom, group: int) -> _ConvRecipe:
+    return _ConvRecipe(x_shape, w_shape, dtype, g, group)
 
 
-def _planned_conv(x, w, b, g: _Geom, group: int, dest=None):
-    """The 2-D convolution of x with w (plus b) by its plan, into ``dest`` when given."""
-    plan = _plan(x.shape, w.shape, x.dtype, g, group)
-    out = dest if dest is not None else np.empty(plan.out_shape, x.dtype)
-    _run_calls(plan.calls(out, np.ascontiguousarray(x), np.ascontiguousarray(w), b, _thread_buffers()))
+def _conv_by_recipe(x, w, b, g: _Geom, group: int, dest=None):
+    """The 2-D convolution of x with w (plus b) by its recipe, into ``dest`` when given."""
+    recipe = _recipe(x.shape, w.shape, x.dtype, g, group)
+    out = dest if dest is not None else np.empty(recipe.out_shape, x.dtype)
+    _run_calls(recipe.calls(out, np.ascontiguousarray(x), np.ascontiguousarray(w), b, _thread_buffers()))
     return out

@@ -1,7 +1,7 @@
-"""Shape plans: a method whose values have symbolic shapes (an exported model's batch, image
+"""Shape specializations: a method whose values have symbolic shapes (an exported model's batch, image
 size or sequence length) makes, at the second run with the same input shapes, a plan for them:
 prepared calls writing into an arena of its own, bound as a static method's are
-(runtime/shape_plans.py, _ShapePlan). Values are checked against onnxruntime (or numpy), at repeated
+(runtime/shape_specializations.py, _ShapeSpecialization). Values are checked against onnxruntime (or numpy), at repeated
 shapes, new ones, shapes coming back, and from threads running different shapes at once."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 import offload
-from offload.runtime import shape_plans
-from offload.runtime.shape_plans import _ShapePlan
+from offload.runtime import shape_specializations
+from offload.runtime.shape_specializations import _ShapeSpecialization
 from offload.runtime.steps import _KernelPair, _PreparedStep
 
 from .onnx_graphs import model_bytes
@@ -64,9 +64,9 @@ def _prepared_ops(steps) -> list[str]:
     return sorted(out)
 
 
-def _plan(method, shapes: tuple) -> _ShapePlan | None:
-    entry = method._shape_plans.entries.get(shapes)
-    return entry if isinstance(entry, _ShapePlan) else None
+def _plan(method, shapes: tuple) -> _ShapeSpecialization | None:
+    entry = method._specializations.entries.get(shapes)
+    return entry if isinstance(entry, _ShapeSpecialization) else None
 
 
 def test_a_repeated_shape_runs_prepared_calls_and_matches_onnxruntime():
@@ -105,7 +105,7 @@ def test_a_first_shape_runs_the_kernels_and_a_plan_follows_at_the_second_run():
     key = (x.shape,)
     (want,) = session.run(None, {"x": x})
     np.testing.assert_allclose(method.run({"x": x})["y"], want, rtol=RTOL, atol=ATOL)
-    assert isinstance(method._shape_plans.entries[key], dict)  # what the first run noted
+    assert isinstance(method._specializations.entries[key], dict)  # what the first run noted
     np.testing.assert_allclose(method.run({"x": x})["y"], want, rtol=RTOL, atol=ATOL)
     assert _plan(method, key) is not None
 
@@ -155,7 +155,7 @@ def test_threads_running_different_shapes_get_their_own_plans():
 
 
 def test_more_shapes_than_the_plans_kept_stay_right(monkeypatch):
-    monkeypatch.setattr(shape_plans, "SHAPE_PLANS", 2)
+    monkeypatch.setattr(shape_specializations, "SHAPE_SPECIALIZATIONS", 2)
     data = _convnet()
     method = _method(data)
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
@@ -166,7 +166,7 @@ def test_more_shapes_than_the_plans_kept_stay_right(monkeypatch):
             np.testing.assert_allclose(
                 method.run({"x": x})["y"], session.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL
             )
-        assert len(method._shape_plans.entries) <= 2
+        assert len(method._specializations.entries) <= 2
 
 
 def test_a_value_whose_shape_depends_on_data_is_not_planned():
@@ -208,7 +208,7 @@ def test_the_plan_arena_never_gives_two_live_values_the_same_bytes():
         starts = rng.integers(-1, 30, n)
         spans = {v: (int(a), int(a + rng.integers(0, 10))) for v, a in enumerate(starts)}
         sizes = {v: int(rng.integers(0, 5000)) for v in range(n)}
-        offsets, total = shape_plans._place(sizes, spans)
+        offsets, total = shape_specializations._place(sizes, spans)
         for v in range(n):
             assert offsets[v] % 64 == 0 and offsets[v] + sizes[v] <= total
             for u in range(v):
@@ -216,7 +216,7 @@ def test_the_plan_arena_never_gives_two_live_values_the_same_bytes():
                 apart = offsets[u] + sizes[u] <= offsets[v] or offsets[v] + sizes[v] <= offsets[u]
                 assert apart or not live_together or 0 in (sizes[u], sizes[v]), (u, v)
     # a value written after another's last read takes its bytes
-    offsets, total = shape_plans._place({0: 4096, 1: 4096}, {0: (0, 1), 1: (2, 3)})
+    offsets, total = shape_specializations._place({0: 4096, 1: 4096}, {0: (0, 1), 1: (2, 3)})
     assert offsets == {0: 0, 1: 0} and total == 4096
 
 

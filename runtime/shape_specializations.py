@@ -1,4 +1,4 @@
-"""Steps by input shapes: shape steps, and shape plans (a method's steps for one tuple of input shapes)."""
+"""Steps by input shapes: shape steps, and shape specializations (a method's steps for one tuple of input shapes)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _find_shape_steps(m: MethodState) -> None:
     of known values stays one (a bound call costs less than storing a kept result), its results
     known all the same (the exported transformer's sizes are products of them). Known results
     are neither inputs nor results of the method, and have one writer each. The values whose
-    shape is known go to ``m._shaped`` (what shape plans hold, ``_ShapePlan``)."""
+    shape is known go to ``m._shaped`` (what shape specializations hold, ``_ShapeSpecialization``)."""
     limit, writers, known = _straight_line(m)
     inputs, results = set(m._input_slots), set(m._output_slots)
     if m._load_time:
@@ -75,33 +75,33 @@ def _find_shape_steps(m: MethodState) -> None:
     m._shaped = shaped
 
 
-# ---- shape plans ---------------------------------------------------------------------------------
+# ---- shape specializations -------------------------------------------------------------------
 #
 # An exported model with a symbolic batch, image size or sequence length declares most values
 # without static shapes, so they get no arena place and their kernels run as kernels: each
-# allocates its result and a Conv makes its plan's calls again for the new arrays (about 50 us of
+# allocates its result and a Conv makes its recipe's calls again for the new arrays (about 50 us of
 # Python a call on the exported convnets, more than the arithmetic of a 32 x 32 image). But a
 # value whose shape follows from the input shapes (``_find_shape_steps``) has the same shape at
-# every run with the same input shapes. A *shape plan* is the method for one tuple of input
+# every run with the same input shapes. A *shape specialization* is the method for one tuple of input
 # shapes: the run that first meets them notes the dtype and shape of each such value; the next
-# run with them makes the plan, in which every kernel step that has a prepared call for those
-# types becomes one (``_PreparedStep``), writing into a place of the plan's own arena (placed by
+# run with them makes the specialization, in which every kernel step that has a prepared call for those
+# types becomes one (``_PreparedStep``), writing into a place of the specialization's own arena (placed by
 # the values' lifetimes, as the file's arenas are), its runs bound as the method's are. Runs with
-# those shapes then take arena sets of the plan.
+# those shapes then take arena sets of the specialization.
 
-# Shape plans a method keeps (the most recently used): each holds an arena set per concurrent run.
-SHAPE_PLANS = 8
+# Shape specializations a method keeps (the most recently used): each holds an arena set per concurrent run.
+SHAPE_SPECIALIZATIONS = 8
 
 
 _ALIGNMENT = 64
 
 
-def _find_shape_plan_steps(m: MethodState) -> None:
-    """The kernel steps before the first jump that a shape plan may prepare: an op with a
+def _find_specializable_steps(m: MethodState) -> None:
+    """The kernel steps before the first jump that a shape specialization may prepare: an op with a
     prepared call and one output, which has no arena place, follows from the input shapes
     (``m._shaped``), has one writer and is not a method input; each input a planned value, a
     constant, or a value that follows from the input shapes. And the outputs of the other kernel
-    steps there that a shape plan may give a place (the same conditions, not a method result): a
+    steps there that a shape specialization may give a place (the same conditions, not a method result): a
     kernel writes its result there, or the method copies it in, so that the prepared call that
     reads it sees the same array at every run (a Conv's calls are made for its arrays)."""
     limit, writers, _ = _straight_line(m)
@@ -134,17 +134,17 @@ def _find_shape_plan_steps(m: MethodState) -> None:
             continue
         if all(i and _plan_input(m, i) for i in kernel.in_slots):
             found.append(pc)
-    m._shape_plan_steps = found
-    m._shape_plan_held = held
-    m._shape_plan_limit = limit
-    m._shape_plan_notes = [tuple(v for v in s.info().writes if v in m._shaped) for s in m._steps]
+    m._specializable_steps = found
+    m._specialization_held = held
+    m._specialization_limit = limit
+    m._specialization_notes = [tuple(v for v in s.info().writes if v in m._shaped) for s in m._steps]
 
 
 def _prepare_outputs_steps(m: MethodState) -> None:
     """Kernel steps of ops with several outputs (``kernels.prepared_outputs``) whose inputs and
     outputs have static types here become _PreparedOutputsSteps; and the ones before the first
     jump whose outputs follow from the input shapes and have one writer each go to
-    ``m._shape_plan_outputs`` (what a shape plan may prepare, as _find_shape_plan_steps does for
+    ``m._specialized_outputs`` (what a shape specialization may prepare, as _find_specializable_steps does for
     ops of one output)."""
     limit, writers, _ = _straight_line(m)
     inputs = set(m._input_slots)
@@ -178,11 +178,11 @@ def _prepare_outputs_steps(m: MethodState) -> None:
             and all(i == 0 or _plan_input(m, i) for i in step.in_slots)
         ):
             found.append(pc)
-    m._shape_plan_outputs = found
+    m._specialized_outputs = found
 
 
 def _plan_input(m: MethodState, i: int) -> bool:
-    """Whether slot ``i`` is an input a shape plan's prepared call may read: a planned value, a
+    """Whether slot ``i`` is an input a shape specialization's prepared call may read: a planned value, a
     constant, or a value whose shape follows from the input shapes."""
     return (
         m._planned[i] is not None
@@ -196,19 +196,19 @@ def _note(seen: dict, slot: int, value) -> None:
         seen[slot] = (value.dtype, value.shape)
 
 
-class _ShapePlans:
-    """A method's shape plans by input shapes, the most recently used last. An entry is what the
-    first run with those shapes noted (the next run makes the plan from it), the plan, or None
-    where the plan would hold no value (the method's own steps run)."""
+class _ShapeSpecializations:
+    """A method's shape specializations by input shapes, the most recently used last. An entry is what the
+    first run with those shapes noted (the next run makes the specialization from it), the specialization, or None
+    where the specialization would hold no value (the method's own steps run)."""
 
     __slots__ = ("entries", "lock")
 
     def __init__(self):
-        self.entries: dict[tuple, dict | _ShapePlan | None] = {}
+        self.entries: dict[tuple, dict | _ShapeSpecialization | None] = {}
         self.lock = threading.Lock()
 
-    def find(self, m: MethodState, shapes: tuple | None) -> tuple[_ShapePlan | None, dict | None]:
-        """(the plan for ``shapes`` or None, a dict for the run to note its values in or None)."""
+    def find(self, m: MethodState, shapes: tuple | None) -> tuple[_ShapeSpecialization | None, dict | None]:
+        """(the specialization for ``shapes`` or None, a dict for the run to note its values in or None)."""
         if shapes is None or None in shapes:  # a sequence input: its shape says nothing
             return None, None
         with self.lock:
@@ -218,28 +218,28 @@ class _ShapePlans:
             self.entries[shapes] = entry  # the most recently used last
         if not isinstance(entry, dict):
             return entry, None
-        plan = _ShapePlan(m, entry)
-        if not plan.layout:
-            plan = None
+        specialization = _ShapeSpecialization(m, entry)
+        if not specialization.layout:
+            specialization = None
         with self.lock:
             if shapes in self.entries:
-                self.entries[shapes] = plan
-        return plan, None
+                self.entries[shapes] = specialization
+        return specialization, None
 
     def seen(self, shapes: tuple, noted: dict) -> None:
         with self.lock:
             if shapes not in self.entries:
                 self.entries[shapes] = noted
-                while len(self.entries) > SHAPE_PLANS:
+                while len(self.entries) > SHAPE_SPECIALIZATIONS:
                     del self.entries[next(iter(self.entries))]
 
 
-class _ShapePlan:
+class _ShapeSpecialization:
     """A method's steps for one tuple of input shapes: ``steps`` with the kernel steps that have
     prepared calls for the noted types made _PreparedSteps, ``fast_steps`` with their runs bound
-    (``_bind_runs``), and ``layout``, the place in the plan's arena of each value they write and of
+    (``_bind_runs``), and ``layout``, the place in the specialization's arena of each value they write and of
     each method input they read (slot → (offset, dtype, shape)). Arena sets (the file's arenas and
-    one of the plan's) are made as runs need them and kept in ``pool``."""
+    one of the specialization's) are made as runs need them and kept in ``pool``."""
 
     __slots__ = ("bound_runs", "fast_steps", "layout", "method", "nbytes", "pool", "steps")
 
@@ -248,8 +248,8 @@ class _ShapePlan:
         self.pool: list[tuple[list, list, list]] = []
         steps = list(m._steps)
         inputs = set(m._input_slots)
-        held: dict[int, tuple] = {}  # slot → (dtype, shape) of the values the plan's arena holds
-        for pc in m._shape_plan_steps:
+        held: dict[int, tuple] = {}  # slot → (dtype, shape) of the values the specialization's arena holds
+        for pc in m._specializable_steps:
             kernel = steps[pc]
             out = kernel.out_slots[0]
             specs = [_known_spec(m, i, seen) for i in kernel.in_slots]
@@ -264,7 +264,7 @@ class _ShapePlan:
             step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
             held[out] = seen[out]
             held.update((i, seen[i]) for i in kernel.in_slots if i in inputs and m._planned[i] is None)
-        for pc in m._shape_plan_outputs:
+        for pc in m._specialized_outputs:
             kernel = steps[pc]
             specs = [None if i == 0 else _known_spec(m, i, seen) for i in kernel.in_slots]
             outs = {o: seen[o] for o in kernel.out_slots if o in seen}
@@ -275,7 +275,7 @@ class _ShapePlan:
                 continue
             steps[pc] = step
             held.update((o, outs[o]) for o, w in zip(step.out_slots, step.wanted) if w)
-        held.update((o, seen[o]) for o in m._shape_plan_held if o in seen and o not in held)
+        held.update((o, seen[o]) for o in m._specialization_held if o in seen and o not in held)
         _fuse_epilogues(m, steps)
         _fuse_depthwise_pointwise(m, steps)
         self.steps = steps
@@ -286,7 +286,7 @@ class _ShapePlan:
         self.layout = {v: (offsets[v], np.dtype(d), tuple(s)) for v, (d, s) in held.items()}
 
     def acquire(self) -> tuple[list, list, list]:
-        """An arena set of this plan that no other run holds (a new one when all are taken)."""
+        """An arena set of this specialization that no other run holds (a new one when all are taken)."""
         m = self.method
         with m._pool_lock:
             if self.pool:
@@ -301,7 +301,7 @@ class _ShapePlan:
 
 
 def _known_spec(m: MethodState, i: int, seen: dict) -> tuple | None:
-    """(dtype, shape) of input slot ``i`` of a prepared call in a shape plan, or None."""
+    """(dtype, shape) of input slot ``i`` of a prepared call in a shape specialization, or None."""
     known = m._planned[i] if m._planned[i] is not None else m._initial[i]
     if isinstance(known, np.ndarray):
         return known.dtype, known.shape
@@ -312,7 +312,7 @@ def _spans(m: MethodState, steps: list, held: dict) -> dict[int, tuple[int, int]
     """Each held value's lifetime, (first write, last read) with both ends inclusive so that a
     step's output never shares bytes with its inputs: method inputs from before the first step,
     method results and values read from the first jump on (in a loop, perhaps again) to the end."""
-    n, limit, inputs = len(steps), m._shape_plan_limit, set(m._input_slots)
+    n, limit, inputs = len(steps), m._specialization_limit, set(m._input_slots)
     first = {v: -1 for v in held if v in inputs}
     last: dict[int, int] = {}
     for pc, step in enumerate(steps):
