@@ -34,7 +34,19 @@ def test_batchnorm(shape, tmp_path):
     check(p, {"x": RNG.standard_normal(shape).astype(np.float32)}, tmp_path, **NN)
 
 
-@pytest.mark.parametrize("shape,axis", [((3, 7), -1), ((2, 5, 4), 1), ((2, 3, 4), 0), ((6,), 0)])
+# negative axes counted from the end, on inputs where |axis| names another axis
+@pytest.mark.parametrize(
+    "shape,axis",
+    [
+        ((3, 7), -1),
+        ((2, 5, 4), 1),
+        ((2, 3, 4), 0),
+        ((6,), 0),
+        ((2, 3, 4), -1),
+        ((2, 3, 4, 5), -2),
+        ((4, 3, 2), -3),
+    ],
+)
 def test_softmax(shape, axis, tmp_path):
     x = (RNG.standard_normal(shape) * 4).astype(np.float32)
     x.flat[0] = 80.0  # exp overflows without the max subtraction
