@@ -36,11 +36,13 @@ def pytest_terminal_summary(terminalreporter):
     if not TALLY:
         return
     terminalreporter.section("ONNX conformance")
-    for (path, kind), (passed, total) in sorted(TALLY.items()):
-        terminalreporter.write_line(f"{path:>9} {kind:>18}: {passed}/{total} cases pass")
+    for (path, kind, ran_on), (passed, total) in sorted(TALLY.items()):
+        if ran_on == "opencl device":  # PoCL is a CPU OpenCL driver: name it
+            ran_on = f"opencl device {default_device()}"
+        terminalreporter.write_line(f"{path:>9} {kind:>18}: {passed}/{total} cases pass, ran on: {ran_on}")
     from tests.conformance.runner import FULLY_DELEGATED
 
-    if ("opencl", "node") in TALLY:
+    if any(key[:2] == ("opencl", "node") for key in TALLY):
         terminalreporter.write_line(
             f"   opencl: {len(FULLY_DELEGATED)} cases ran fully delegated (every op on the device)"
         )

@@ -51,6 +51,7 @@ _MODULES = (
     "control",
     "sequence",
     "signal",
+    "image",
     "text",
     "ml",
     "training",

@@ -1,10 +1,12 @@
 """The backend registry and the example plugin: found by entry point, broken plugins reported,
-`offload backends`, and the example backend's results equal to the CPU evaluator's bit for bit."""
+`offload backends`, and the example backend's results equal to the CPU evaluator's bit for bit
+and near onnxruntime's."""
 
 import importlib.metadata
 import json
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ import offload
 from offload.cli import main
 from offload.delegates import Backend, CompileSpec, registry
 from offload.errors import BackendUnavailableError, UnsupportedOpError
+from tests.reference import assert_close, onnxruntime_outputs, reduction_terms, sum_tolerance
 
 F = TensorProto.FLOAT
 
@@ -130,10 +133,15 @@ def test_example_runtime_does_not_import_its_compiler():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+_ONNX: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # program → its ONNX model's bytes
+
+
 def _model(nodes, inputs, outputs, initializers=()):
     graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21)])
-    return offload.load(model.SerializeToString())
+    program = offload.load(model.SerializeToString())
+    _ONNX[program] = model.SerializeToString()
+    return program
 
 
 def _small_program():
@@ -178,6 +186,9 @@ def test_example_round_trip_equals_evaluate_bit_for_bit():
     program, feeds = _small_program()
     got, result = _run_example(program, feeds)
     _assert_bitwise_equal(got, offload.evaluate(program, feeds))
+    # and near onnxruntime: a sum of 6 products, then the softmax's 8 terms
+    for name, want in onnxruntime_outputs(_ONNX[program], feeds).items():
+        assert_close(got[name], want, rtol=sum_tolerance(np.float32, 6 + 8), err_msg=name)
     plan = json.loads(result.processed)
     assert [op["type"] for op in plan["ops"]] == [
         "MatMul",
@@ -197,6 +208,10 @@ def test_example_runs_the_bundled_cnn_bit_for_bit(example_model):
     feeds = {"image": rng.standard_normal(program.main.inputs[0].type.shape).astype(np.float32)}
     got, _ = _run_example(program, feeds)
     _assert_bitwise_equal(got, offload.evaluate(program, feeds))
+    for name, want in onnxruntime_outputs(example_model, feeds).items():
+        assert_close(
+            got[name], want, rtol=sum_tolerance(np.float32, reduction_terms(example_model)), err_msg=name
+        )
 
 
 def test_example_trace_spec_records_the_ops_it_ran(monkeypatch):
