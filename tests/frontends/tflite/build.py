@@ -134,6 +134,7 @@ class T:
     data: bytes | np.ndarray | None = None
     is_variable: bool = False
     sparsity: Callable | None = None  # b → SparsityParameters offset
+    signature: list | None = None  # shape_signature: -1 for a dimension known only at run time
 
 
 @dataclass
@@ -174,6 +175,7 @@ def build(graphs: list[Graph]) -> bytes:
         for t in g.tensors:
             name = b.CreateString(t.name)
             shape = _ints(b, Tensor.StartShapeVector, list(t.shape))
+            signature = _ints(b, Tensor.StartShapeSignatureVector, t.signature) if t.signature else None
             sparsity = t.sparsity(b) if t.sparsity is not None else None
             index = 0
             if t.data is not None:
@@ -181,6 +183,8 @@ def build(graphs: list[Graph]) -> bytes:
                 index = len(buffers) - 1
             Tensor.Start(b)
             Tensor.AddShape(b, shape)
+            if signature is not None:
+                Tensor.AddShapeSignature(b, signature)
             Tensor.AddType(b, t.type)
             Tensor.AddBuffer(b, index)
             Tensor.AddName(b, name)
