@@ -19,7 +19,8 @@ its index; docs/tflite.md lists the rules. Subgraph calls (WHILE, IF: ``tflite_c
 their rules to ``RULES``. ``Node``, ``rule``, ``RULES`` and the helpers rules share are in
 ``tflite_node``; the builtin operators' rules in ``tflite_ops``, ``tflite_tensor_ops``,
 ``tflite_array_ops`` (element moves, scatters, segments), ``tflite_math_ops`` and
-``tflite_nn_ops`` (L2 pooling, LRN, 3-D convolutions).
+``tflite_nn_ops`` (L2 pooling, LRN, 3-D convolutions, non-max suppression); the RNN cells
+in ``tflite_rnn``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from . import (  # noqa: F401  (the rule modules register their rules in RULES)
     tflite_math_ops,
     tflite_nn_ops,
     tflite_ops,
+    tflite_rnn,
     tflite_slices,
     tflite_sparse,
     tflite_tensor_ops,

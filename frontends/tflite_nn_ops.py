@@ -1,13 +1,14 @@
 """TFLite builtin network layers beyond the 2-D core as IR ops: L2 pooling, local response
-normalization, 3-D convolution and transposed convolution."""
+normalization, 3-D convolution and transposed convolution, non-max suppression."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from offload.ir import DataType
 from offload.schemas.generated.tflite.Padding import Padding
 
-from .tflite_node import Node, in_nchw, permuted, rule, same_pads, spatial_attrs
+from .tflite_node import Node, _int64, in_nchw, permuted, rule, same_pads, spatial_attrs
 
 NDHWC_TO_NCDHW = [0, 4, 1, 2, 3]
 NCDHW_TO_NDHWC = [0, 2, 3, 4, 1]
@@ -122,3 +123,34 @@ def conv_3d_transpose(node: Node) -> list:
     bias = node.inputs[3] if len(node.inputs) > 3 else None
     y = _in_ncdhw(node, "ConvTranspose", [node.inputs[2], w, bias], attrs)
     return [node.activation(y)]
+
+
+@rule("NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", version=1, inputs=5)
+def non_max_suppression(node: Node) -> list:
+    """Boxes [N, 4] (corners in either order), scores [N], max_output_size, iou_threshold,
+    score_threshold (and V5's soft_nms_sigma, which must be 0: soft NMS is refused): ONNX
+    NonMaxSuppression on one batch and class, its box indices padded with zeros to
+    max_output_size (V5 also their scores), and the count of valid ones. Both keep boxes
+    scoring above the threshold, best first (equal scores: ONNX takes the lower index, LiteRT's
+    priority queue either), and drop a box whose IoU with a kept one reaches the IoU threshold."""
+    if node.name == "NON_MAX_SUPPRESSION_V5":
+        sigma = node.const(5).reshape(-1)
+        if sigma.size != 1 or float(sigma[0]) != 0.0:
+            raise node.unsupported(f"soft_nms_sigma {sigma.tolist()} (soft NMS) is not supported")
+    boxes = node.one("Unsqueeze", [node.inputs[0], node.ints([0])])
+    scores = node.one("Reshape", [node.inputs[1], node.ints([1, 1, -1])])
+    limit = node.one("Reshape", [_int64(node, 2), node.ints([1])])
+    iou, score = (node.one("Reshape", [node.inputs[i], node.ints([1])]) for i in (3, 4))
+    # LiteRT drops a box at IoU >= the threshold, ONNX above it: the float32 just below a positive
+    # threshold (t·(1 - 2⁻²⁴) rounds to it), and below any IoU for a threshold of 0 or less
+    below = node.one("Mul", [iou, node.scalar(1.0 - 2.0**-24)])
+    iou = node.one("Where", [node.one("Greater", [iou, node.scalar(0.0)]), below, node.scalar(-1.0)])
+    chosen = node.one("NonMaxSuppression", [boxes, scores, limit, iou, score])
+    indices = node.one("Gather", [chosen, node.ints(2)], {"axis": 1})
+    count = node.one("Shape", [indices])
+    fill = node.one("Concat", [node.ints([0]), node.one("Sub", [limit, count])], {"axis": 0})
+    results = [node.one("Cast", [node.one("Pad", [indices, fill])], {"to": int(DataType.INT32)})]
+    if node.name == "NON_MAX_SUPPRESSION_V5":
+        results.append(node.one("Pad", [node.one("Gather", [node.inputs[1], indices], {"axis": 0}), fill]))
+    valid = node.one("Reshape", [count, node.ints([])])
+    return [*results, node.one("Cast", [valid], {"to": int(DataType.INT32)})]

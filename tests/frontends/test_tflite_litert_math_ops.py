@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import offload
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator as B
 from offload.schemas.generated.tflite.Padding import Padding
 from offload.schemas.generated.tflite.TensorType import TensorType as TT
@@ -210,3 +211,42 @@ def test_l2_pool_and_lrn_on_opencl(tmp_path):
     data = l2_pool_model(Padding.SAME, (3, 2), (2, 2), (3, 3))
     check(data, {"x": floats(1, 5, 6, 3)}, tmp_path, rtol=1e-5, atol=1e-5, backend="opencl")
     check(lrn_model(2), {"x": floats(1, 3, 4, 7)}, tmp_path, rtol=1e-5, atol=1e-5, backend="opencl")
+
+
+def nms_model(v5: bool, n: int, limit: int, iou: float, score: float, sigma: float = 0.0) -> bytes:
+    inputs = [
+        T("boxes", [n, 4]),
+        T("scores", [n]),
+        T("limit", [], I32, np.array(limit, np.int32)),
+        T("iou", [], data=np.array(iou, np.float32)),
+        T("score", [], data=np.array(score, np.float32)),
+    ]
+    outputs = [T("indices", [limit], I32)]
+    if v5:
+        inputs.append(T("sigma", [], data=np.array(sigma, np.float32)))
+        outputs.append(T("selected_scores", [limit]))
+    outputs.append(T("valid", [], I32))
+    code = B.NON_MAX_SUPPRESSION_V5 if v5 else B.NON_MAX_SUPPRESSION_V4
+    table = "NonMaxSuppressionV5Options" if v5 else "NonMaxSuppressionV4Options"
+    return one_op(code, inputs, outputs, options(table))
+
+
+@pytest.mark.parametrize("v5", [False, True], ids=["v4", "v5"])
+@pytest.mark.parametrize("limit, iou, score", [(6, 0.4, 0.0), (20, 0.6, -1.0), (3, 0.3, 0.5)])
+def test_non_max_suppression(v5, limit, iou, score, tmp_path):
+    n = 16
+    corner = RNG.uniform(0, 4, (n, 2))
+    size = RNG.uniform(0.5, 2.5, (n, 2))
+    boxes = np.concatenate([corner, corner + size], axis=1).astype(np.float32)
+    boxes[::3] = boxes[::3][:, [2, 3, 0, 1]]  # corners in either order
+    boxes[1] = [0, 0, 1, 1]  # IoU with box 0 exactly 1/2
+    boxes[0] = [0, 0, 1, 2]
+    scores = RNG.permutation(n).astype(np.float32) / n
+    check(nms_model(v5, n, limit, iou, score), {"boxes": boxes, "scores": scores}, tmp_path)
+    # LiteRT drops box 1 at an IoU threshold of exactly 1/2
+    check(nms_model(v5, n, limit, 0.5, score), {"boxes": boxes, "scores": scores}, tmp_path)
+
+
+def test_soft_non_max_suppression_is_refused_by_name():
+    with pytest.raises(offload.errors.UnsupportedOpError, match=r"NON_MAX_SUPPRESSION_V5.*soft_nms_sigma"):
+        offload.load(nms_model(True, 4, 2, 0.5, 0.0, sigma=0.5))
