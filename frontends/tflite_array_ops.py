@@ -1,11 +1,13 @@
 """TFLite builtin operators that move, pick and scatter elements, as IR ops: unpacking, space ↔
-batch, one-hot, coordinates, scatters, segment reductions, diagonals, sequence reversal."""
+batch, one-hot, coordinates, scatters, segment reductions, diagonals, sequence reversal, dense
+from sparse, unique values, buckets, dilation."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from offload.ir import DataType, Value
+from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 
 from .tflite_node import INT64_MAX, Node, _cast_to_output, _int64, _out_dtype, rule
 
@@ -268,3 +270,70 @@ def reverse_sequence(node: Node) -> list:
     x = node.one("Transpose", [node.inputs[0]], {"perm": perm})
     y = node.one("ReverseSequence", [x, lengths], {"batch_axis": 0, "time_axis": 1})
     return node.op("Transpose", [y], {"perm": np.argsort(perm).tolist()})
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules: dense from sparse, unique values, buckets, dilation.
+
+
+@rule("SPARSE_TO_DENSE", version=3, inputs=4)
+def sparse_to_dense(node: Node) -> list:
+    """The default value expanded to the output shape, the values scattered at the indices
+    ([N, rank], [N] for a rank-1 output, or one scalar index); a scalar value fills every index."""
+    rank = len(node.shape(0))
+    if rank > 2:
+        raise node.fail(f"indices of rank {rank} (0, 1 or 2)")
+    indices = _int64(node, 0)
+    if rank < 2:
+        indices = node.one("Reshape", [indices, node.ints([-1, 1])])
+    default = node.one("Reshape", [node.inputs[3], node.ints([])])
+    dense = node.one("Expand", [default, _int64(node, 1)])
+    count = node.one("Shape", [indices], {"end": 1})
+    values = node.one("Expand", [node.inputs[2], count]) if len(node.shape(2)) == 0 else node.inputs[2]
+    return node.op("ScatterND", [dense, indices, values])
+
+
+@rule("UNIQUE", version=1)
+def unique(node: Node) -> list:
+    """The distinct values in the order they first appear, and each element's index among them."""
+    y, _, inverse, _ = node.op("Unique", node.inputs[:1], {"sorted": 0}, 4)
+    return [y, _cast_to_output(node, inverse, 1)]
+
+
+@rule("BUCKETIZE", version=1)
+def bucketize(node: Node) -> list:
+    """The number of boundaries not above x (std::upper_bound's position; x is compared as
+    float32, and a NaN lands past every boundary)."""
+    boundaries = np.asarray(node.opt("boundaries") if node.opt("boundaries") is not None else [], np.float32)
+    if (np.diff(boundaries) < 0).any():
+        raise node.fail(f"boundaries {boundaries.tolist()} are not sorted")
+    x = node.inputs[0]
+    if node.tensors[0].get("type") != TflType.FLOAT32:
+        x = node.one("Cast", [x], {"to": int(DataType.FLOAT)})
+    below = node.one("Less", [node.one("Unsqueeze", [x, node.ints([-1])]), node.imp.const(boundaries)])
+    passed = node.one("Cast", [node.one("Not", [below])], {"to": int(DataType.INT32)})
+    return node.op("ReduceSum", [passed, node.ints([-1])], {"keepdims": 0})
+
+
+@rule("DILATE", version=1, inputs=3)
+def dilate(node: Node) -> list:
+    """d - 1 padding values between neighbours along each axis: per dilated axis, a new axis
+    after it padded to d, merged into it, the trailing padding cut."""
+    dims = node.shape(0)
+    dilations = node.const(1).astype(np.int64).reshape(-1)
+    if len(dilations) != len(dims) or (dilations < 1).any() or min(dims, default=0) < 0:
+        raise node.fail(f"dilations {dilations.tolist()} do not fit an input of shape {list(dims)}")
+    x, fill = node.inputs[0], node.one("Reshape", [node.inputs[2], node.ints([])])
+    shape = list(dims)
+    for axis, d in enumerate(dilations.tolist()):
+        if d == 1 or shape[axis] == 0:
+            continue
+        x = node.one("Unsqueeze", [x, node.ints([axis + 1])])
+        pads = [0] * (2 * (len(shape) + 1))
+        pads[len(shape) + 1 + axis + 1] = d - 1
+        x = node.one("Pad", [x, node.ints(pads), fill])
+        merged = shape[axis] * d
+        x = node.one("Reshape", [x, node.ints(shape[:axis] + [merged] + shape[axis + 1 :])])
+        shape[axis] = merged - (d - 1)
+        x = node.one("Slice", [x, node.ints([0]), node.ints([shape[axis]]), node.ints([axis])])
+    return [x if x is not node.inputs[0] else node.one("Identity", [x])]

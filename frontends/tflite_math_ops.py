@@ -1,5 +1,5 @@
 """TFLite builtin math, bitwise and boolean-reduction operators as IR ops: ROUND, ATAN2, ADD_N,
-RELU_0_TO_1, RIGHT_SHIFT, BITWISE_XOR, REDUCE_ANY, REDUCE_ALL."""
+RELU_0_TO_1, RIGHT_SHIFT, BITWISE_XOR, REDUCE_ANY, REDUCE_ALL, BITCAST, FAKE_QUANT."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 
 from offload.ir import DataType, Value
 
-from .tflite_node import DTYPES, Node, rule
+from .tflite_node import DTYPES, Node, _out_dtype, rule
 
 
 @rule("ROUND", version=1)
@@ -87,3 +87,46 @@ def reduce_bool(node: Node) -> list:
     if node.name == "REDUCE_ANY":
         return node.op("Greater", [count, node.ints(0)])
     return node.op("Equal", [count, node.ints(0)])
+
+
+@rule("BITCAST", version=1)
+def bitcast(node: Node) -> list:
+    """The same bits as the output's type; a cast between types of different widths (which
+    changes the shape) is refused."""
+    src, dst = DTYPES.get(node.tensors[0].get("type")), _out_dtype(node)
+    if src is None or src.numpy.itemsize != dst.numpy.itemsize:
+        raise node.unsupported(f"a bitcast from {src} to {dst} changes the element width")
+    return node.op("BitCast", node.inputs[:1], {"to": int(dst)})
+
+
+def _nudged(lo: float, hi: float, q_lo: int, q_hi: int) -> tuple[np.float32, np.float32, np.float32]:
+    """TFLite's Nudge, in float32: the scale, and min and max moved so that 0 is a step."""
+    f32 = np.float32
+    scale = f32(f32(hi) - f32(lo)) / f32(q_hi - q_lo)
+    zero_from_min = f32(q_lo) - f32(lo) / scale
+    zero = q_lo if zero_from_min < q_lo else q_hi if zero_from_min > q_hi else _round_half_away(zero_from_min)
+    return scale, f32(f32(q_lo - zero) * scale), f32(f32(q_hi - zero) * scale)
+
+
+def _round_half_away(v: np.float32) -> float:
+    return float(np.sign(v) * np.floor(np.abs(v) + np.float32(0.5)))
+
+
+@rule("FAKE_QUANT", version=2)
+def fake_quant(node: Node) -> list:
+    """x clamped to the nudged [min, max], snapped to the nearest of its 2^bits steps (halves
+    away from zero, as TfLiteRound: the shifted value is not negative, so floor, plus one where
+    the fraction is at least ½), as LiteRT computes it in float32."""
+    if node.opt("narrow_range"):  # LiteRT refuses it too: it is meant for weights
+        raise node.unsupported("narrow_range is not supported")
+    bits = int(node.opt("num_bits"))
+    lo, hi = float(node.opt("min")), float(node.opt("max"))
+    if not 2 <= bits <= 16 or not lo < hi:
+        raise node.fail(f"num_bits {bits}, min {lo} and max {hi} do not make a quantization")
+    scale, low, high = _nudged(lo, hi, 0, (1 << bits) - 1)
+    x = node.one("Clip", [node.inputs[0], node.scalar(low), node.scalar(high)])
+    steps = node.one("Mul", [node.one("Sub", [x, node.scalar(low)]), node.scalar(np.float32(1) / scale)])
+    whole = node.one("Floor", [steps])
+    up = node.one("GreaterOrEqual", [node.one("Sub", [steps, whole]), node.scalar(0.5)])
+    rounded = node.one("Add", [whole, node.one("Cast", [up], {"to": int(DataType.FLOAT)})])
+    return node.op("Add", [node.one("Mul", [rounded, node.scalar(scale)]), node.scalar(low)])

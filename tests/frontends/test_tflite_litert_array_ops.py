@@ -204,3 +204,87 @@ def test_reverse_sequence(seq_dim, batch_dim, tmp_path):
     )
     lengths = np.array([0, shape[seq_dim], 2, 1][: shape[batch_dim]], np.int32)
     check(data, {"x": floats(*shape), "n": lengths}, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "indices, values, shape",
+    [
+        (np.array([[0, 1], [2, 3], [1, 0]], np.int32), np.array([1.5, -2.0, 3.0], np.float32), [3, 4]),
+        (np.array([4, 0, 2], np.int32), np.array([7.0, 8.0, 9.0], np.float32), [6]),
+        (np.array([[1, 1], [0, 2]], np.int64), np.array(4.0, np.float32), [2, 3]),
+    ],
+    ids=["2d", "1d", "scalar_value"],
+)
+def test_sparse_to_dense(indices, values, shape, tmp_path):
+    itype = I64 if indices.dtype == np.int64 else I32
+    data = one_op(
+        B.SPARSE_TO_DENSE,
+        [
+            T("i", list(indices.shape), itype, indices),
+            T("shape", [len(shape)], I32, np.array(shape, np.int32)),
+            T("v", list(values.shape)),
+            T("d", [], data=np.array(-1.0, np.float32)),
+        ],
+        [T("y", shape)],
+        options("SparseToDenseOptions", validate_indices=False),
+    )
+    check(data, {"v": values}, tmp_path)
+
+
+@pytest.mark.parametrize("ttype, out", [(TT.FLOAT32, I32), (I32, I64)])
+def test_unique_keeps_first_appearance_order(ttype, out, tmp_path):
+    x = np.array([3, 1, 3, 7, 1, 0, 7, 7], np.float32 if ttype == TT.FLOAT32 else np.int32)
+    data = one_op(
+        B.UNIQUE,
+        [T("x", [8], ttype)],
+        [T("y", [0], ttype, signature=[-1]), T("idx", [8], out)],
+        options("UniqueOptions", idx_out_type=out),
+    )
+    check(data, {"x": x}, tmp_path)
+
+
+@pytest.mark.parametrize("ttype", [TT.FLOAT32, I32])
+def test_bucketize(ttype, tmp_path):
+    dtype = np.float32 if ttype == TT.FLOAT32 else np.int32
+    boundaries = np.array([-2.0, 0.0, 0.5, 3.0], np.float32)
+    x = np.array([-5, -2, -1, 0, 0.5, 0.25, 3, 10, np.nan if ttype == TT.FLOAT32 else 1], np.float64)
+    data = one_op(
+        B.BUCKETIZE,
+        [T("x", [9], ttype)],
+        [T("y", [9], I32)],
+        options("BucketizeOptions", boundaries=boundaries),
+    )
+    check(data, {"x": x.astype(dtype)}, tmp_path)
+
+
+@pytest.mark.parametrize("ttype", [TT.FLOAT32, I32])
+def test_dilate(ttype, tmp_path):
+    dtype = np.float32 if ttype == TT.FLOAT32 else np.int32
+    data = one_op(
+        B.DILATE,
+        [T("x", [2, 3, 4], ttype), T("d", [3], I32, np.array([3, 1, 2], np.int32)), T("p", [], ttype)],
+        [T("y", [4, 3, 7], ttype)],
+    )
+    check(data, {"x": (floats(2, 3, 4) * 10).astype(dtype), "p": np.array(-7, dtype)}, tmp_path)
+
+
+def test_int8_data_movement_keeps_scales_and_pads_with_the_zero_point(tmp_path):
+    """int8 tensors with a scale: the float rules run between DequantizeLinear and
+    QuantizeLinear, exact for moves (SPACE_TO_BATCH_ND pads with the zero point)."""
+    q = (0.05, -3)
+    x = RNG.integers(-128, 128, (1, 3, 4, 2)).astype(np.int8)
+    block, pads = np.array([2, 2], np.int32), np.array([[1, 0], [0, 2]], np.int32)
+    data = one_op(
+        B.SPACE_TO_BATCH_ND,
+        [T("x", [1, 3, 4, 2], TT.INT8, quant=q), T("b", [2], I32, block), T("p", [2, 2], I32, pads)],
+        [T("y", [4, 2, 3, 2], TT.INT8, quant=q)],
+        options("SpaceToBatchNDOptions"),
+    )
+    check(data, {"x": x}, tmp_path, rtol=0, atol=0)
+    data = one_op(
+        B.UNPACK,
+        [T("x", [1, 3, 4, 2], TT.INT8, quant=q)],
+        [T(f"y{i}", [1, 3, 2], TT.INT8, quant=q) for i in range(4)],
+        options("UnpackOptions", num=4, axis=2),
+    )
+    check(data, {"x": x}, tmp_path, rtol=0, atol=0)

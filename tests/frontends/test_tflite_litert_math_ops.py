@@ -250,3 +250,33 @@ def test_non_max_suppression(v5, limit, iou, score, tmp_path):
 def test_soft_non_max_suppression_is_refused_by_name():
     with pytest.raises(offload.errors.UnsupportedOpError, match=r"NON_MAX_SUPPRESSION_V5.*soft_nms_sigma"):
         offload.load(nms_model(True, 4, 2, 0.5, 0.0, sigma=0.5))
+
+
+@pytest.mark.parametrize(
+    "lo, hi, bits",
+    [(-1.0, 1.0, 8), (-0.3, 2.7, 4), (0.2, 3.0, 8), (-6.0, -1.0, 3)],
+    ids=["symmetric", "4bit", "min_above_zero", "max_below_zero"],
+)
+def test_fake_quant_nudges_its_range_as_litert(lo, hi, bits, tmp_path):
+    data = one_op(
+        B.FAKE_QUANT,
+        [T("x", [64])],
+        [T("y", [64])],
+        options("FakeQuantOptions", min=lo, max=hi, num_bits=bits),
+    )
+    x = np.linspace(lo - 1, hi + 1, 64, dtype=np.float32)
+    check(data, {"x": x}, tmp_path, rtol=0, atol=0)
+
+
+def test_narrow_range_fake_quant_is_refused_as_litert_refuses_it():
+    opts = options("FakeQuantOptions", min=-1.0, max=1.0, num_bits=8, narrow_range=True)
+    with pytest.raises(offload.errors.UnsupportedOpError, match=r"FAKE_QUANT.*narrow_range"):
+        offload.load(one_op(B.FAKE_QUANT, [T("x", [4])], [T("y", [4])], opts))
+
+
+@pytest.mark.parametrize("src, dst", [(F32, I32), (I32, TT.UINT32), (TT.INT16, TT.FLOAT16)])
+def test_bitcast_between_types_of_one_width(src, dst, tmp_path):
+    numpy = {F32: np.float32, I32: np.int32, TT.UINT32: np.uint32, TT.INT16: np.int16, TT.FLOAT16: np.float16}
+    x = RNG.integers(-1000, 1000, 6).astype(numpy[src])
+    data = one_op(B.BITCAST, [T("x", [2, 3], src)], [T("y", [2, 3], dst)])
+    check(data, {"x": x.reshape(2, 3)}, tmp_path, rtol=0, atol=0)

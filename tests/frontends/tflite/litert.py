@@ -45,13 +45,26 @@ def check(data: bytes, feeds: dict, tmp_path, rtol=1e-6, atol=1e-6, backend=None
 
 
 def options(table: str, **fields) -> callable:
-    """A builder of the ``table`` options (e.g. "UnpackOptions") with ``fields`` set."""
+    """A builder of the ``table`` options (e.g. "UnpackOptions") with ``fields`` set (a numpy
+    array for a vector field: float32 or int32)."""
     module = importlib.import_module(f"offload.schemas.generated.tflite.{table}")
 
+    def camel(field: str) -> str:
+        return "".join(p[:1].upper() + p[1:] for p in field.split("_"))
+
     def write(b):
-        module.Start(b)
+        values = {}
         for field, value in fields.items():
-            getattr(module, "Add" + "".join(p[:1].upper() + p[1:] for p in field.split("_")))(b, value)
+            if isinstance(value, np.ndarray):  # a vector: written before the table
+                getattr(module, f"Start{camel(field)}Vector")(b, len(value))
+                prepend = b.PrependFloat32 if value.dtype == np.float32 else b.PrependInt32
+                for v in reversed(value.tolist()):
+                    prepend(v)
+                value = b.EndVector()
+            values[field] = value
+        module.Start(b)
+        for field, value in values.items():
+            getattr(module, f"Add{camel(field)}")(b, value)
         return getattr(BuiltinOptions, table), module.End(b)
 
     return write
