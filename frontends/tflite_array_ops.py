@@ -317,15 +317,21 @@ def bucketize(node: Node) -> list:
 
 @rule("DILATE", version=1, inputs=3)
 def dilate(node: Node) -> list:
-    """d - 1 padding values between neighbours along each axis: per dilated axis, a new axis
-    after it padded to d, merged into it, the trailing padding cut."""
     dims = node.shape(0)
     dilations = node.const(1).astype(np.int64).reshape(-1)
     if len(dilations) != len(dims) or (dilations < 1).any() or min(dims, default=0) < 0:
         raise node.fail(f"dilations {dilations.tolist()} do not fit an input of shape {list(dims)}")
-    x, fill = node.inputs[0], node.one("Reshape", [node.inputs[2], node.ints([])])
-    shape = list(dims)
-    for axis, d in enumerate(dilations.tolist()):
+    fill = node.one("Reshape", [node.inputs[2], node.ints([])])
+    x, _ = _dilated(node, node.inputs[0], list(dims), dilations.tolist(), fill)
+    return [x if x is not node.inputs[0] else node.one("Identity", [x])]
+
+
+def _dilated(node: Node, x: Value, shape: list, dilations: list, fill: Value) -> tuple[Value, list]:
+    """``x`` with d - 1 ``fill`` values between neighbours along each axis (d its dilation): per
+    dilated axis, a new axis after it padded to d, merged into it, the trailing padding cut.
+    Returns the value and its shape."""
+    shape = list(shape)
+    for axis, d in enumerate(dilations):
         if d == 1 or shape[axis] == 0:
             continue
         x = node.one("Unsqueeze", [x, node.ints([axis + 1])])
@@ -336,4 +342,33 @@ def dilate(node: Node) -> list:
         x = node.one("Reshape", [x, node.ints(shape[:axis] + [merged] + shape[axis + 1 :])])
         shape[axis] = merged - (d - 1)
         x = node.one("Slice", [x, node.ints([0]), node.ints([shape[axis]]), node.ints([axis])])
+    return x, shape
+
+
+@rule("STABLEHLO_PAD", version=1, inputs=2)
+def stablehlo_pad(node: Node) -> list:
+    """Interior padding between neighbours (as DILATE, interior + 1), then the edges: a positive
+    edge pads with the padding value, a negative one cuts."""
+    kind, options = node.operator.get("builtin_options_2")
+    if kind != "StablehloPadOptions":
+        raise node.fail(f"has options {kind}, not StablehloPadOptions")
+    dims = list(node.shape(0))
+    low, high, interior = (
+        np.asarray(options.get(f) if options.get(f) is not None else [], np.int64).reshape(-1)
+        for f in ("edge_padding_low", "edge_padding_high", "interior_padding")
+    )
+    if not len(low) == len(high) == len(interior) == len(dims) or (interior < 0).any() or min(dims) < 0:
+        raise node.fail(
+            f"paddings {low.tolist()}, {high.tolist()}, {interior.tolist()} do not fit shape {dims}"
+        )
+    fill = node.one("Reshape", [node.inputs[1], node.ints([])])
+    x, shape = _dilated(node, node.inputs[0], dims, (interior + 1).tolist(), fill)
+    if (low > 0).any() or (high > 0).any():
+        x = node.one("Pad", [x, node.ints(np.concatenate([np.maximum(low, 0), np.maximum(high, 0)])), fill])
+    if (low < 0).any() or (high < 0).any():
+        full = np.array(shape) + np.maximum(low, 0) + np.maximum(high, 0)
+        start, end = -np.minimum(low, 0), full + np.minimum(high, 0)
+        if (end < start).any():
+            raise node.fail(f"edges {low.tolist()}, {high.tolist()} cut more than the shape {shape}")
+        x = node.one("Slice", [x, node.ints(start), node.ints(end)])
     return [x if x is not node.inputs[0] else node.one("Identity", [x])]

@@ -1,11 +1,13 @@
 """TFLite builtin math, bitwise and boolean-reduction operators as IR ops: ROUND, ATAN2, ADD_N,
-RELU_0_TO_1, RIGHT_SHIFT, BITWISE_XOR, REDUCE_ANY, REDUCE_ALL, BITCAST, FAKE_QUANT."""
+RELU_0_TO_1, RIGHT_SHIFT, BITWISE_XOR, REDUCE_ANY, REDUCE_ALL, BITCAST, FAKE_QUANT, and the
+elementwise StableHLO operators LiteRT runs."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from offload.ir import DataType, Value
+from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 
 from .tflite_node import DTYPES, Node, _out_dtype, rule
 
@@ -130,3 +132,23 @@ def fake_quant(node: Node) -> list:
     up = node.one("GreaterOrEqual", [node.one("Sub", [steps, whole]), node.scalar(0.5)])
     rounded = node.one("Add", [whole, node.one("Cast", [up], {"to": int(DataType.FLOAT)})])
     return node.op("Add", [node.one("Mul", [rounded, node.scalar(scale)]), node.scalar(low)])
+
+
+# StableHLO's elementwise operators that LiteRT runs, on operands of one shape
+STABLEHLO_BINARY = {
+    "STABLEHLO_ADD": "Add",
+    "STABLEHLO_MULTIPLY": "Mul",
+    "STABLEHLO_MAXIMUM": "Max",
+    "STABLEHLO_MINIMUM": "Min",
+}
+
+
+@rule(*STABLEHLO_BINARY, version=1, inputs=2)
+def stablehlo_binary(node: Node) -> list:
+    return node.op(STABLEHLO_BINARY[node.name], node.inputs[:2])
+
+
+@rule("STABLEHLO_AND", version=1, inputs=2)
+def stablehlo_and(node: Node) -> list:
+    logical = node.tensors[0].get("type") == TflType.BOOL
+    return node.op("And" if logical else "BitwiseAnd", node.inputs[:2])

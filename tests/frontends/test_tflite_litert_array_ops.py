@@ -288,3 +288,28 @@ def test_int8_data_movement_keeps_scales_and_pads_with_the_zero_point(tmp_path):
         options("UnpackOptions", num=4, axis=2),
     )
     check(data, {"x": x}, tmp_path, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "low, high, interior",
+    [
+        ([1, 0, 2], [0, 3, 1], [0, 0, 0]),
+        ([0, 1, -1], [2, -2, 0], [1, 0, 2]),
+        ([-1, 0, 0], [0, 0, -3], [2, 1, 0]),
+    ],
+    ids=["edges", "interior_and_cuts", "cuts_after_interior"],
+)
+def test_stablehlo_pad(low, high, interior, tmp_path):
+    from offload.schemas.generated.tflite.BuiltinOptions2 import BuiltinOptions2
+
+    shape = [2, 3, 4]
+    out = [(n - 1) * (i + 1) + 1 + lo + hi for n, lo, hi, i in zip(shape, low, high, interior)]
+    opts = options(
+        "StablehloPadOptions",
+        BuiltinOptions2,
+        edge_padding_low=np.array(low, np.int64),
+        edge_padding_high=np.array(high, np.int64),
+        interior_padding=np.array(interior, np.int64),
+    )
+    data = one_op(B.STABLEHLO_PAD, [T("x", shape), T("p", [])], [T("y", out)], opts_2=opts)
+    check(data, {"x": floats(*shape), "p": np.array(9.5, np.float32)}, tmp_path)

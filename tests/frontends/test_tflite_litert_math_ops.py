@@ -280,3 +280,22 @@ def test_bitcast_between_types_of_one_width(src, dst, tmp_path):
     x = RNG.integers(-1000, 1000, 6).astype(numpy[src])
     data = one_op(B.BITCAST, [T("x", [2, 3], src)], [T("y", [2, 3], dst)])
     check(data, {"x": x.reshape(2, 3)}, tmp_path, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "op", ["STABLEHLO_ADD", "STABLEHLO_MULTIPLY", "STABLEHLO_MAXIMUM", "STABLEHLO_MINIMUM"]
+)
+@pytest.mark.parametrize("ttype", [F32, I32, TT.INT8])
+def test_stablehlo_elementwise(op, ttype, tmp_path):
+    dtype = {F32: np.float32, I32: np.int32, TT.INT8: np.int8}[ttype]
+    a, b = (floats(2, 5) * 20).astype(dtype), (floats(2, 5) * 20).astype(dtype)
+    data = one_op(getattr(B, op), [T("a", [2, 5], ttype), T("b", [2, 5], ttype)], [T("y", [2, 5], ttype)])
+    check(data, {"a": a, "b": b}, tmp_path)
+
+
+@pytest.mark.parametrize("ttype", [BOOL, I32, TT.INT8])
+def test_stablehlo_and(ttype, tmp_path):
+    dtype = {BOOL: bool, I32: np.int32, TT.INT8: np.int8}[ttype]
+    a, b = (RNG.integers(-100, 100, 8).astype(dtype) for _ in range(2))
+    data = one_op(B.STABLEHLO_AND, [T("a", [8], ttype), T("b", [8], ttype)], [T("y", [8], ttype)])
+    check(data, {"a": a, "b": b}, tmp_path)

@@ -96,3 +96,63 @@ def test_bidirectional_sequence_rnn(time_major, merge, tmp_path):
 def test_sequence_rnn_with_relu6_is_refused_by_name():
     with pytest.raises(offload.errors.UnsupportedOpError, match=r"UNIDIRECTIONAL_SEQUENCE_RNN.*activation 3"):
         offload.load(sequence_rnn_model(Act.RELU6, False))
+
+
+def _lstm_cell(tensors: list, prefix: str, n_in: int, n_cell: int, peepholes: bool, projection: int) -> list:
+    """The 17 cell inputs of an LSTM (weights i, f, c, o; recurrent weights; peepholes i, f, o;
+    biases; projection weights and bias), appended to ``tensors``; their indices (-1 omitted)."""
+    n_out = projection or n_cell
+
+    def add(name, *shape):
+        tensors.append(
+            T(f"{prefix}{name}", list(shape), data=(RNG.standard_normal(shape) * 0.6).astype(np.float32))
+        )
+        return len(tensors) - 1
+
+    picks = [add(f"w_{g}", n_cell, n_in) for g in "ifco"] + [add(f"r_{g}", n_cell, n_out) for g in "ifco"]
+    picks += [add(f"p_{g}", n_cell) if peepholes else -1 for g in "ifo"]
+    picks += [add(f"b_{g}", n_cell) for g in "ifco"]
+    picks += [add("proj_w", n_out, n_cell), add("proj_b", n_out)] if projection else [-1, -1]
+    return picks
+
+
+def _state(tensors: list, name: str, size: int) -> int:
+    tensors.append(T(name, [BATCH, size], is_variable=True))
+    return len(tensors) - 1
+
+
+@pytest.mark.parametrize("peepholes, projection, clip", [(False, 0, 0.0), (True, 3, 0.8)])
+def test_lstm_step_keeps_its_states(peepholes, projection, clip, tmp_path):
+    tensors = [T("x", [BATCH, INPUT])]
+    inputs = [0, *_lstm_cell(tensors, "", INPUT, UNITS, peepholes, projection)]
+    inputs += [_state(tensors, "h", projection or UNITS), _state(tensors, "c", UNITS), -1, -1, -1, -1]
+    tensors.append(T("y", [BATCH, projection or UNITS]))
+    opts = options("LSTMOptions", fused_activation_function=Act.TANH, cell_clip=clip, proj_clip=clip)
+    op = Op(B.LSTM, inputs, [len(tensors) - 1], opts)
+    check_calls(build([Graph(tensors, [op], [0], [len(tensors) - 1])]), tmp_path, calls=3)
+
+
+@pytest.mark.parametrize("time_major", [False, True])
+@pytest.mark.parametrize("merge", [False, True])
+def test_bidirectional_sequence_lstm(time_major, merge, tmp_path):
+    seq = [STEPS, BATCH] if time_major else [BATCH, STEPS]
+    tensors = [T("x", [*seq, INPUT])]
+    inputs = [
+        0,
+        *_lstm_cell(tensors, "fw_", INPUT, UNITS, False, 0),
+        *_lstm_cell(tensors, "bw_", INPUT, UNITS, True, 0),
+    ]
+    inputs += [_state(tensors, name, UNITS) for name in ("fw_h", "fw_c", "bw_h", "bw_c")] + [-1] * 9
+    outs = [T("y", [*seq, 2 * UNITS])] if merge else [T("y_fw", [*seq, UNITS]), T("y_bw", [*seq, UNITS])]
+    tensors += outs
+    out_index = list(range(len(tensors) - len(outs), len(tensors)))
+    opts = options(
+        "BidirectionalSequenceLSTMOptions",
+        fused_activation_function=Act.TANH,
+        cell_clip=0.0,
+        proj_clip=0.0,
+        merge_outputs=merge,
+        time_major=time_major,
+    )
+    op = Op(B.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, out_index, opts)
+    check_calls(build([Graph(tensors, [op], [0], out_index)]), tmp_path)

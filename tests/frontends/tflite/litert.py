@@ -44,9 +44,10 @@ def check(data: bytes, feeds: dict, tmp_path, rtol=1e-6, atol=1e-6, backend=None
             np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol, err_msg=name)
 
 
-def options(table: str, **fields) -> callable:
+def options(table: str, union=BuiltinOptions, **fields) -> callable:
     """A builder of the ``table`` options (e.g. "UnpackOptions") with ``fields`` set (a numpy
-    array for a vector field: float32 or int32)."""
+    array for a vector field: float32, int64 or int32); ``union`` BuiltinOptions2 for the
+    operators whose options sit in the second union."""
     module = importlib.import_module(f"offload.schemas.generated.tflite.{table}")
 
     def camel(field: str) -> str:
@@ -57,7 +58,9 @@ def options(table: str, **fields) -> callable:
         for field, value in fields.items():
             if isinstance(value, np.ndarray):  # a vector: written before the table
                 getattr(module, f"Start{camel(field)}Vector")(b, len(value))
-                prepend = b.PrependFloat32 if value.dtype == np.float32 else b.PrependInt32
+                prepend = {np.float32: b.PrependFloat32, np.int64: b.PrependInt64}.get(
+                    value.dtype.type, b.PrependInt32
+                )
                 for v in reversed(value.tolist()):
                     prepend(v)
                 value = b.EndVector()
@@ -65,14 +68,23 @@ def options(table: str, **fields) -> callable:
         module.Start(b)
         for field, value in values.items():
             getattr(module, f"Add{camel(field)}")(b, value)
-        return getattr(BuiltinOptions, table), module.End(b)
+        return getattr(union, table), module.End(b)
 
     return write
 
 
-def one_op(code: int, inputs: list[T], outputs: list[T], opts=None) -> bytes:
+def one_op(code: int, inputs: list[T], outputs: list[T], opts=None, opts_2=None) -> bytes:
     """A model of one operator: its inputs without data are the model's inputs."""
     tensors = [*inputs, *outputs]
     graph_inputs = [i for i, t in enumerate(inputs) if t.data is None]
     outs = list(range(len(inputs), len(tensors)))
-    return build([Graph(tensors, [Op(code, list(range(len(inputs))), outs, opts)], graph_inputs, outs)])
+    return build(
+        [
+            Graph(
+                tensors,
+                [Op(code, list(range(len(inputs))), outs, opts, options_2=opts_2)],
+                graph_inputs,
+                outs,
+            )
+        ]
+    )
