@@ -372,3 +372,45 @@ def stablehlo_pad(node: Node) -> list:
             raise node.fail(f"edges {low.tolist()}, {high.tolist()} cut more than the shape {shape}")
         x = node.one("Slice", [x, node.ints(start), node.ints(end)])
     return [x if x is not node.inputs[0] else node.one("Identity", [x])]
+
+
+COMBINERS = {0: "SUM", 1: "MEAN", 2: "SQRTN"}
+
+
+@rule("EMBEDDING_LOOKUP_SPARSE", version=1, inputs=5)
+def embedding_lookup_sparse(node: Node) -> list:
+    """Inputs: ids [N], sparse indices [N, k], the constant dense shape [k], weights [N], the
+    table [V, …]. Each lookup's row of the table, times its weight, is added into the output
+    row its indices name without the last (ScatterND add); MEAN divides each row by the sum
+    of its weights, SQRTN by the root of the sum of their squares; a row no lookup names is
+    zeros."""
+    combiner = COMBINERS.get(node.opt("combiner"))
+    if combiner is None:
+        raise node.fail(f"combiner {node.opt('combiner')} is none of SUM, MEAN, SQRTN")
+    dense = node.const(2).astype(np.int64).reshape(-1)
+    table = node.dims(4)
+    if len(dense) < 1 or (dense < 0).any() or not all(isinstance(d, int) for d in table[1:]):
+        raise node.fail(f"dense shape {dense.tolist()} or table shape {table} is not usable")
+    rows = int(np.prod(dense[:-1]))
+    strides = np.cumprod([1, *dense[1:-1][::-1]])[::-1].astype(np.int64)  # row-major over dense[:-1]
+    bucket = node.one("Slice", [_int64(node, 1), node.ints([0]), node.ints([len(dense) - 1]), node.ints([1])])
+    bucket = node.one(
+        "ReduceSum", [node.one("Mul", [bucket, node.ints(strides)]), node.ints([1])], {"keepdims": 1}
+    )
+    weights = node.inputs[3]
+    picked = node.one("Gather", [node.inputs[4], node.inputs[0]], {"axis": 0})
+    scale = node.one("Reshape", [weights, node.ints([-1] + [1] * (len(table) - 1))])
+    zeros = node.imp.const(np.zeros((rows, *table[1:]), np.float32))
+    sums = node.one("ScatterND", [zeros, bucket, node.one("Mul", [picked, scale])], {"reduction": "add"})
+    if combiner != "SUM":
+        per_row = node.imp.const(np.zeros(rows, np.float32))
+        w = weights if combiner == "MEAN" else node.one("Mul", [weights, weights])
+        total = node.one("ScatterND", [per_row, bucket, w], {"reduction": "add"})
+        ones = node.one("Expand", [node.scalar(1.0), node.one("Shape", [weights])])
+        count = node.one("ScatterND", [per_row, bucket, ones], {"reduction": "add"})
+        total = total if combiner == "MEAN" else node.one("Sqrt", [total])
+        shape = node.ints([-1] + [1] * (len(table) - 1))
+        total, named = (node.one("Reshape", [v, shape]) for v in (total, count))
+        named = node.one("Greater", [named, node.scalar(0.0)])
+        sums = node.one("Where", [named, node.one("Div", [sums, total]), sums])
+    return node.op("Reshape", [sums, node.ints([*dense[:-1].tolist(), *table[1:]])])

@@ -1,5 +1,5 @@
 """TFLite's fully connected recurrent cells: RNN (one step), UNIDIRECTIONAL_SEQUENCE_RNN and
-BIDIRECTIONAL_SEQUENCE_RNN.
+BIDIRECTIONAL_SEQUENCE_RNN; and SVDF, a filter over a memory of past steps.
 
 One step is ``h' = act(W x + R h + b)``, ONNX RNN's step with one bias (ONNX adds W's and R's
 biases: R's is zero here). RNN is that step written out (MatMul, Add, the activation); the
@@ -117,3 +117,44 @@ def bidirectional_sequence_rnn(node: Node) -> list:
         return [node.one("Reshape", [y, shape])]
     halves = node.op("Split", [y], {"axis": dirs_axis, "num_outputs": 2}, 2)
     return [node.one("Squeeze", [part, node.ints([dirs_axis])]) for part in halves]
+
+
+@rule("SVDF", version=4, inputs=3)
+def svdf(node: Node) -> list:
+    """A singular-value-decomposition filter over the last ``memory`` steps. Inputs: 0 the input
+    [batch, input], 1 the feature weights [filters, input], 2 the time weights [filters, memory],
+    3 an optional bias [units], 4 the state [batch, filters · memory] (a variable tensor). Each
+    call shifts every filter's memory one step (the oldest dropped), appends the filter's
+    response to the input, weights the memory by time, sums each unit's ``rank`` filters, adds
+    the bias and applies the fused activation."""
+    if len(node.inputs) < 5 or node.inputs[4] is None:
+        raise node.fail("has no state (input 4)")
+    for i in (0, 1, 2):
+        if node.tensors[i].get("type") != TflType.FLOAT32:
+            raise node.unsupported(f"input {i} is not float32: quantized SVDFs are not supported")
+    filters, _ = node.shape(1, 2)
+    memory = node.shape(2, 2)[1]
+    rank = int(node.opt("rank"))
+    if rank < 1 or filters % rank or node.shape(2, 2)[0] != filters:
+        raise node.fail(f"{filters} filters, time weights {list(node.shape(2))} and rank {rank} do not fit")
+    units = filters // rank
+    x, state = node.inputs[0], node.inputs[4]
+    feature = node.one("MatMul", [x, permuted_const(node, 1)])  # [batch, filters]
+    memory_now = node.one("Reshape", [state, node.ints([0, filters, memory])])
+    kept = node.one("Slice", [memory_now, node.ints([1]), node.ints([memory]), node.ints([2])])
+    memory_next = node.one("Concat", [kept, node.one("Unsqueeze", [feature, node.ints([2])])], {"axis": 2})
+    weighted = node.one("Mul", [memory_next, node.imp.const(node.const(2).astype(np.float32))])
+    per_filter = node.one("ReduceSum", [weighted, node.ints([2])], {"keepdims": 0})
+    grouped = node.one("Reshape", [per_filter, node.ints([0, units, rank])])
+    y = node.one("ReduceSum", [grouped, node.ints([2])], {"keepdims": 0})
+    if len(node.inputs) > 3 and node.inputs[3] is not None:
+        y = node.one("Add", [y, node.inputs[3]])
+    node.imp.variables.assign_tensor(
+        state, node.one("Reshape", [memory_next, node.ints([0, filters * memory])])
+    )
+    return [node.activation(y)]
+
+
+def permuted_const(node: Node, i: int):
+    """Constant input ``i`` (a 2-D weight) transposed."""
+    return node.imp.const(np.ascontiguousarray(node.const(i).astype(np.float32).T))

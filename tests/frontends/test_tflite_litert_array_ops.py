@@ -313,3 +313,23 @@ def test_stablehlo_pad(low, high, interior, tmp_path):
     )
     data = one_op(B.STABLEHLO_PAD, [T("x", shape), T("p", [])], [T("y", out)], opts_2=opts)
     check(data, {"x": floats(*shape), "p": np.array(9.5, np.float32)}, tmp_path)
+
+
+@pytest.mark.parametrize("combiner", [0, 1, 2], ids=["sum", "mean", "sqrtn"])
+def test_embedding_lookup_sparse(combiner, tmp_path):
+    table = floats(5, 3)
+    ids = np.array([0, 3, 1, 4, 4, 2], np.int32)
+    indices = np.array([[0, 0], [0, 1], [2, 0], [2, 1], [2, 2], [3, 0]], np.int32)  # row 1 empty
+    data = one_op(
+        B.EMBEDDING_LOOKUP_SPARSE,
+        [
+            T("ids", [6], I32),
+            T("indices", [6, 2], I32, indices),
+            T("shape", [2], I32, np.array([4, 3], np.int32)),
+            T("w", [6]),
+            T("table", [5, 3], data=table),
+        ],
+        [T("y", [4, 3])],
+        options("EmbeddingLookupSparseOptions", combiner=combiner),
+    )
+    check(data, {"ids": ids, "w": RNG.uniform(0.5, 2, 6).astype(np.float32)}, tmp_path, rtol=1e-5)

@@ -156,3 +156,25 @@ def test_bidirectional_sequence_lstm(time_major, merge, tmp_path):
     )
     op = Op(B.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, out_index, opts)
     check_calls(build([Graph(tensors, [op], [0], out_index)]), tmp_path)
+
+
+@pytest.mark.parametrize("rank, act, bias", [(1, Act.NONE, True), (2, Act.RELU, False)])
+def test_svdf_remembers_its_last_steps(rank, act, bias, tmp_path):
+    filters, memory = 6, 3
+    tensors = [
+        T("x", [BATCH, INPUT]),
+        T("wf", [filters, INPUT], data=RNG.standard_normal((filters, INPUT)).astype(np.float32)),
+        T("wt", [filters, memory], data=RNG.standard_normal((filters, memory)).astype(np.float32)),
+    ]
+    inputs = [0, 1, 2]
+    if bias:
+        tensors.append(
+            T("b", [filters // rank], data=RNG.standard_normal(filters // rank).astype(np.float32))
+        )
+    inputs.append(len(tensors) - 1 if bias else -1)
+    tensors += [T("state", [BATCH, filters * memory], is_variable=True), T("y", [BATCH, filters // rank])]
+    inputs.append(len(tensors) - 2)
+    op = Op(
+        B.SVDF, inputs, [len(tensors) - 1], options("SVDFOptions", rank=rank, fused_activation_function=act)
+    )
+    check_calls(build([Graph(tensors, [op], [0], [len(tensors) - 1])]), tmp_path, calls=5)
