@@ -9,6 +9,7 @@ import pytest
 
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator as B
 from offload.schemas.generated.tflite.TensorType import TensorType as TT
+from tests.delegates.opencl_support import needs_opencl
 from tests.frontends.tflite.build import T
 from tests.frontends.tflite.litert import check, one_op, options
 
@@ -23,7 +24,8 @@ def floats(*shape) -> np.ndarray:
 
 
 @pytest.mark.parametrize("axis, ttype", [(1, TT.FLOAT32), (-3, TT.INT32), (2, TT.FLOAT32)])
-def test_unpack(axis, ttype, tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_unpack(axis, ttype, backend, tmp_path):
     shape = [2, 3, 4]
     dtype = np.float32 if ttype == TT.FLOAT32 else np.int32
     n = shape[axis]
@@ -34,7 +36,7 @@ def test_unpack(axis, ttype, tmp_path):
         [T(f"y{i}", out, ttype) for i in range(n)],
         options("UnpackOptions", num=n, axis=axis),
     )
-    check(data, {"x": (floats(*shape) * 10).astype(dtype)}, tmp_path)
+    check(data, {"x": (floats(*shape) * 10).astype(dtype)}, tmp_path, backend=backend)
 
 
 @pytest.mark.parametrize(
@@ -46,7 +48,8 @@ def test_unpack(axis, ttype, tmp_path):
     ],
     ids=["4d_padded", "4d", "3d"],
 )
-def test_space_to_batch_and_back(shape, block, pads, tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_space_to_batch_and_back(shape, block, pads, backend, tmp_path):
     block_a = np.array(block, np.int32)
     pads_a = np.array(pads, np.int32)
     padded = [s + sum(p) for s, p in zip(shape[1:], pads)]
@@ -58,14 +61,14 @@ def test_space_to_batch_and_back(shape, block, pads, tmp_path):
         options("SpaceToBatchNDOptions"),
     )
     x = floats(*shape)
-    check(data, {"x": x}, tmp_path)
+    check(data, {"x": x}, tmp_path, backend=backend)
     data = one_op(
         B.BATCH_TO_SPACE_ND,
         [T("x", out), T("block", [len(block)], I32, block_a), T("crops", [len(block), 2], I32, pads_a)],
         [T("y", shape)],
         options("BatchToSpaceNDOptions"),
     )
-    check(data, {"x": floats(*out)}, tmp_path)
+    check(data, {"x": floats(*out)}, tmp_path, backend=backend)
 
 
 @pytest.mark.parametrize("axis, vtype", [(-1, TT.FLOAT32), (0, TT.INT32), (1, TT.FLOAT32)])
@@ -110,7 +113,8 @@ def test_broadcast_args(ttype, tmp_path):
 
 
 @pytest.mark.parametrize("ttype", [TT.FLOAT32, I32])
-def test_scatter_nd_adds_repeated_indices(ttype, tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_scatter_nd_adds_repeated_indices(ttype, backend, tmp_path):
     dtype = np.float32 if ttype == TT.FLOAT32 else np.int32
     indices = np.array([[1], [3], [1]], np.int32)
     data = one_op(
@@ -123,18 +127,24 @@ def test_scatter_nd_adds_repeated_indices(ttype, tmp_path):
         [T("y", [5, 2], ttype)],
         options("ScatterNdOptions"),
     )
-    check(data, {"u": (floats(3, 2) * 10).astype(dtype)}, tmp_path)
+    check(data, {"u": (floats(3, 2) * 10).astype(dtype)}, tmp_path, backend=backend)
 
 
 @pytest.mark.parametrize("start", [[1, 2], [-3, 1], [9, 9]], ids=["inside", "negative", "past_the_end"])
-def test_dynamic_update_slice_clamps_the_start(start, tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_dynamic_update_slice_clamps_the_start(start, backend, tmp_path):
     data = one_op(
         B.DYNAMIC_UPDATE_SLICE,
         [T("x", [4, 5]), T("u", [2, 3]), T("start", [2], I32)],
         [T("y", [4, 5])],
         options("DynamicUpdateSliceOptions"),
     )
-    check(data, {"x": floats(4, 5), "u": floats(2, 3), "start": np.array(start, np.int32)}, tmp_path)
+    check(
+        data,
+        {"x": floats(4, 5), "u": floats(2, 3), "start": np.array(start, np.int32)},
+        tmp_path,
+        backend=backend,
+    )
 
 
 def test_embedding_lookup(tmp_path):
@@ -184,17 +194,19 @@ def test_matrix_diag(ttype, tmp_path):
 
 
 @pytest.mark.parametrize("shape", [[2, 3, 4], [4, 2]], ids=["wide", "tall"])
-def test_matrix_set_diag(shape, tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_matrix_set_diag(shape, backend, tmp_path):
     k = min(shape[-2:])
     diag = [*shape[:-2], k]
     data = one_op(
         B.MATRIX_SET_DIAG, [T("x", shape), T("d", diag)], [T("y", shape)], options("MatrixSetDiagOptions")
     )
-    check(data, {"x": floats(*shape), "d": floats(*diag)}, tmp_path)
+    check(data, {"x": floats(*shape), "d": floats(*diag)}, tmp_path, backend=backend)
 
 
 @pytest.mark.parametrize("seq_dim, batch_dim", [(1, 0), (0, 1), (2, 1), (1, 2)])
-def test_reverse_sequence(seq_dim, batch_dim, tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_reverse_sequence(seq_dim, batch_dim, backend, tmp_path):
     shape = [3, 4, 3]
     data = one_op(
         B.REVERSE_SEQUENCE,
@@ -203,7 +215,7 @@ def test_reverse_sequence(seq_dim, batch_dim, tmp_path):
         options("ReverseSequenceOptions", seq_dim=seq_dim, batch_dim=batch_dim),
     )
     lengths = np.array([0, shape[seq_dim], 2, 1][: shape[batch_dim]], np.int32)
-    check(data, {"x": floats(*shape), "n": lengths}, tmp_path)
+    check(data, {"x": floats(*shape), "n": lengths}, tmp_path, backend=backend)
 
 
 @pytest.mark.parametrize(

@@ -25,13 +25,15 @@ def floats(*shape) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def test_round_takes_halves_to_even(tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_round_takes_halves_to_even(backend, tmp_path):
     x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 0.49999997, -0.7, 1e8 + 1, 7.2], np.float32)
     data = one_op(B.ROUND, [T("x", [11])], [T("y", [11])])
-    check(data, {"x": x}, tmp_path, rtol=0, atol=0)
+    check(data, {"x": x}, tmp_path, backend=backend, rtol=0, atol=0)
 
 
-def test_atan2_in_every_quadrant_and_on_the_axes(tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_atan2_in_every_quadrant_and_on_the_axes(backend, tmp_path):
     z, inf = 0.0, np.inf
     pairs = [(1, 1), (1, -1), (-1, -1), (-1, 1), (z, 1), (z, -1), (-z, -1), (1, z), (-1, z), (1, -z)]
     pairs += [(z, z), (z, -z), (-z, -z), (inf, inf), (-inf, -inf), (1, -inf), (-1, inf), (inf, 3)]
@@ -41,7 +43,7 @@ def test_atan2_in_every_quadrant_and_on_the_axes(tmp_path):
     x = np.concatenate([x, floats(20) * 4])
     n = len(y)
     data = one_op(B.ATAN2, [T("y", [n]), T("x", [n])], [T("z", [n])])
-    check(data, {"y": y, "x": x}, tmp_path, rtol=1e-6, atol=0)
+    check(data, {"y": y, "x": x}, tmp_path, backend=backend, rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("ttype", [F32, I32])
@@ -90,7 +92,8 @@ def test_right_shift_clamps_the_shift(ttype, tmp_path):
 
 @pytest.mark.parametrize("op", ["REDUCE_ANY", "REDUCE_ALL"])
 @pytest.mark.parametrize("axes, keep", [([1], False), ([0, 2], True), ([], False)])
-def test_reduce_any_all(op, axes, keep, tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_reduce_any_all(op, axes, keep, backend, tmp_path):
     shape = [3, 4, 2]
     out = (
         [1 if i in axes else d for i, d in enumerate(shape)]
@@ -105,7 +108,7 @@ def test_reduce_any_all(op, axes, keep, tmp_path):
         [T("y", out, BOOL)],
         options("ReducerOptions", keep_dims=keep),
     )
-    check(data, {"x": x}, tmp_path)
+    check(data, {"x": x}, tmp_path, backend=backend)
 
 
 def l2_pool_model(padding: int, kernel, strides, out_hw, act: int = 0) -> bytes:
@@ -173,9 +176,10 @@ def conv3d_model(padding: int, strides, dilation, bias: bool, act: int = 0) -> t
     ],
     ids=["same_strided_relu", "valid_dilated", "same_dilated"],
 )
-def test_conv_3d(padding, strides, dilation, bias, act, tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_conv_3d(padding, strides, dilation, bias, act, backend, tmp_path):
     data, shape = conv3d_model(padding, strides, dilation, bias, act)
-    check(data, {"x": floats(*shape)}, tmp_path, rtol=1e-5, atol=1e-5)
+    check(data, {"x": floats(*shape)}, tmp_path, backend=backend, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -187,7 +191,8 @@ def test_conv_3d(padding, strides, dilation, bias, act, tmp_path):
     ],
     ids=["same", "valid", "same_odd_output"],
 )
-def test_conv_3d_transpose(padding, strides, out_dhw, bias, tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_conv_3d_transpose(padding, strides, out_dhw, bias, backend, tmp_path):
     w = floats(2, 3, 3, 4, 2)  # DHWOI
     tensors = [
         T("shape", [5], I32, np.array([1, *out_dhw, 4], np.int32)),
@@ -203,7 +208,7 @@ def test_conv_3d_transpose(padding, strides, out_dhw, bias, tmp_path):
         [T("y", [1, *out_dhw, 4])],
         options("Conv3DOptions", padding=padding, **fields),
     )
-    check(data, {"x": floats(1, 3, 4, 5, 2)}, tmp_path, rtol=1e-5, atol=1e-5)
+    check(data, {"x": floats(1, 3, 4, 5, 2)}, tmp_path, backend=backend, rtol=1e-5, atol=1e-5)
 
 
 @needs_opencl
@@ -257,7 +262,8 @@ def test_soft_non_max_suppression_is_refused_by_name():
     [(-1.0, 1.0, 8), (-0.3, 2.7, 4), (0.2, 3.0, 8), (-6.0, -1.0, 3)],
     ids=["symmetric", "4bit", "min_above_zero", "max_below_zero"],
 )
-def test_fake_quant_nudges_its_range_as_litert(lo, hi, bits, tmp_path):
+@pytest.mark.parametrize("backend", [None, pytest.param("opencl", marks=needs_opencl)])
+def test_fake_quant_nudges_its_range_as_litert(lo, hi, bits, backend, tmp_path):
     data = one_op(
         B.FAKE_QUANT,
         [T("x", [64])],
@@ -265,7 +271,7 @@ def test_fake_quant_nudges_its_range_as_litert(lo, hi, bits, tmp_path):
         options("FakeQuantOptions", min=lo, max=hi, num_bits=bits),
     )
     x = np.linspace(lo - 1, hi + 1, 64, dtype=np.float32)
-    check(data, {"x": x}, tmp_path, rtol=0, atol=0)
+    check(data, {"x": x}, tmp_path, backend=backend, rtol=0, atol=0)
 
 
 def test_narrow_range_fake_quant_is_refused_as_litert_refuses_it():

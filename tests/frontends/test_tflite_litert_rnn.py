@@ -58,8 +58,10 @@ def bidirectional_rnn_model(act: int, time_major: bool, merge: bool) -> bytes:
     return build([Graph(tensors, [op], [0], out_index)])
 
 
-def check_calls(data: bytes, tmp_path, calls: int = 2) -> None:
-    interp = Interpreter(model_content=data)
+def check_calls(data: bytes, tmp_path, calls: int = 2, reference: bytes | None = None, merge=None) -> None:
+    """``calls`` runs of the loaded .pte against as many LiteRT calls on one interpreter of
+    ``reference`` (``data`` by default), its outputs joined by ``merge`` when given."""
+    interp = Interpreter(model_content=reference or data)
     interp.allocate_tensors()
     (inp,) = interp.get_input_details()
     program = offload.load(data)
@@ -70,6 +72,7 @@ def check_calls(data: bytes, tmp_path, calls: int = 2) -> None:
         interp.set_tensor(inp["index"], x)
         interp.invoke()
         want = {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
+        want = merge(want) if merge else want
         got = module.run({"x": x})
         assert sorted(got) == sorted(want)
         for name, w in want.items():
@@ -98,14 +101,20 @@ def test_sequence_rnn_with_relu6_is_refused_by_name():
         offload.load(sequence_rnn_model(Act.RELU6, False))
 
 
-def _lstm_cell(tensors: list, prefix: str, n_in: int, n_cell: int, peepholes: bool, projection: int) -> list:
+def _lstm_cell(
+    tensors: list, prefix: str, n_in: int, n_cell: int, peepholes: bool, projection: int, rng=None
+) -> list:
     """The 17 cell inputs of an LSTM (weights i, f, c, o; recurrent weights; peepholes i, f, o;
     biases; projection weights and bias), appended to ``tensors``; their indices (-1 omitted)."""
     n_out = projection or n_cell
 
     def add(name, *shape):
         tensors.append(
-            T(f"{prefix}{name}", list(shape), data=(RNG.standard_normal(shape) * 0.6).astype(np.float32))
+            T(
+                f"{prefix}{name}",
+                list(shape),
+                data=((rng or RNG).standard_normal(shape) * 0.6).astype(np.float32),
+            )
         )
         return len(tensors) - 1
 
@@ -132,15 +141,14 @@ def test_lstm_step_keeps_its_states(peepholes, projection, clip, tmp_path):
     check_calls(build([Graph(tensors, [op], [0], [len(tensors) - 1])]), tmp_path, calls=3)
 
 
-@pytest.mark.parametrize("time_major", [False, True])
-@pytest.mark.parametrize("merge", [False, True])
-def test_bidirectional_sequence_lstm(time_major, merge, tmp_path):
+def bidirectional_lstm_model(time_major: bool, merge: bool, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)  # the same weights for the same seed
     seq = [STEPS, BATCH] if time_major else [BATCH, STEPS]
     tensors = [T("x", [*seq, INPUT])]
     inputs = [
         0,
-        *_lstm_cell(tensors, "fw_", INPUT, UNITS, False, 0),
-        *_lstm_cell(tensors, "bw_", INPUT, UNITS, True, 0),
+        *_lstm_cell(tensors, "fw_", INPUT, UNITS, False, 0, rng),
+        *_lstm_cell(tensors, "bw_", INPUT, UNITS, True, 0, rng),
     ]
     inputs += [_state(tensors, name, UNITS) for name in ("fw_h", "fw_c", "bw_h", "bw_c")] + [-1] * 9
     outs = [T("y", [*seq, 2 * UNITS])] if merge else [T("y_fw", [*seq, UNITS]), T("y_bw", [*seq, UNITS])]
@@ -155,7 +163,23 @@ def test_bidirectional_sequence_lstm(time_major, merge, tmp_path):
         time_major=time_major,
     )
     op = Op(B.BIDIRECTIONAL_SEQUENCE_LSTM, inputs, out_index, opts)
-    check_calls(build([Graph(tensors, [op], [0], out_index)]), tmp_path)
+    return build([Graph(tensors, [op], [0], out_index)])
+
+
+@pytest.mark.parametrize("time_major, merge", [(False, False), (True, False), (True, True)])
+def test_bidirectional_sequence_lstm(time_major, merge, tmp_path):
+    check_calls(bidirectional_lstm_model(time_major, merge, seed=7), tmp_path)
+
+
+def test_bidirectional_sequence_lstm_merged_batch_major_is_its_two_outputs_side_by_side(tmp_path):
+    """LiteRT's merged batch-major output is not its own two outputs side by side (its backward
+    half differs); offload gives them side by side, checked against LiteRT's unmerged model."""
+    merged, apart = (bidirectional_lstm_model(False, m, seed=7) for m in (True, False))
+
+    def side_by_side(outputs):
+        return {"y": np.concatenate([outputs["y_fw"], outputs["y_bw"]], axis=-1)}
+
+    check_calls(merged, tmp_path, reference=apart, merge=side_by_side)
 
 
 @pytest.mark.parametrize("rank, act, bias", [(1, Act.NONE, True), (2, Act.RELU, False)])
