@@ -35,7 +35,10 @@ def _blocks(node: Node, pairs: int) -> tuple[np.ndarray, np.ndarray, list]:
     """The constant block shape, the constant [M, 2] paddings or crops, and input 0's
     dimensions after the batch (which must be known)."""
     block = node.const(1).astype(np.int64).reshape(-1)
-    edges = node.const(pairs).astype(np.int64).reshape(-1, 2)
+    edges = node.const(pairs).astype(np.int64).reshape(-1)
+    if edges.size != 2 * block.size:
+        raise node.fail(f"{edges.size} edge values for a block of {block.size} axes")
+    edges = edges.reshape(-1, 2)
     dims = node.dims(0)
     if len(edges) != len(block) or not 1 <= len(block) < len(dims) or (block < 1).any() or (edges < 0).any():
         raise node.fail(
@@ -224,7 +227,10 @@ def segment_reduce(node: Node) -> list:
 
 
 def _eye(node: Node, rows: int, cols: int) -> Value:
-    return node.imp.const(np.eye(rows, cols, dtype=bool))
+    """The [rows, cols] mask of the main diagonal, computed (Range, Equal) rather than stored."""
+    zero, one = node.ints(0), node.ints(1)
+    row = node.one("Unsqueeze", [node.one("Range", [zero, node.ints(rows), one]), node.ints([1])])
+    return node.one("Equal", [row, node.one("Range", [zero, node.ints(cols), one])])
 
 
 @rule("MATRIX_DIAG", version=1)
@@ -357,7 +363,11 @@ def stablehlo_pad(node: Node) -> list:
         np.asarray(options.get(f) if options.get(f) is not None else [], np.int64).reshape(-1)
         for f in ("edge_padding_low", "edge_padding_high", "interior_padding")
     )
-    if not len(low) == len(high) == len(interior) == len(dims) or (interior < 0).any() or min(dims) < 0:
+    if (
+        not len(low) == len(high) == len(interior) == len(dims)
+        or (interior < 0).any()
+        or min(dims, default=0) < 0
+    ):
         raise node.fail(
             f"paddings {low.tolist()}, {high.tolist()}, {interior.tolist()} do not fit shape {dims}"
         )
