@@ -168,10 +168,19 @@ def dynamic_update_slice(node: Node) -> list:
     operand, update = node.shape(0), node.shape(1)
     if len(update) != len(operand) or any(u > o for u, o in zip(update, operand)):
         raise node.fail(f"update of shape {list(update)} does not fit the operand's {list(operand)}")
+    if not update:  # scalars: the update is the result
+        return node.op("Identity", [node.inputs[1]])
     start = node.one("Max", [_int64(node, 2), node.ints(np.zeros(len(operand)))])
     start = node.one("Min", [start, node.ints(np.subtract(operand, update))])
-    grid = np.stack(np.meshgrid(*[np.arange(u) for u in update], indexing="ij"), axis=-1).astype(np.int64)
-    indices = node.one("Add", [node.ints(grid.reshape(*update, len(update))), start])
+    # every position of the update, [*update, rank], computed (Range, Expand) rather than stored
+    rank, zero, one = len(update), node.ints(0), node.ints(1)
+    axes = []
+    for k, size in enumerate(update):
+        steps = node.one("Range", [zero, node.ints(size), one])
+        column = node.one("Reshape", [steps, node.ints([size if a == k else 1 for a in range(rank)] + [1])])
+        axes.append(node.one("Expand", [column, node.ints([*update, 1])]))
+    grid = node.one("Concat", axes, {"axis": -1}) if rank > 1 else axes[0]
+    indices = node.one("Add", [grid, start])
     return node.op("ScatterND", [node.inputs[0], indices, node.inputs[1]])
 
 
