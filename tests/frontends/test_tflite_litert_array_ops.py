@@ -345,3 +345,29 @@ def test_embedding_lookup_sparse(combiner, tmp_path):
         options("EmbeddingLookupSparseOptions", combiner=combiner),
     )
     check(data, {"ids": ids, "w": RNG.uniform(0.5, 2, 6).astype(np.float32)}, tmp_path, rtol=1e-5)
+
+
+def test_embedding_lookup_of_an_int8_table_gives_float_rows(tmp_path):
+    """A hybrid lookup: int8 table with a scale, float32 output (LiteRT dequantizes the rows)."""
+    table = RNG.integers(-127, 128, (6, 4)).astype(np.int8)
+    data = one_op(
+        B.EMBEDDING_LOOKUP,
+        [T("ids", [3], I32), T("w", [6, 4], TT.INT8, table, quant=(0.02, 0))],
+        [T("y", [3, 4])],
+    )
+    check(data, {"ids": np.array([5, 0, 5], np.int32)}, tmp_path)
+
+
+def test_one_hot_with_int64_indices_and_bool_values(tmp_path):
+    data = one_op(
+        B.ONE_HOT,
+        [
+            T("i", [5], I64),
+            T("depth", [], I32, np.array(3, np.int32)),
+            T("on", [], BOOL, np.array(True)),
+            T("off", [], BOOL, np.array(False)),
+        ],
+        [T("y", [5, 3], BOOL)],
+        options("OneHotOptions", axis=-1),
+    )
+    check(data, {"i": np.array([2, -1, 0, 3, 1], np.int64)}, tmp_path)
