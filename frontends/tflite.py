@@ -17,7 +17,10 @@ its index; docs/tflite.md lists the rules. Subgraph calls (WHILE, IF: ``tflite_c
 (``tflite_lstm``), sparse constants and DENSIFY (``tflite_sparse``), slices with computed bounds
 (``tflite_slices``) and custom operators (``tflite_custom``) have modules of their own that add
 their rules to ``RULES``. ``Node``, ``rule``, ``RULES`` and the helpers rules share are in
-``tflite_node``; the builtin operators' rules in ``tflite_ops`` and ``tflite_tensor_ops``.
+``tflite_node``; the builtin operators' rules in ``tflite_ops``, ``tflite_tensor_ops``,
+``tflite_array_ops`` (element moves, scatters, segments), ``tflite_math_ops`` and
+``tflite_nn_ops`` (L2 pooling, LRN, 3-D convolutions, non-max suppression); the RNN cells
+in ``tflite_rnn``.
 """
 
 from __future__ import annotations
@@ -40,11 +43,15 @@ from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
 from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 
 from . import (  # noqa: F401  (the rule modules register their rules in RULES)
+    tflite_array_ops,
     tflite_control,
     tflite_int8,
     tflite_litert_custom,
     tflite_lstm,
+    tflite_math_ops,
+    tflite_nn_ops,
     tflite_ops,
+    tflite_rnn,
     tflite_slices,
     tflite_sparse,
     tflite_tensor_ops,

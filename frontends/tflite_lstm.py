@@ -27,13 +27,15 @@ fresh or reset module, as the resource variables do (``tflite._Variables``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from offload.ir import Block, DataType, TensorType, Value
 from offload.schemas.generated.tflite.ActivationFunctionType import ActivationFunctionType as Act
 from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 
-from .tflite_node import Node, rule
+from .tflite_node import INT64_MIN, Node, rule
 
 ACTIVATIONS = {Act.TANH: "Tanh", Act.RELU: "Relu"}
 INPUT_W, RECURRENT_W, PEEPHOLE, BIAS = (1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11), (12, 13, 14, 15)
@@ -57,6 +59,63 @@ def _weights(node: Node, i: int, shape: tuple) -> np.ndarray:
 
 @rule("UNIDIRECTIONAL_SEQUENCE_LSTM", version=4, inputs=1)
 def unidirectional_sequence_lstm(node: Node) -> list:
+    return [sequence_lstm(node, bool(node.opt("time_major")))]
+
+
+@rule("LSTM", version=4, inputs=1)
+def lstm(node: Node) -> list:
+    """One step of the full LSTM kernel (the inputs of UNIDIRECTIONAL_SEQUENCE_LSTM, the input
+    [batch, input]): a sequence of one step. The BASIC kernel and the four-output form of
+    version 1 are refused."""
+    if node.opt("kernel_type") != 0:
+        raise node.unsupported("the BASIC LSTM kernel is not supported (only FULL)")
+    if len(node.outputs) != 1:
+        raise node.unsupported(f"{len(node.outputs)} outputs (the one-output form is supported)")
+    x = node.one("Unsqueeze", [node.inputs[0], node.ints([1])])
+    y = sequence_lstm(replace(node, inputs=[x, *node.inputs[1:]]), time_major=False)
+    return [node.one("Squeeze", [y, node.ints([1])])]
+
+
+# BIDIRECTIONAL_SEQUENCE_LSTM's inputs: 0 the sequence, 1–17 the forward cell (input, recurrent
+# and peephole weights, biases, projection: UNIDIRECTIONAL_SEQUENCE_LSTM's 1–17), 18–34 the
+# backward cell, 35 / 36 the forward output and cell state, 37 / 38 the backward ones, 39–47 an
+# auxiliary input and its weights.
+BIDIRECTIONAL_CELLS = ((1, (35, 36)), (18, (37, 38)))
+
+
+@rule("BIDIRECTIONAL_SEQUENCE_LSTM", version=3, inputs=1)
+def bidirectional_sequence_lstm(node: Node) -> list:
+    """Two LSTMs: the forward one on the sequence, the backward one on the sequence reversed in
+    time, its outputs reversed back; side by side on the last axis when merge_outputs."""
+    if len(node.inputs) < 39:
+        raise node.fail(f"has {len(node.inputs)} inputs, a bidirectional LSTM 39 or 48")
+    if any(i < len(node.inputs) and node.inputs[i] is not None for i in range(39, 48)):
+        raise node.unsupported("an auxiliary input is not supported")
+    time_major = bool(node.opt("time_major"))
+    time_axis = node.ints([0 if time_major else 1])
+
+    def reverse(v):
+        return node.one("Slice", [v, node.ints([-1]), node.ints([INT64_MIN]), time_axis, node.ints([-1])])
+
+    outputs = []
+    for first, (h, c) in BIDIRECTIONAL_CELLS:
+        x = node.inputs[0] if first == 1 else reverse(node.inputs[0])
+        picks = [0, *range(first, first + 17), h, c]
+        cell = replace(
+            node,
+            inputs=[x, *(node.inputs[i] for i in picks[1:])],
+            tensors=[node.tensors[i] for i in picks],
+        )
+        y = sequence_lstm(cell, time_major)
+        outputs.append(y if first == 1 else reverse(y))
+    if node.opt("merge_outputs"):
+        return [node.one("Concat", outputs, {"axis": -1})]
+    return outputs
+
+
+def sequence_lstm(node: Node, time_major: bool):
+    """The LSTM over the sequence at input 0 (UNIDIRECTIONAL_SEQUENCE_LSTM's inputs), its states
+    updated; the output sequence."""
     if len(node.inputs) < 20:
         raise node.fail(f"has {len(node.inputs)} inputs, an LSTM 20 or 24")
     for i in (*INPUT_W[1:], *RECURRENT_W[1:], *BIAS[1:], OUTPUT_STATE, CELL_STATE):
@@ -88,7 +147,6 @@ def unidirectional_sequence_lstm(node: Node) -> list:
     cell_clip, proj_clip = float(node.opt("cell_clip")), float(node.opt("proj_clip"))
     if cell_clip < 0 or proj_clip < 0:
         raise node.fail(f"negative clip (cell {cell_clip}, projection {proj_clip})")
-    time_major = bool(node.opt("time_major"))
     h0, c0 = node.inputs[OUTPUT_STATE], node.inputs[CELL_STATE]
     if cell_clip or projection:
         pw = _weights(node, PROJECTION_W, (n_output, n_cell)) if projection else None
@@ -110,7 +168,7 @@ def unidirectional_sequence_lstm(node: Node) -> list:
         y, h, c = _onnx_lstm(node, w, r, b, p if any(peepholes) else None, cifg, act, time_major)
     node.imp.variables.assign_tensor(h0, h)
     node.imp.variables.assign_tensor(c0, c)
-    return [y]
+    return y
 
 
 def _onnx_lstm(node: Node, w, r, b, p, cifg: bool, act: int, time_major: bool):

@@ -11,43 +11,16 @@ import numpy as np
 import pytest
 
 import offload
-from offload import runtime
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
 from offload.schemas.generated.tflite.ReshapeOptions import ReshapeOptionsStart
 from offload.schemas.generated.tflite.TensorType import TensorType
-from tests.delegates.opencl_support import needs_opencl, run_on_opencl
+from tests.delegates.opencl_support import needs_opencl
 from tests.frontends.tflite.build import Graph, Op, T, build
+from tests.frontends.tflite.litert import check
 
-Interpreter = pytest.importorskip("ai_edge_litert.interpreter", reason="LiteRT is the reference").Interpreter
+pytest.importorskip("ai_edge_litert.interpreter", reason="LiteRT is the reference")
 
 RNG = np.random.default_rng(20261127)
-
-
-def litert(data: bytes, feeds: dict) -> dict:
-    interp = Interpreter(model_content=data)
-    interp.allocate_tensors()
-    for d in interp.get_input_details():
-        interp.set_tensor(d["index"], feeds[d["name"]])
-    interp.invoke()
-    return {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
-
-
-def check(data: bytes, feeds: dict, tmp_path, rtol=1e-6, atol=1e-6, backend=None) -> None:
-    """offload on ``data`` against LiteRT: evaluate and the .pte's run (CPU), or opencl."""
-    want = litert(data, feeds)
-    program = offload.load(data)
-    if backend == "opencl":
-        _, got = run_on_opencl(program, feeds, tmp_path)
-        runs = [got]
-    else:
-        path = tmp_path / "m.pte"
-        offload.save(program, path)
-        runs = [offload.evaluate(program, feeds), runtime.load(str(path)).run(feeds)]
-    for got in runs:
-        assert sorted(got) == sorted(want)
-        for name, w in want.items():
-            assert got[name].shape == w.shape and got[name].dtype == w.dtype, name
-            np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol, err_msg=name)
 
 
 def prelu_model(x_shape, alpha: np.ndarray, y_shape) -> bytes:

@@ -18,6 +18,7 @@ from offload.schemas.generated.tflite import (
     Model,
     Operator,
     OperatorCode,
+    QuantizationParameters,
     SparsityParameters,
     StablehloWhileOptions,
     SubGraph,
@@ -134,6 +135,8 @@ class T:
     data: bytes | np.ndarray | None = None
     is_variable: bool = False
     sparsity: Callable | None = None  # b → SparsityParameters offset
+    signature: list | None = None  # shape_signature: -1 for a dimension known only at run time
+    quant: tuple[float, int] | None = None  # per-tensor (scale, zero point)
 
 
 @dataclass
@@ -158,6 +161,19 @@ class Graph:
     outputs: list
 
 
+def _quantization(b: flatbuffers.Builder, scale: float, zero_point: int) -> int:
+    QuantizationParameters.StartScaleVector(b, 1)
+    b.PrependFloat32(scale)
+    scales = b.EndVector()
+    QuantizationParameters.StartZeroPointVector(b, 1)
+    b.PrependInt64(zero_point)
+    zero_points = b.EndVector()
+    QuantizationParameters.Start(b)
+    QuantizationParameters.AddScale(b, scales)
+    QuantizationParameters.AddZeroPoint(b, zero_points)
+    return QuantizationParameters.End(b)
+
+
 def build(graphs: list[Graph]) -> bytes:
     """A TFL3 model of ``graphs`` (the first is the main subgraph)."""
     b = flatbuffers.Builder(4096)
@@ -174,13 +190,17 @@ def build(graphs: list[Graph]) -> bytes:
         for t in g.tensors:
             name = b.CreateString(t.name)
             shape = _ints(b, Tensor.StartShapeVector, list(t.shape))
+            signature = _ints(b, Tensor.StartShapeSignatureVector, t.signature) if t.signature else None
             sparsity = t.sparsity(b) if t.sparsity is not None else None
+            quant = _quantization(b, *t.quant) if t.quant is not None else None
             index = 0
             if t.data is not None:
                 buffers.append(t.data.tobytes() if isinstance(t.data, np.ndarray) else bytes(t.data))
                 index = len(buffers) - 1
             Tensor.Start(b)
             Tensor.AddShape(b, shape)
+            if signature is not None:
+                Tensor.AddShapeSignature(b, signature)
             Tensor.AddType(b, t.type)
             Tensor.AddBuffer(b, index)
             Tensor.AddName(b, name)
@@ -188,6 +208,8 @@ def build(graphs: list[Graph]) -> bytes:
                 Tensor.AddIsVariable(b, True)
             if sparsity is not None:
                 Tensor.AddSparsity(b, sparsity)
+            if quant is not None:
+                Tensor.AddQuantization(b, quant)
             tensors.append(Tensor.End(b))
         ops = []
         for op in g.ops:
