@@ -494,7 +494,12 @@ class _Variables:
             if len(ins) != 1 or len(outs) != 1 or ins[0] not in self.handles:
                 raise imp.fail(f"{path}: READ_VARIABLE reads no variable handle")
             v = self.current(self.handles[ins[0]], tensors[outs[0]], path)
-            values[outs[0]] = imp.op("Identity", [v])[0]
+            read = imp.op("Identity", [v])[0]
+            declared = imp.tensor_type(tensors[outs[0]], path)
+            read.type = TensorType(
+                declared.dtype, None, declared.quant
+            )  # the scale rules read; shape inferred
+            values[outs[0]] = read
         else:  # ASSIGN_VARIABLE
             if len(ins) != 2 or ins[0] not in self.handles:
                 raise imp.fail(f"{path}: ASSIGN_VARIABLE assigns no variable handle")
@@ -549,11 +554,13 @@ class _Variables:
                 ttype = imp.tensor_type(t, path)
                 if not ttype.is_static:
                     raise UnsupportedOpError(f"{imp.origin}: {path}: variable '{var}' of unknown shape")
-                stype = TensorType(ttype.dtype, ttype.shape)
+                stype = TensorType(ttype.dtype, ttype.shape, ttype.quant)
                 if initial is None:
                     initial = imp.const(np.zeros(ttype.shape, ttype.dtype.numpy))
-            else:
-                stype = TensorType(DataType.from_numpy(initial.dtype), initial.shape)
+            else:  # int8 states keep the scale of the tensor that reads or writes them
+                stype = TensorType(
+                    DataType.from_numpy(initial.dtype), initial.shape, imp.tensor_type(t, path).quant
+                )
                 initial = imp.const(np.ascontiguousarray(initial).reshape(initial.shape))
             if self.flag is None:
                 self.flag = Value(imp.namer.fresh("variables_initialized"), TensorType(DataType.BOOL, ()))

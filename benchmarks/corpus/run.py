@@ -260,7 +260,12 @@ def work(entry: Entry, root: Path, opencl: bool, repeat: int, optimize: bool = F
         emit()
         return
     emit()
-    ports = [(v.name, tuple(v.type.shape), np.dtype(v.type.dtype.numpy)) for v in program.main.inputs]
+    states = set(program.main.states)  # kept by the loaded module between runs, not fed
+    ports = [
+        (v.name, tuple(v.type.shape), np.dtype(v.type.dtype.numpy))
+        for v in program.main.inputs
+        if v.name not in states
+    ]
     sets = entry.shapes or [{}]
     feed_sets = [feeds_for(entry, ports, s, seed) for seed, s in enumerate(sets)]
     try:

@@ -1,6 +1,6 @@
 """TFLite operators and file forms that real models use and LiteRT runs by default: PRELU,
 MediaPipe's ``Convolution2DTransposeBias`` custom operator, an empty tensor that no buffer and no
-operator fills. Each model is built by hand (tests/frontends/tflite/build.py) and run by LiteRT
+operator fills, an int8 resource variable. Each model is built by hand (tests/frontends/tflite/build.py) and run by LiteRT
 live, the reference; offload runs it with ``evaluate``, from a ``.pte``, and delegated to opencl."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import offload
+from offload import runtime
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
 from offload.schemas.generated.tflite.ReshapeOptions import ReshapeOptionsStart
 from offload.schemas.generated.tflite.TensorType import TensorType
@@ -18,7 +19,7 @@ from tests.delegates.opencl_support import needs_opencl
 from tests.frontends.tflite.build import Graph, Op, T, build
 from tests.frontends.tflite.litert import check
 
-pytest.importorskip("ai_edge_litert.interpreter", reason="LiteRT is the reference")
+Interpreter = pytest.importorskip("ai_edge_litert.interpreter", reason="LiteRT is the reference").Interpreter
 
 RNG = np.random.default_rng(20261127)
 
@@ -109,3 +110,63 @@ def test_an_empty_tensor_without_a_buffer_is_an_empty_constant(tmp_path):
     op = Op(BuiltinOperator.RESHAPE, [0, 1], [2], options=_reshape_options)
     data = build([Graph(tensors, [op], [0], [2])])
     check(data, {"x": np.array([[2.5]], np.float32)}, tmp_path)
+
+
+def test_an_int8_variable_keeps_its_scale_across_calls():
+    """A streaming model's int8 state in a resource variable (microWakeWord's layers keep their
+    frames so): read as int8 with a scale, dequantized, added to the input, quantized back with
+    the same scale and assigned; the state carries its scale, and over three calls the outputs
+    follow LiteRT's."""
+    from tests.frontends.tflite.build import _call_once, _var_handle
+
+    scale, zero = 0.05, -128
+    main = Graph(
+        [
+            T("x", [1, 4]),
+            T("handle", [], TensorType.RESOURCE),
+            T("read", [1, 4], TensorType.INT8, quant=(scale, zero)),
+            T("state", [1, 4]),
+            T("sum", [1, 4]),
+            T("stored", [1, 4], TensorType.INT8, quant=(scale, zero)),
+        ],
+        [
+            Op(BuiltinOperator.CALL_ONCE, [], [], _call_once(1)),
+            Op(BuiltinOperator.VAR_HANDLE, [], [1], _var_handle("frames")),
+            Op(BuiltinOperator.READ_VARIABLE, [1], [2]),
+            Op(BuiltinOperator.DEQUANTIZE, [2], [3]),
+            Op(BuiltinOperator.ADD, [3, 0], [4]),
+            Op(BuiltinOperator.QUANTIZE, [4], [5]),
+            Op(BuiltinOperator.ASSIGN_VARIABLE, [1, 5], []),
+        ],
+        [0],
+        [4],
+    )
+    init = Graph(
+        [
+            T("h", [], TensorType.RESOURCE),
+            T("zeros", [1, 4], TensorType.INT8, data=np.full((1, 4), zero, np.int8), quant=(scale, zero)),
+        ],
+        [
+            Op(BuiltinOperator.VAR_HANDLE, [], [0], _var_handle("frames")),
+            Op(BuiltinOperator.ASSIGN_VARIABLE, [0, 1], []),
+        ],
+        [],
+        [],
+    )
+    data = build([main, init])
+    interp = Interpreter(model_content=data)
+    interp.allocate_tensors()
+    (inp,), (out,) = interp.get_input_details(), interp.get_output_details()
+    program = offload.load(data)
+    (state_type,) = [
+        v.type for v in program.main.inputs if v.name in program.main.states and v.type.dtype.name == "INT8"
+    ]
+    assert state_type.quant is not None and float(state_type.quant.scale[0]) == pytest.approx(scale)
+    module = runtime.load(offload.save(program))
+    for step in range(3):
+        x = np.array([[0.1, 0.27, -0.3, 1.0]], np.float32) * (step + 1)
+        interp.set_tensor(inp["index"], x)
+        interp.invoke()
+        want = interp.get_tensor(out["index"])
+        (got,) = module.run({inp["name"]: x}).values()
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
