@@ -180,11 +180,13 @@ def as_array(value) -> np.ndarray:
 
 def compare(got: dict, want: dict) -> str | None:
     """None when every output matches (see the module docstring), else what differed first.
-    Outputs pair by name, else by position."""
+    Outputs pair by name, else in the order of their sorted names (a Core ML file's Identity,
+    Identity_1, … and its ONNX twin's StatefulPartitionedCall:0, :1, …, which onnxruntime lists
+    in another order)."""
     if set(got) != set(want):
         if len(got) != len(want):
             return f"{len(got)} outputs, reference has {len(want)}"
-        got = dict(zip(want, got.values()))
+        got = dict(zip(sorted(want), (got[k] for k in sorted(got))))
     for name, w in want.items():
         g, w = as_array(got[name]), as_array(w)
         if g.shape != w.shape:
