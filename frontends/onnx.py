@@ -51,6 +51,7 @@ class _Importer:
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self._counter = 0
         self.shadowed: list[str] = []  # subgraph names that shadow an outer graph's
+        self.declared: list[Value] = []  # values whose type a value_info or graph output declares
 
     def fail(self, msg: str) -> ModelFormatError:
         return ModelFormatError(f"{self.origin}: {msg}")
@@ -179,6 +180,7 @@ class _Importer:
                 raise self.fail(f"graph '{g.name}' output '{vi.name}' is never produced")
             if vi.type.WhichOneof("value") and v.type is None:
                 v.type = self.type(vi.type, f"graph output '{vi.name}'")
+                self.declared.append(v)
             block.outputs.append(v)
         return block
 
@@ -240,6 +242,7 @@ class _Importer:
                 v.name = local
             if name in types and v.type is None:
                 v.type = self.type(types[name], f"value '{name}'")
+                self.declared.append(v)
             scope.define(name, v, self)
 
     def inline(self, fn: pb.FunctionProto, node, inputs, attrs, block, scope, types, where) -> None:
@@ -280,6 +283,7 @@ class _Importer:
                 block.append(out)
                 if actual in types:
                     out.outputs[0].type = self.type(types[actual], f"value '{actual}'")
+                    self.declared.append(out.outputs[0])
                 scope.define(actual, out.outputs[0], self)
 
     def program(self) -> Program:
@@ -670,23 +674,29 @@ def import_onnx(data: bytes, origin: str = "<bytes>", base_dir: str | None = Non
             ModelFixWarning,
             stacklevel=2,
         )
-    return typed_and_verified(program, origin, None, fix=_trust_inference)
+    return typed_and_verified(
+        program,
+        origin,
+        None,
+        fix=lambda program, origin: _trust_inference(program, origin, importer.declared),
+    )
 
 
 MAX_SHAPE_ROUNDS = 8
 
 
-def _trust_inference(program: Program, origin: str) -> None:
+def _trust_inference(program: Program, origin: str, declared: list[Value]) -> None:
     """A declared shape (value_info, a graph output) is a hint: where it disagrees with what shape
     inference gives, onnxruntime warns and uses the inferred shape, and so does this (warned
     once per model). Each round clears the disagreeing declarations and infers again, as a wrong
-    declared shape may have shaped the values after it. A dtype disagreement stays an error."""
+    declared shape may have shaped the values after it. A dtype disagreement stays an error.
+    Only the ops that produce a ``declared`` value are checked: no other type was declared."""
+    producers = list({id(v.producer): v.producer for v in declared if v.producer is not None}.values())
     fixed: list[str] = []
     for _ in range(MAX_SHAPE_ROUNDS):
         found = [
             (out, inferred)
-            for fn in program.functions.values()
-            for op in fn.body.walk()
+            for op in producers
             for out, inferred, _ in shape_conflicts(op)
             if isinstance(out.type, TensorType) and out.type.dtype == inferred.dtype
         ]

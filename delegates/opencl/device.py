@@ -331,10 +331,6 @@ def choose(spec: str | None) -> tuple[object, str]:
     return match[0], f"{origin}={spec!r}"
 
 
-def _select(spec: str | None):
-    return choose(spec)[0]
-
-
 class Device:
     def __init__(self, device):
         self.device = device
@@ -356,7 +352,7 @@ _DEVICES: dict[str, Device] = {}
 
 
 def device_for(spec: str | None) -> Device:
-    dev = _select(spec)
+    dev, _ = choose(spec)
     key = f"{dev.platform.name}/{dev.name}/{dev.int_ptr}"
     if key not in _DEVICES:
         _DEVICES[key] = Device(dev)

@@ -66,7 +66,7 @@ def hoist_nested_constants(program: Program) -> bool:
                 if rw.returned(v):
                     continue
                 del block.constants[name]
-                if name in top.constants or counts[name] > 1:  # another value has the name
+                if counts[name] > 1:  # another value of the function has the name
                     counts[name] -= 1
                     v.name = rw.namer.fresh(name)
                     counts[v.name] += 1

@@ -3,6 +3,8 @@
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+import offload
+from offload import runtime
 from tests.delegates.opencl_support import needs_opencl
 
 from .helpers import F32, model, node, onnxruntime_run, optimized
@@ -47,8 +49,6 @@ def test_branch_constants_move_to_the_top_block_with_distinct_names():
     assert len(set(top.constants)) == len(top.constants)
     for cond in (True, False):
         want = onnxruntime_run(data, _feeds(cond))["y"]
-        import offload
-
         np.testing.assert_array_equal(offload.evaluate(program, _feeds(cond))["y"], want)
 
 
@@ -58,8 +58,6 @@ def test_a_constant_that_a_branch_returns_stays_in_the_branch():
     (if_op,) = program.main.body.operations
     then, other = if_op.attributes["then_branch"], if_op.attributes["else_branch"]
     assert not then.constants and list(other.constants) == ["v"]
-    import offload
-
     for cond in (True, False):
         want = onnxruntime_run(data, _feeds(cond))["y"]
         np.testing.assert_array_equal(offload.evaluate(program, _feeds(cond))["y"], want)
@@ -67,9 +65,6 @@ def test_a_constant_that_a_branch_returns_stays_in_the_branch():
 
 @needs_opencl
 def test_an_if_with_a_large_branch_weight_runs_on_opencl(tmp_path):
-    import offload
-    from offload import runtime
-
     data = _if_model()
     program = offload.load(data)
     kept = offload.to_backend(program, "opencl", passes="none")
