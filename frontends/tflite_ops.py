@@ -159,13 +159,9 @@ def prelu(node: Node) -> list:
     converter writes alpha as [C] or [1, 1, C] beside NHWC x, which ONNX PRelu's one-way
     broadcast takes)."""
     x, alpha = node.inputs[:2]
-    xs, alphas = x.type.shape if x.type else None, alpha.type.shape if alpha.type else None
-    one_way = (
-        xs is not None
-        and alphas is not None
-        and len(alphas) <= len(xs)
-        and all(a == 1 or a == d for a, d in zip(reversed(alphas), reversed(xs)))
-    )
+    # the shapes the file records: a value's type is inferred only after the whole graph is read
+    xs, alphas = node.dims(0), node.dims(1)
+    one_way = len(alphas) <= len(xs) and all(a == 1 or a == d for a, d in zip(reversed(alphas), reversed(xs)))
     if one_way:
         return node.op("PRelu", [x, alpha])
     negative = node.one("Less", [x, node.scalar(0.0)])

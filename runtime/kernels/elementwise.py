@@ -764,10 +764,58 @@ def leaky_relu(ctx, X, *, alpha):
     return _same(X, np.where(x < 0, alpha * x, x))
 
 
+@prepared("PRelu")
+def _prelu_call(attrs, inputs, output):
+    if not _plain(output) or output[0].kind != "f" or len(inputs) != 2:
+        return None
+    x, slope = inputs
+    if x != output or slope[0] != output[0] or np.broadcast_shapes(x[1], slope[1]) != x[1]:
+        return None
+    return _PReluCall()
+
+
+class _PReluCall:
+    """The kernel's ``where(x < 0, x · slope, x)`` into ``out``, as a select on the bits: the
+    products, a mask of all ones where x < 0, then ``x ^ ((x ^ products) & mask)``. Every pass
+    is a plain SIMD loop (numpy's ``where`` and masked ``copyto`` branch per element: 6x
+    slower on a 96 x 96 x 16 activation), and each element is x or its product, bit for bit.
+    (``maximum(x, x · slope)`` would do where every slope is at most 1, but numpy's maximum
+    does not keep one operand on ties of signed zeros.)"""
+
+    __slots__ = ()
+
+    def __call__(self, out, x, slope):
+        if x.dtype != out.dtype or slope.dtype != out.dtype or x.shape != out.shape:
+            raise TypeError("not the declared types")
+        self.bind(out, x, slope)()
+
+    def bind(self, out, x, slope):
+        bits = np.dtype(f"u{out.dtype.itemsize}")
+        products, mask = np.empty(out.shape, out.dtype), np.empty(out.shape, bits)
+        xb, pb, ob = x.view(bits), products.view(bits), out.view(bits)
+        zero = out.dtype.type(0)
+        multiply, less, negative = np.multiply, np.less, np.negative
+        xor, and_ = np.bitwise_xor, np.bitwise_and
+
+        def run():  # out may be x's memory: x is read for the last time by the last pass
+            multiply(x, slope, products)
+            less(x, zero, out=mask, casting="unsafe")  # 1 where x < 0
+            negative(mask, mask)  # all ones where x < 0
+            xor(pb, xb, pb)
+            and_(pb, mask, pb)
+            xor(xb, pb, ob)
+
+        return run
+
+
 @kernel("PRelu")
 def prelu(ctx, X, slope):
-    x = _up(X)
-    return _same(X, np.where(x < 0, x * _up(slope), x))
+    x, s = _up(X), _up(slope)
+    if x.dtype == s.dtype and x.dtype.kind == "f" and np.broadcast_shapes(x.shape, s.shape) == x.shape:
+        out = np.empty(x.shape, x.dtype)
+        _PReluCall().bind(out, np.ascontiguousarray(x), s)()
+        return _same(X, out)
+    return _same(X, np.where(x < 0, x * s, x))
 
 
 @kernel("Elu")

@@ -170,3 +170,16 @@ def test_an_int8_variable_keeps_its_scale_across_calls():
         want = interp.get_tensor(out["index"])
         (got,) = module.run({inp["name"]: x}).values()
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_prelu_after_another_operator_is_one_prelu(tmp_path):
+    """The rule reads the shapes the file records (an operator's input made by another operator
+    has no type yet while the graph is read)."""
+    alpha = RNG.uniform(-0.5, 0.5, (1, 1, 3)).astype(np.float32)
+    c = RNG.standard_normal((1, 4, 5, 3)).astype(np.float32)
+    tensors = [T("x", [1, 4, 5, 3]), T("c", [1, 4, 5, 3], data=c), T("s", [1, 4, 5, 3])]
+    tensors += [T("alpha", [1, 1, 3], data=alpha), T("y", [1, 4, 5, 3])]
+    ops = [Op(BuiltinOperator.ADD, [0, 1], [2]), Op(BuiltinOperator.PRELU, [2, 3], [4])]
+    data = build([Graph(tensors, ops, [0], [4])])
+    check(data, {"x": RNG.standard_normal((1, 4, 5, 3)).astype(np.float32)}, tmp_path)
+    assert [op.op_type for op in offload.load(data).main.body.operations] == ["Add", "PRelu"]
