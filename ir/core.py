@@ -109,7 +109,7 @@ class Operation:
         for a in self.attributes.values():
             if isinstance(a, Block):
                 out.append(a)
-            elif isinstance(a, list):
+            elif isinstance(a, list) and a and isinstance(a[0], Block):  # a GRAPHS attribute
                 out.extend(x for x in a if isinstance(x, Block))
         return out
 

@@ -111,7 +111,10 @@ class Rewriter:
         changed) also where a nested block (a branch or loop body) returns ``old`` and ``new``
         is defined outside it: such a block would return a value it only captures, which the
         verifier allows but the partitioner's lowering does not carry into a delegate."""
-        if self.returned(old) and any(
+        if not self.returned(old):  # no block result to rename or rewrite: the use-lists alone
+            old.replace_all_uses_with(new)
+            return True
+        if any(
             b.parent is not None and any(v is old for v in b.outputs) and not _defines(b, new)
             for b in self.blocks()
         ):
@@ -137,7 +140,6 @@ class Rewriter:
 
     def drop(self, *ops: Operation) -> None:
         """Remove those of ``ops`` (a matched chain, producers first) that nothing reads now."""
-        self._returned = None
         for op in reversed(ops):
             if op.block is not None and not any(o._uses or self.returned(o) for o in op.outputs):
                 op.block.remove(op)

@@ -51,14 +51,19 @@ def topological_reorder(program: Program) -> bool:
     rw = Rewriter(program)
     changed = False
     for block in rw.blocks():
-        for kind in MOVED:  # as the catalog does: Casts first, then Transposes
-            for op in [o for o in reversed(block.operations) if o.op_type == kind and not o.domain]:
-                index = {id(o): i for i, o in enumerate(block.operations)}
-                here = index[id(op)]
-                target = _first_reader(op, index)
-                if target <= here + 1:
+        # last first, all kinds in one sweep: a moved op whose reader is another moved op (a Cast
+        # into a Transpose) finds that reader already in its place, so one run is a fixed point
+        for op in [o for o in reversed(block.operations) if o.op_type in MOVED and not o.domain]:
+            index = {id(o): i for i, o in enumerate(block.operations)}
+            here = index[id(op)]
+            target = _first_reader(op, index)
+            if target == len(index):  # only block results read it: after the last other op
+                later = block.operations[here + 1 :]
+                if all(o.op_type in MOVED and not o.domain for o in later):
                     continue
-                block.operations.remove(op)
-                block.operations.insert(target - 1, op)
-                changed = True
+            if target <= here + 1:
+                continue
+            block.operations.remove(op)
+            block.operations.insert(target - 1, op)
+            changed = True
     return changed

@@ -235,8 +235,9 @@ class _Region:
 def transpose_regions(program: Program) -> bool:
     rw = Rewriter(program)
     changed = False
+    kept: set[int] = set()  # entries of regions grown and left as they are: the same region again
     for block, op in rw.ops():
-        if not rw.alive(op) or op.op_type != "Transpose" or op.domain:
+        if not rw.alive(op) or op.op_type != "Transpose" or op.domain or id(op) in kept:
             continue
         q = perm_of(op)
         if q is None or q == sorted(q) or rank(op.outputs[0]) != len(q):
@@ -249,4 +250,6 @@ def transpose_regions(program: Program) -> bool:
         if saved > 0:
             region.rewrite(exits, removable, outputs)
             changed = True
+        else:
+            kept.update(region.entries)
     return changed

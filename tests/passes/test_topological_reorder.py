@@ -66,3 +66,26 @@ def test_a_constant_of_shape_moves_to_its_reader_and_the_arena_shrinks():
 
 def _splat(value: float):
     return helper.make_tensor("value", TensorProto.FLOAT, [1], [value])
+
+
+def test_one_run_is_a_fixed_point():
+    """A Cast read by a Transpose, and Transposes read only by the results, settle in one run
+    (a second run of the pass changes nothing: the default pipeline's rounds end)."""
+    from offload.passes import run_passes
+
+    data = model(
+        [
+            node("Cast", ["x"], ["c"], to=1),
+            node("Transpose", ["c"], ["t"], perm=[1, 0]),
+            node("Transpose", ["x"], ["u"], perm=[1, 0]),
+            node("Transpose", ["x"], ["v"], perm=[1, 0]),
+            node("Relu", ["x"], ["a"]),
+            node("Exp", ["a"], ["b"]),
+            node("Add", ["t", "t"], ["z"]),
+        ],
+        {"x": (F32, [2, 4])},
+        {"z": (F32, [4, 2]), "b": (F32, [2, 4]), "u": (F32, [4, 2]), "v": (F32, [4, 2])},
+    )
+    out = check(data, P, {"x": rand(2, 4)})
+    assert [op.op_type for op in out.main.body.operations][:4] == ["Relu", "Exp", "Cast", "Transpose"]
+    assert not any(r.changed for r in run_passes(out, P))
