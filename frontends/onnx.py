@@ -350,6 +350,14 @@ class _Builder:
         op = self.block.append(Operation(op_type, inputs, attrs, output_names=names))
         return op.outputs
 
+    def value(self, stem: str, type=None) -> Value:
+        """A fresh value that no operation produces: a parameter of a block being built."""
+        return Value(self.imp.fresh(stem), type)
+
+    def nested(self, block: Block) -> _Builder:
+        """A builder of ``block``, a body that the operations being built will hold."""
+        return _Builder(self.imp, block, self.scope, self.source)
+
 
 _ATTR_FIELDS = [
     (_A.FLOAT, "f"),

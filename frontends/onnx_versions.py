@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from offload.errors import ModelFormatError
-from offload.ir import DataType
+from offload.ir import Block, DataType, TensorType
 
 _UPGRADES: dict[str, list[tuple[int, Callable]]] = {}
 
@@ -178,6 +178,47 @@ def _dft(b, op_type, inputs, attrs, n_out):
 @_since("Scatter", before=10**6)
 def _scatter(b, op_type, inputs, attrs, n_out):
     return b.op("ScatterElements", list(inputs), attrs)
+
+
+@_since("Scan", before=9)
+def _scan_batched(b, op_type, inputs, attrs, n_out):
+    """Opset 8's Scan as a Loop over the batch that runs opset 9's Scan on each element.
+
+    Before 9 every state and scan input had a leading batch axis, the scan axis was axis 1, the
+    first input was the optional ``sequence_lens`` (one length per batch element) and
+    ``directions`` was named so. The body saw one batch element, as opset 9's body does. So:
+
+        Scan-8(lens?, s..., x...)  =  Loop(M = batch) over b:
+            Scan-9(s[b]..., x[b][:lens[b]]...) -> final states, scan outputs
+            scan outputs padded with zeros from lens[b] to the full length (as onnxruntime does)
+
+    The Loop's scan outputs stack the batch back along axis 0.
+    """
+    lens, rest = inputs[0], list(inputs[1:])
+    m, body = attrs.pop("num_scan_inputs"), attrs.pop("body")
+    directions = attrs.pop("directions", None) or [0] * m
+    n_state = len(rest) - m
+    if not isinstance(body, Block) or m < 1 or n_state < 0 or len(body.outputs) != n_out:
+        raise ValueError(f"{len(rest)} inputs, {n_out} outputs and num_scan_inputs {m} do not fit its body")
+    batch = b.op("Gather", [b.op("Shape", [rest[0]])[0], b.const(0)], {"axis": 0})[0]
+    index = b.value("batch_index", TensorType(DataType.INT64, ()))
+    cond = b.value("cond", TensorType(DataType.BOOL, ()))
+    per_item = Block(name=f"{b.source}_per_batch_item", inputs=[index, cond])
+    inner = b.nested(per_item)
+    picked = [inner.op("Gather", [v, index], {"axis": 0})[0] for v in rest]
+    if lens is not None:
+        length = inner.op("Unsqueeze", [inner.op("Gather", [lens, index], {"axis": 0})[0], inner.const([0])])[0]
+        picked[n_state:] = [
+            inner.op("Slice", [x, inner.const([0]), length, inner.const([0])])[0] for x in picked[n_state:]
+        ]
+    attrs9 = {"body": body, "num_scan_inputs": m, "scan_input_directions": list(directions)}
+    results = list(inner.op("Scan", picked, attrs9, num_outputs=n_out))
+    if lens is not None:
+        steps = inner.op("Shape", [rest[n_state]], {"start": 1, "end": 2})[0]
+        pads = inner.op("Concat", [inner.const([0]), inner.op("Sub", [steps, length])[0]], {"axis": 0})[0]
+        results[n_state:] = [inner.op("Pad", [y, pads, None, inner.const([0])])[0] for y in results[n_state:]]
+    per_item.outputs = [inner.op("Identity", [cond])[0], *results]
+    return b.op("Loop", [batch, None], {"body": per_item}, num_outputs=n_out)
 
 
 @_since("Gemm", "Add", "Sub", "Mul", "Div", "Sum", "Pow", "PRelu", before=7)

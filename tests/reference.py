@@ -57,6 +57,18 @@ def assert_close(got, want, *, rtol: float, scale=None, err_msg: str = "") -> No
     )
 
 
+def lrn_float64(x, size: int, alpha=1e-4, beta=0.75, bias=1.0) -> np.ndarray:
+    """ONNX's LRN definition in float64 (onnxruntime takes only odd sizes and 4-D inputs): the
+    sum of squares over the channel window [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
+    x = np.asarray(x, np.float64)
+    C = x.shape[1]
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    sq = np.zeros_like(x)
+    for c in range(C):
+        sq[:, c] = (x[:, max(0, c - lo) : min(C, c + hi + 1)] ** 2).sum(axis=1)
+    return x / (bias + alpha / size * sq) ** beta
+
+
 def reduction_terms(model) -> int:
     """An upper bound on the longest chain of rounded sums in an ONNX model (a path or a
     ModelProto), from an input to an output: the terms of every reduction in it added up (a

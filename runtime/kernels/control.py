@@ -72,8 +72,9 @@ def scan(
 ):
     n_state = len(initial_state_and_scan_inputs) - num_scan_inputs
     if any(x is None for x in initial_state_and_scan_inputs):
-        # Only opset 8's Scan (sequence_lens first, batch axis) has an optional input.
-        raise unsupported("Scan", "an omitted input (opset-8 Scan with sequence_lens)")
+        # Opset 8's Scan, whose optional first input was sequence_lens, is rewritten at import
+        # (frontends/onnx_versions.py); since opset 9 no input is optional.
+        raise unsupported("Scan", "an omitted input (no input of opset 9's Scan is optional)")
     states = list(initial_state_and_scan_inputs[:n_state])
     inputs = initial_state_and_scan_inputs[n_state:]
     n_out = len(body.outputs) - n_state

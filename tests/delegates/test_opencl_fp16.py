@@ -694,6 +694,24 @@ def test_light_squeezenet(tmp_path):
     assert np.argmax(got[name]) == np.argmax(plain)
 
 
+def test_one_half_ulp_tells_the_outputs_of_two_inputs_apart():
+    # The bound of test_light_squeezenet must not be one that any softmax output passes: the
+    # probabilities (about 7e-5 to 0.22) of six different random inputs, each against every other,
+    # all fail it. (rtol = atol = 2e-2 against float32 passed all 190 pairs of 20 such inputs.)
+    import itertools
+
+    data, feeds = _squeezenet(reweight=True)
+    ((name, x0),) = feeds.items()
+    half, rng = _half_storage(data), np.random.default_rng(5)
+    outs = []
+    for _ in range(6):
+        x = rng.standard_normal(x0.shape).astype(np.float32) * x0.std() + x0.mean()
+        outs.extend(onnxruntime_outputs(half, {name: _r(x)}).values())
+    for a, b in itertools.combinations(outs, 2):
+        with pytest.raises(AssertionError):
+            assert_close(a, b, rtol=2 * unit_roundoff(np.float16))
+
+
 def test_light_squeezenet_as_published_overflows_half(tmp_path):
     # With its published weights (0.02 everywhere) its activations reach ~2e9 in float32, past
     # half's largest finite value (65504): fp16 storage turns them into inf, the softmax into NaN.

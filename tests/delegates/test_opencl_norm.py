@@ -9,6 +9,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import offload
+from tests.reference import lrn_float64
 
 from .opencl_support import check, model, needs_opencl, plan_and_handle, run_on_opencl, specialized
 
@@ -209,16 +210,6 @@ def test_norm_chain_in_one_delegate(tmp_path):
     check(p, {"x": _normal((2, 9, 33))}, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
 
 
-def _lrn_numpy(x, size, alpha=1e-4, beta=0.75, bias=1.0):
-    """ONNX's LRN definition, channel window [c - floor((size-1)/2), c + ceil((size-1)/2)]."""
-    C = x.shape[1]
-    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
-    sq = np.zeros_like(x, dtype=np.float64)
-    for c in range(C):
-        sq[:, c] = (x[:, max(0, c - lo) : min(C, c + hi + 1)].astype(np.float64) ** 2).sum(axis=1)
-    return (x / (bias + alpha / size * sq) ** beta).astype(np.float32)
-
-
 @pytest.mark.parametrize(
     "shape,attrs",
     [
@@ -239,4 +230,4 @@ def test_lrn_even_windows_and_other_ranks(shape, size, tmp_path):
     p = model([helper.make_node("LRN", ["x"], ["y"], size=size)], [("x", list(shape))], ["y"])
     x = RNG.standard_normal(shape).astype(np.float32) * 3
     _, got = run_on_opencl(p, {"x": x}, tmp_path, partitions=1)
-    np.testing.assert_allclose(got["y"], _lrn_numpy(x, size), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["y"], lrn_float64(x, size).astype(np.float32), rtol=1e-5, atol=1e-6)
