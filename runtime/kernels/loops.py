@@ -1,6 +1,7 @@
 """Compiled loops (numba) for what numpy can only compute in many passes over memory: depthwise
 convolutions (``depthwise``, ``depthwise_last``), a convolution's column matrix (``im2col``),
-HardSigmoid and HardSwish (``hard_sigmoid``). Each does the operations of the numpy calls it
+HardSigmoid and HardSwish (``hard_sigmoid``), and erf (``erf``: numpy has none; a numpy series
+takes 45 passes over the array). Each does the operations of the numpy calls it
 replaces, in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
@@ -18,6 +19,8 @@ sums its taps in the weights' order, and the results do not depend on how the lo
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit
@@ -270,3 +273,11 @@ def im2col(x, cols, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
                     else:
                         for t in range(hi - lo):
                             part[t] = src[t * sw]
+
+
+@njit(cache=True, nogil=True)
+def erf(x, out):  # pragma: no cover - compiled
+    """out[i] = erf(x[i]) in float64 (the C library's erf, within an ulp), x and out contiguous."""
+    xs, ys = x.reshape(-1), out.reshape(-1)
+    for i in range(xs.size):
+        ys[i] = math.erf(np.float64(xs[i]))

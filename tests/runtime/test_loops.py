@@ -357,3 +357,32 @@ def test_loops_that_cannot_load_warn_and_leave_the_numpy_paths():
         " conv_recipe._ConvRecipe((1, 8, 80, 80), (8, 1, 3, 3), 'float32', g, 8).path)"
     )
     assert _in_a_process(code) == "None 1 True rows"
+
+
+def test_erf_loop_is_pythons_erf_and_the_kernel_matches_onnxruntime():
+    """The compiled erf against Python's math.erf in float64 (within 2 ulps), including the
+    special values; then Erf and exact Gelu models against onnxruntime in float32."""
+    import math
+
+    from offload.runtime.kernels.loops import erf
+
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(-6, 6, 5000), [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, 2.5, -2.5]])
+    got = np.empty_like(x)
+    erf(x, got)
+    want = np.array([math.erf(v) for v in x])
+    np.testing.assert_array_max_ulp(got, want, maxulp=2)
+    special = got[5000:]
+    assert np.signbit(special[1]) and special[2] == 1.0 and special[3] == -1.0 and np.isnan(special[4])
+    for op, attrs in (("Erf", {}), ("Gelu", {})):
+        graph = helper.make_graph(
+            [helper.make_node(op, ["x"], ["y"], **attrs)],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1000])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 1000])],
+        )
+        data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+        feeds = {"x": rng.uniform(-5, 5, (3, 1000)).astype(np.float32)}
+        want32 = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        got32 = offload.runtime.load(offload.save(offload.load(data))).run(feeds)["y"]
+        np.testing.assert_allclose(got32, want32, rtol=2e-7, atol=1e-7, err_msg=op)
