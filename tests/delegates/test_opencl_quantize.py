@@ -53,6 +53,19 @@ def test_no_zero_point_quantizes_to_uint8(tmp_path):
     _exact(p, {"x": x}, tmp_path)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_output_dtype_without_a_zero_point(dtype, tmp_path):
+    # opset 21's form: the quantized type from the attribute, the scale of one element as (1,)
+    to = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s"], ["q"], output_dtype=to),
+        helper.make_node("DequantizeLinear", ["q", "s"], ["y"]),
+    ]
+    p = model(nodes, [("x", [3, 7])], [("q", dtype), "y"], [("s", np.array([0.03], np.float32))])
+    x = (RNG.standard_normal((3, 7)) * 2).astype(np.float32)
+    _exact(p, {"x": x}, tmp_path)
+
+
 @pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
 def test_per_axis(axis, dtype, tmp_path):
