@@ -5,15 +5,22 @@ gives the latest schema): float32 → int8 / uint8 and back, int32 → float32 (
 a zero point of one element, or 1-D along ``axis``. Block quantization (``block_size`` > 0),
 the float8 / int4 / 16-bit types and a ``precision`` other than float32 stay on the CPU.
 
+Both backends build the same source, so they quantize alike where their float32 division is
+IEEE's (correctly rounded): CUDA's by default (NVRTC's -prec-div=true) and PoCL's. OpenCL 1.2
+lets other devices divide within 2.5 ulp, as for every Div, so there an x / scale next to a
+rounding tie may land one step away from the CPU's.
+
 A DequantizeLinear of constants (a weight or a bias stored quantized) never launches: the
 launcher computes its float32 value on the host when the plan is recorded at init and hands it
 to the builder, which uploads it once with the weights, so a run reads the float weight like any
 other. This is done here, in the delegate's lowering, rather than by a graph pass over the
-partitions: the .pte keeps the weight in its quantized type, shared by the CPU fallback (which
-keeps its own numerics and its 4× smaller weights), and it holds whatever passes ran before
-(``passes="none"`` included; the default pipeline's ``cleanup::const_elimination`` already
-folds small ones with the CPU kernel, which computes the same values). The host fold computes what
-the kernel does: the zero point subtracted in int64, converted to float32, times the scale.
+partitions, because then (1) the .pte keeps the weight in its quantized type (4× smaller), shared
+with the partition's CPU fallback, which keeps its own numerics; (2) it holds whatever passes ran
+before, ``passes="none"`` and weights past ``cleanup::const_elimination``'s size limit (2²²
+elements) included (the default pipeline's const_elimination folds the smaller ones first, with
+the CPU kernel, to the same values); (3) no pass has to know which partition a constant lands in.
+The host fold computes what the kernel does: the zero point subtracted in int64, the difference
+converted to float32, times the scale.
 """
 
 from __future__ import annotations
