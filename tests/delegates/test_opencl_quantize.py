@@ -200,3 +200,27 @@ def test_blocked_and_float8_forms_stay_on_the_cpu():
     p = model([wide], [("x", [2, 4])], [("y", np.int16)], [("s", np.float32(1)), ("z", np.int16(0))])
     (op,) = p.main.body.operations
     assert "int16" in compiler.supports(op).reason or "i16" in compiler.supports(op).reason
+
+
+@pytest.mark.parametrize("dtype,axis", [(np.int8, 0), (np.uint8, 1), (np.int32, 1)])
+def test_a_constant_dequantize_folded_at_init_equals_onnxruntime(dtype, axis, tmp_path):
+    # y = x + DequantizeLinear(w): fed x = 0, the device's sum is the folded weight, bit for bit
+    info = np.iinfo(dtype)
+    lo, hi = (-3_000_000, 3_000_000) if dtype == np.int32 else (info.min, info.max)
+    w = RNG.integers(lo, hi, (4, 5), endpoint=True).astype(dtype)
+    C = w.shape[axis]
+    ins = ["w", "s"] + ([] if dtype == np.int32 else ["z"])
+    zp = RNG.integers(info.min if dtype == np.int8 else 0, 20, C).astype(dtype)
+    inits = [("w", w), ("s", RNG.uniform(1e-4, 0.1, C).astype(np.float32))] + ([("z", zp)] if len(ins) == 3 else [])
+    nodes = [
+        helper.make_node("DequantizeLinear", ins, ["wd"], axis=axis),
+        helper.make_node("Add", ["x", "wd"], ["y"]),
+    ]
+    p = model(nodes, [("x", [4, 5])], ["y"], inits)
+    _exact(p, {"x": np.zeros((4, 5), np.float32)}, tmp_path)
+    plan, handle = plan_and_handle(p)
+    try:
+        kernels = [launch.kernel.function_name for launch in specialized(handle).launches]
+        assert "dequantize" not in kernels and len(kernels) == 1, kernels
+    finally:
+        registry.get("opencl").runtime().destroy(handle)
