@@ -26,6 +26,7 @@ from . import (
     norm,
     onehot,
     pool,
+    quantize,
     recurrent,
     reduce,
     scan,
@@ -52,6 +53,7 @@ FAMILIES = (
     topk,
     scatter,
     onehot,
+    quantize,
 )
 
 CAPABILITIES = {op: cap for f in FAMILIES for op, cap in f.CAPS.items()}
