@@ -54,6 +54,7 @@ _MODULES = (
     "image",
     "text",
     "ml",
+    "ml_linear",
     "training",
     "random",
     "detection",
