@@ -55,6 +55,7 @@ _MODULES = (
     "text",
     "ml",
     "ml_linear",
+    "ml_trees",
     "training",
     "random",
     "detection",
