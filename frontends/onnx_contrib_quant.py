@@ -146,7 +146,9 @@ def _lstm_weights(n: _Node, q: Value, scale: Value, zero: Value) -> Value:
     as_float = {"to": int(DataType.FLOAT)}
     zero_f = n.one("Cast", [n.one("Reshape", [zero, shape])], as_float)
     centred = n.one("Sub", [n.one("Cast", [q], as_float), zero_f])
-    return n.one("Transpose", [n.one("Mul", [centred, n.one("Reshape", [scale, shape])])], {"perm": [0, 2, 1]})
+    return n.one(
+        "Transpose", [n.one("Mul", [centred, n.one("Reshape", [scale, shape])])], {"perm": [0, 2, 1]}
+    )
 
 
 @contrib("DynamicQuantizeLSTM")
@@ -154,7 +156,16 @@ def _dynamic_quantize_lstm(n: _Node):
     x, w, r, b, lens, h0, c0, p, w_scale, w_zero, r_scale, r_zero = (n.input(i) for i in range(12))
     if w_zero is None or r_zero is None or w_scale is None or r_scale is None:
         raise n.refuse("without W_scale, W_zero_point, R_scale and R_zero_point")
-    inputs = [x, _lstm_weights(n, w, w_scale, w_zero), _lstm_weights(n, r, r_scale, r_zero), b, lens, h0, c0, p]
+    inputs = [
+        x,
+        _lstm_weights(n, w, w_scale, w_zero),
+        _lstm_weights(n, r, r_scale, r_zero),
+        b,
+        lens,
+        h0,
+        c0,
+        p,
+    ]
     while inputs[-1] is None:
         inputs.pop()
     return n.op("LSTM", inputs, dict(n.attrs), num_outputs=3)

@@ -65,7 +65,9 @@ def _weights(op: str, coefficients, intercepts, targets: int | None, features: i
 
 
 @kernel("LinearClassifier", domain=ML)
-def linear_classifier(ctx, X, *, classlabels_ints, classlabels_strings, coefficients, intercepts, post_transform, **_):
+def linear_classifier(
+    ctx, X, *, classlabels_ints, classlabels_strings, coefficients, intercepts, post_transform, **_
+):
     op = "LinearClassifier"
     x = _rows(op, X)
     coef, bias = _weights(op, coefficients, intercepts, len(intercepts) if intercepts else None, x.shape[1])
@@ -76,7 +78,9 @@ def linear_classifier(ctx, X, *, classlabels_ints, classlabels_strings, coeffici
     targets = scores.shape[1]
     if targets == 1:
         if len(labels) != 2:
-            raise unsupported(op, f"one score column with {len(labels)} class labels (a binary classifier has 2)")
+            raise unsupported(
+                op, f"one score column with {len(labels)} class labels (a binary classifier has 2)"
+            )
         label = np.where(scores[:, 0] > 0, labels[1], labels[0]).astype(labels.dtype)
         if post_transform == "LOGISTIC":
             scores = (1 / (1 + np.exp(-scores.astype(np.float64)))).astype(np.float32)
@@ -132,20 +136,22 @@ def scaler(ctx, X, *, offset, scale):
 
 
 @kernel("Imputer", domain=ML)
-def imputer(ctx, X, *, imputed_value_floats, imputed_value_int64s, replaced_value_float, replaced_value_int64):
+def imputer(
+    ctx, X, *, imputed_value_floats, imputed_value_int64s, replaced_value_float, replaced_value_int64
+):
     op = "Imputer"
     if X.ndim == 0:
         raise unsupported(op, "a scalar input")
     features = X.shape[-1]
     if X.dtype.kind == "f":
         fill = _per_feature(op, "imputed_value_floats", imputed_value_floats, features).astype(X.dtype)
-        hit = np.isnan(X) if np.isnan(replaced_value_float) else X == np.float32(replaced_value_float)
+        hit = np.isnan(X) if np.isnan(replaced_value_float) else np.float32(replaced_value_float) == X
     elif X.dtype.kind in "iu":
         values = list(imputed_value_int64s or [])
         if len(values) not in (1, features):
             raise unsupported(op, f"{len(values)} imputed_value_int64s for inputs of {features} features")
         fill = np.asarray(values, X.dtype)
-        hit = X == replaced_value_int64
+        hit = replaced_value_int64 == X
     else:
         raise unsupported(op, f"an input of type {X.dtype}")
     return np.where(hit, np.broadcast_to(fill, X.shape), X)
@@ -204,7 +210,11 @@ def zip_map(ctx, X, *, classlabels_int64s, classlabels_strings):
     op = "ZipMap"
     if classlabels_strings and classlabels_int64s:
         raise unsupported(op, "both classlabels_strings and classlabels_int64s")
-    labels = [str(s) for s in classlabels_strings] if classlabels_strings else [int(i) for i in classlabels_int64s or []]
+    labels = (
+        [str(s) for s in classlabels_strings]
+        if classlabels_strings
+        else [int(i) for i in classlabels_int64s or []]
+    )
     x = _rows(op, X)
     if x.shape[1] != len(labels):
         raise unsupported(op, f"{x.shape[1]} score columns for {len(labels)} class labels")

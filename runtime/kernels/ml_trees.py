@@ -71,7 +71,9 @@ class _Forest:
         inner_number = np.full(len(trees), -1)
         inner_number[inner] = np.arange(len(inner))
         # a root is the first node of its tree that no node of the tree points to
-        child_keys = np.concatenate([trees[inner] * self.span + true_ids[inner], trees[inner] * self.span + false_ids[inner]])
+        child_keys = np.concatenate(
+            [trees[inner] * self.span + true_ids[inner], trees[inner] * self.span + false_ids[inner]]
+        )
         candidates = np.flatnonzero(~np.isin(keys, child_keys))
         tree_ids, first = np.unique(trees[candidates], return_index=True)
         if len(tree_ids) != len(np.unique(trees)):
@@ -109,7 +111,9 @@ class _Forest:
         missing = (ids < 0) | (ids >= self.span) | (self.sorted_keys[at] != keys)
         if missing.any():
             k = int(np.argmax(missing))
-            raise unsupported(self.op, f"{what} naming node {ids[k]} of tree {trees[k]}, which is not in the model")
+            raise unsupported(
+                self.op, f"{what} naming node {ids[k]} of tree {trees[k]}, which is not in the model"
+            )
         return self.order[at]
 
     def leaf_table(self, tree_ids, node_ids, targets, weights, width: int):
@@ -122,7 +126,10 @@ class _Forest:
         bad = (leaf < 0) | (targets < 0) | (targets >= width)
         if bad.any():
             k = int(np.argmax(bad))
-            raise unsupported(self.op, f"a weight of target {targets[k]} on node {node_ids[k]} (not a leaf, or no such target)")
+            raise unsupported(
+                self.op,
+                f"a weight of target {targets[k]} on node {node_ids[k]} (not a leaf, or no such target)",
+            )
         table, hit = np.zeros((self.n_leaves, width)), np.zeros((self.n_leaves, width), bool)
         np.add.at(table, (leaf, targets), weights)
         hit[leaf, targets] = True
@@ -133,7 +140,9 @@ class _Forest:
         if X.ndim != 2:
             raise unsupported(self.op, f"an input of rank {X.ndim} (must be [N, F])")
         sets = _membership_sets(self.modes, None)
-        return _tree_leaves(X.astype(np.float64), self.roots, self.walk, self.modes, self.splits, sets, self.tracks)
+        return _tree_leaves(
+            X.astype(np.float64), self.roots, self.walk, self.modes, self.splits, sets, self.tracks
+        )
 
 
 def _aggregate(leaves, table, hit, kind: str, op: str) -> tuple[np.ndarray, np.ndarray]:
@@ -178,7 +187,8 @@ def tree_ensemble_classifier(ctx, X, **attrs):
         labels = np.asarray(attrs["classlabels_int64s"] or [], np.int64)
     if len(labels) <= 2:
         raise unsupported(
-            op, f"a classifier of {len(labels)} class labels (binary tree classifiers: convert with more classes)"
+            op,
+            f"a classifier of {len(labels)} class labels (onnxruntime derives a binary one's labels and scores by special cases)",
         )
     forest = _Forest(op, attrs)
     weights = _floats(attrs, "class_weights")

@@ -56,7 +56,15 @@ def _case(direction: str, dtype, per_column: bool, optional: bool):
         [node("DynamicQuantizeLSTM", ["x", "w", "r", *opt, "ws", "wz", "rs", "rz"], outs, **attrs)],
         feeds,
         outs,
-        [("w", w), ("r", r), ("ws", w_scale), ("wz", w_zero), ("rs", r_scale), ("rz", r_zero), *extra.items()],
+        [
+            ("w", w),
+            ("r", r),
+            ("ws", w_scale),
+            ("wz", w_zero),
+            ("rs", r_scale),
+            ("rz", r_zero),
+            *extra.items(),
+        ],
     )
     plain_inputs = ["x", "w", "r", *opt]
     while plain_inputs[-1] == "":
@@ -90,7 +98,9 @@ def test_dynamic_quantize_lstm_is_the_lstm_of_its_dequantized_weights(direction,
 
 
 @pytest.mark.parametrize("direction,dtype,per_column,optional", CASES)
-def test_dynamic_quantize_lstm_within_activation_rounding_of_onnxruntime(direction, dtype, per_column, optional):
+def test_dynamic_quantize_lstm_within_activation_rounding_of_onnxruntime(
+    direction, dtype, per_column, optional
+):
     """onnxruntime's kernel rounds X and each step's hidden state to uint8 (steps of range/255,
     h within (-1, 1)) before its integer products; offload multiplies in float. Each rounding is
     an independent error of deviation step/sqrt(12), so a gate's input moves by about
@@ -115,7 +125,14 @@ def test_dynamic_quantize_lstm_needs_its_scales():
     w = RNG.integers(-8, 8, (1, I, 4 * H)).astype(np.int8)
     r = RNG.integers(-8, 8, (1, H, 4 * H)).astype(np.int8)
     graph = helper.make_graph(
-        [node("DynamicQuantizeLSTM", ["x", "w", "r", "", "", "", "", "", "ws", "", "rs", ""], ["y"], hidden_size=H)],
+        [
+            node(
+                "DynamicQuantizeLSTM",
+                ["x", "w", "r", "", "", "", "", "", "ws", "", "rs", ""],
+                ["y"],
+                hidden_size=H,
+            )
+        ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
@@ -128,5 +145,5 @@ def test_dynamic_quantize_lstm_needs_its_scales():
     )
     opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
     data = helper.make_model(graph, ir_version=10, opset_imports=opsets).SerializeToString()
-    with pytest.raises(offload.errors.UnsupportedOpError, match="DynamicQuantizeLSTM.*W_zero_point"):
+    with pytest.raises(offload.errors.UnsupportedOpError, match=r"DynamicQuantizeLSTM.*W_zero_point"):
         offload.load(data)

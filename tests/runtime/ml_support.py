@@ -21,7 +21,9 @@ def _info(name: str, kind):
     if isinstance(kind, tuple):
         value = helper.make_tensor_type_proto(TensorProto.FLOAT, None)
         key = TensorProto.INT64 if kind[1] == "int64" else TensorProto.STRING
-        return helper.make_value_info(name, helper.make_sequence_type_proto(helper.make_map_type_proto(key, value)))
+        return helper.make_value_info(
+            name, helper.make_sequence_type_proto(helper.make_map_type_proto(key, value))
+        )
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(kind)), None)
 
 

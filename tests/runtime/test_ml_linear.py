@@ -27,7 +27,9 @@ TRANSFORMS = ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"]
 
 
 @pytest.mark.parametrize("post_transform", TRANSFORMS)
-@pytest.mark.parametrize("labels", [{"classlabels_ints": [3, 1, 7]}, {"classlabels_strings": ["a", "b", "c"]}])
+@pytest.mark.parametrize(
+    "labels", [{"classlabels_ints": [3, 1, 7]}, {"classlabels_strings": ["a", "b", "c"]}]
+)
 def test_linear_classifier_multiclass(post_transform, labels):
     feeds = {"x": RNG.standard_normal((6, 4)).astype(np.float32)}
     coefficients = RNG.standard_normal(12).astype(np.float32).tolist()
@@ -125,7 +127,9 @@ def test_linear_classifier_refuses_too_few_coefficients():
     nodes, outs = _scores_model(
         "LinearClassifier", feeds, {"classlabels_ints": [0, 1]}, coefficients=[1.0] * 6, intercepts=[0.0, 0.0]
     )
-    with pytest.raises(UnsupportedOpError, match="LinearClassifier: 6 coefficients for 2 targets of 4 features"):
+    with pytest.raises(
+        UnsupportedOpError, match="LinearClassifier: 6 coefficients for 2 targets of 4 features"
+    ):
         run_offload(ml_model(nodes, feeds, outs), feeds)
 
 
@@ -134,7 +138,13 @@ def test_linear_classifier_refuses_too_few_coefficients():
 
 @pytest.mark.parametrize(
     "targets,post_transform,intercepts",
-    [(1, "NONE", [0.5]), (1, "LOGISTIC", None), (3, "NONE", None), (3, "SOFTMAX", [0.1, 0.2, 0.3]), (2, "LOGISTIC", [1, 2])],
+    [
+        (1, "NONE", [0.5]),
+        (1, "LOGISTIC", None),
+        (3, "NONE", None),
+        (3, "SOFTMAX", [0.1, 0.2, 0.3]),
+        (2, "LOGISTIC", [1, 2]),
+    ],
 )
 def test_linear_regressor(targets, post_transform, intercepts):
     feeds = {"x": RNG.standard_normal((5, 4)).astype(np.float32)}
@@ -162,9 +172,7 @@ def test_normalizer_of_one_row():
     check([ml_node("Normalizer", ["x"], ["y"], norm="L2")], {"x": x}, {"y": np.float32})
 
 
-@pytest.mark.parametrize(
-    "offset,scale", [([0.5, -1.0, 2.0], [2.0, 0.5, -1.0]), ([1.5], [0.25])]
-)
+@pytest.mark.parametrize("offset,scale", [([0.5, -1.0, 2.0], [2.0, 0.5, -1.0]), ([1.5], [0.25])])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
 def test_scaler(offset, scale, dtype):
     x = (RNG.standard_normal((4, 3)) * 5).astype(dtype)
@@ -203,8 +211,10 @@ def test_one_hot_encoder_of_integers_and_strings():
 
 def test_one_hot_encoder_refuses_an_unknown_category_with_zeros_0():
     x = np.array([[1, 9]], np.int64)
-    data = ml_model([ml_node("OneHotEncoder", ["x"], ["y"], cats_int64s=[1, 2], zeros=0)], {"x": x}, {"y": np.float32})
-    with pytest.raises(Exception):
+    data = ml_model(
+        [ml_node("OneHotEncoder", ["x"], ["y"], cats_int64s=[1, 2], zeros=0)], {"x": x}, {"y": np.float32}
+    )
+    with pytest.raises(Exception, match="Unknown Category and zeros = 0"):
         run_onnxruntime(data, {"x": x})
     with pytest.raises(UnsupportedOpError, match="OneHotEncoder: the category 9"):
         run_offload(data, {"x": x})
@@ -226,7 +236,8 @@ def test_feature_vectorizer_cuts_and_pads(dtype):
 
 
 @pytest.mark.parametrize(
-    "labels,key", [({"classlabels_int64s": [10, 20, 30]}, "int64"), ({"classlabels_strings": ["x", "y", "z"]}, "str")]
+    "labels,key",
+    [({"classlabels_int64s": [10, 20, 30]}, "int64"), ({"classlabels_strings": ["x", "y", "z"]}, "str")],
 )
 def test_zip_map(labels, key):
     x = RNG.random((4, 3)).astype(np.float32)
@@ -236,7 +247,9 @@ def test_zip_map(labels, key):
 
 def test_zip_map_refuses_a_column_count_other_than_the_labels():
     x = RNG.random((2, 4)).astype(np.float32)
-    data = ml_model([ml_node("ZipMap", ["x"], ["z"], classlabels_int64s=[0, 1, 2])], {"x": x}, {"z": ("map", "int64")})
+    data = ml_model(
+        [ml_node("ZipMap", ["x"], ["z"], classlabels_int64s=[0, 1, 2])], {"x": x}, {"z": ("map", "int64")}
+    )
     with pytest.raises(UnsupportedOpError, match="ZipMap: 4 score columns for 3 class labels"):
         run_offload(data, {"x": x})
 
@@ -258,6 +271,11 @@ def test_sklearn_style_logistic_regression(norm):
             post_transform="LOGISTIC",
         ),
         ml_node("Normalizer", ["raw"], ["probabilities"], norm=norm),
-        ml_node("ZipMap", ["probabilities"], ["output_probability"], classlabels_strings=["setosa", "versicolor", "virginica"]),
+        ml_node(
+            "ZipMap",
+            ["probabilities"],
+            ["output_probability"],
+            classlabels_strings=["setosa", "versicolor", "virginica"],
+        ),
     ]
     check(nodes, feeds, {"label": object, "output_probability": ("map", "str")})

@@ -15,10 +15,14 @@ FEATURES = 4
 MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
 
 
-def forest(trees: int, depth: int, modes=("BRANCH_LEQ",), single_leaf_tree: bool = False) -> tuple[dict, list]:
+def forest(
+    trees: int, depth: int, modes=("BRANCH_LEQ",), single_leaf_tree: bool = False
+) -> tuple[dict, list]:
     """Node-list attributes of ``trees`` random trees (node ids shuffled within each tree, so a
     tree's root is not always node 0) and the (tree id, node id) of every leaf."""
-    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values")}
+    attrs = {
+        k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values")
+    }
     attrs.update(nodes_truenodeids=[], nodes_falsenodeids=[], nodes_missing_value_tracks_true=[])
     leaves = []
     for t in range(trees):
@@ -82,7 +86,9 @@ def test_tree_ensemble_regressor(aggregate, targets, per_leaf, base, post_transf
 
 
 @pytest.mark.parametrize("post_transform", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO"])
-@pytest.mark.parametrize("labels", [{"classlabels_int64s": [4, 5, 6, 7]}, {"classlabels_strings": ["a", "b", "c", "d"]}])
+@pytest.mark.parametrize(
+    "labels", [{"classlabels_int64s": [4, 5, 6, 7]}, {"classlabels_strings": ["a", "b", "c", "d"]}]
+)
 @pytest.mark.parametrize("with_base", [False, True])
 def test_tree_ensemble_classifier_multiclass(post_transform, labels, with_base):
     """A random forest (every leaf scores every class) and, with one class per leaf, classes that
@@ -103,7 +109,9 @@ def test_tree_ensemble_classifier_with_one_class_per_leaf_and_no_base():
     attrs.update(weights(leaves, 3, 1, "class"))
     feeds = {"x": inputs(rows=30)}
     outs = {"label": np.int64, "scores": np.float32}
-    node = ml_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], classlabels_int64s=[0, 1, 2], **attrs)
+    node = ml_node(
+        "TreeEnsembleClassifier", ["x"], ["label", "scores"], classlabels_int64s=[0, 1, 2], **attrs
+    )
     check([node], feeds, outs)
 
 
