@@ -56,6 +56,7 @@ _MODULES = (
     "ml",
     "ml_linear",
     "ml_trees",
+    "ml_svm",
     "training",
     "random",
     "detection",
