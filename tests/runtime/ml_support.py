@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 
 import offload
 import offload.runtime
+from offload.ir import TensorType
 
 ML = "ai.onnx.ml"
 # onnxruntime's float32 GEMM and transforms against offload's: a few ulps of values of order 1.
@@ -73,10 +74,29 @@ def assert_same(got, want, rtol: float = CLOSE["rtol"], atol: float = CLOSE["ato
         np.testing.assert_array_equal(got, want, err_msg=what)
 
 
+def assert_inferred(program, want: dict) -> None:
+    """Each output's inferred IR type (ir/infer_ml.py) agrees with onnxruntime's result: the
+    element type, the rank and every dimension it knows."""
+    for v in program.main.outputs:
+        t = v.type
+        if not isinstance(t, TensorType) or t.shape is None:
+            continue
+        w = np.asarray(want[v.name])
+        assert t.dtype.numpy == w.dtype, (v.name, t, w.dtype)
+        assert len(t.shape) == w.ndim and all(d is None or d == s for d, s in zip(t.shape, w.shape)), (
+            v.name,
+            t,
+            w.shape,
+        )
+
+
 def check(nodes, feeds: dict, outputs: dict, **tolerance) -> dict:
     """offload's .pte against onnxruntime on the model; offload's outputs."""
     data = ml_model(nodes, feeds, outputs)
-    want, got = run_onnxruntime(data, feeds), run_offload(data, feeds)
+    want = run_onnxruntime(data, feeds)
+    program = offload.load(data)
+    assert_inferred(program, want)
+    got = offload.runtime.load(offload.save(program)).run(feeds)
     assert set(got) == set(want)
     for k in want:
         assert_same(got[k], want[k], what=k, **tolerance)
