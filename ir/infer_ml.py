@@ -55,6 +55,15 @@ def _svm_regressor(op, attrs):
     return [_scores(op, 1)]
 
 
+@inference("SVMClassifier", domain=ML)
+def _svm_classifier(op, attrs):
+    classes = len(attrs.get("classlabels_strings") or attrs.get("classlabels_ints") or []) or None
+    width = classes
+    if classes and attrs.get("vectors_per_class") and not attrs.get("prob_a"):  # one score a class pair
+        width = 2 if classes == 2 else classes * (classes - 1) // 2
+    return [_labels(op, attrs, "classlabels_strings"), _scores(op, width)]
+
+
 @inference("TreeEnsembleRegressor", domain=ML)
 def _tree_ensemble_regressor(op, attrs):
     return [_scores(op, attrs.get("n_targets") or 1)]
