@@ -1,5 +1,5 @@
-"""ai.onnx.ml SVMRegressor and SVMClassifier (runtime/kernels/ml_svm.py), saved as a .pte and run by the CPU
-executor, against onnxruntime."""
+"""ai.onnx.ml SVMRegressor and SVMClassifier (runtime/kernels/ml_svm.py), saved as a .pte and run
+by the CPU executor, against onnxruntime."""
 
 from __future__ import annotations
 
