@@ -10,8 +10,7 @@ Where the spec leaves the scores open, these kernels do what onnxruntime's CPU k
 (measured in tests/runtime/test_ml_trees.py): base_values count only when there is one per
 target (or one for a single target); a single-target regressor applies only PROBIT; a classifier
 with more than two classes takes the first best class among those that any leaf or base value
-scores. Binary classifiers (two class labels) are refused: onnxruntime's scores for them follow
-several special cases that these kernels do not reproduce.
+scores; one with two classes follows onnxruntime's special cases (see _binary).
 """
 
 from __future__ import annotations
@@ -178,6 +177,51 @@ def tree_ensemble_regressor(ctx, X, **attrs):
     return _transform(op, scores.astype(np.float32), _text(attrs["post_transform"]))
 
 
+def _binary(scores, scored, base, one_class: bool, all_positive: bool, labels, post_transform: str):
+    """A two-class model's labels and [N, 2] scores, as onnxruntime 1.32 writes them.
+
+    Its cases: with two base values, a row where class 1 scores gets s1 = b1 + s0 and s0 = -s1,
+    other rows add b0 and b1; with one, s0 += b0. The label comes from p, s1 where class 1
+    scores, else s0 (0 when neither does): where every weight is for one class (``one_class``)
+    it is labels[1] when p > 0.5 (all weights >= 0) or p > 0 (some negative), else labels[0];
+    where both classes have weights it is 1 or 0 by p > 0 (the index for string labels).
+    Scores of a class no reached leaf scores are written as 0. A row where class 1 scores, or
+    with two base values, writes both transformed; another row writes its one score v as
+    [-v, v] (weights of one class, some negative; or of both classes and no base values) or
+    [1 - v, v], or [1 - t, t] with t the LOGISTIC or PROBIT of v (onnxruntime leaves PROBIT's
+    second column unwritten, and the second of a model with both classes' weights and one base
+    value)."""
+    op = "TreeEnsembleClassifier"
+    s0, s1 = scores[:, 0], scores[:, 1]
+    h0, h1 = scored[:, 0], scored[:, 1]
+    both = h1.copy()
+    if len(base) == 2:
+        s1, s0 = np.where(h1, base[1] + s0, s1 + base[1]), np.where(h1, -(base[1] + s0), s0 + base[0])
+        both[:] = True
+    elif len(base) == 1:
+        s0 = s0 + base[0]
+    p = np.where(h1, s1, np.where(h0, s0, 0.0))
+    threshold = 0.5 if one_class and all_positive else 0.0
+    if one_class:
+        label = labels[np.where(p > threshold, 1, 0)]
+    elif labels.dtype == object:
+        label = labels[np.where(p > 0, 1, 0)]
+    else:
+        label = np.where(p > 0, 1, 0).astype(np.int64)
+    v0, v1 = np.where(h0, s0, 0.0), np.where(h1, s1, 0.0)
+    pair = _transform(op, np.stack([v0, v1], axis=1).astype(np.float32), post_transform)
+    v = v0.astype(np.float32)
+    if post_transform in ("LOGISTIC", "PROBIT"):
+        t = 1 / (1 + np.exp(-v.astype(np.float64))) if post_transform == "LOGISTIC" else v
+        t = _transform(op, t.reshape(-1, 1).astype(np.float32), post_transform)[:, 0]
+        single = np.stack([1 - t, t], axis=1)
+    elif (one_class and not all_positive) or (not one_class and not len(base)):
+        single = np.stack([-v, v], axis=1)
+    else:
+        single = np.stack([1 - v, v], axis=1)
+    return label, np.where(both[:, None], pair, single).astype(np.float32)
+
+
 @kernel("TreeEnsembleClassifier", domain=ML)
 def tree_ensemble_classifier(ctx, X, **attrs):
     op = "TreeEnsembleClassifier"
@@ -185,26 +229,27 @@ def tree_ensemble_classifier(ctx, X, **attrs):
     labels = np.asarray([_text(s) for s in strings], object) if strings else None
     if labels is None:
         labels = np.asarray(attrs["classlabels_int64s"] or [], np.int64)
-    if len(labels) <= 2:
-        raise unsupported(
-            op,
-            f"a classifier of {len(labels)} class labels (onnxruntime derives a binary one's labels and scores by special cases)",
-        )
+    if len(labels) < 2:
+        raise unsupported(op, f"a classifier of {len(labels)} class labels")
     forest = _Forest(op, attrs)
     weights = _floats(attrs, "class_weights")
+    weights = weights if weights is not None else np.zeros(0)
+    class_ids = attrs["class_ids"] or []
     table, hit = forest.leaf_table(
-        attrs["class_treeids"] or [],
-        attrs["class_nodeids"] or [],
-        attrs["class_ids"] or [],
-        weights if weights is not None else [],
-        len(labels),
+        attrs["class_treeids"] or [], attrs["class_nodeids"] or [], class_ids, weights, len(labels)
     )
     scores, scored = _aggregate(forest.leaves(X), table, hit, "SUM", op)
     base = _floats(attrs, "base_values")
-    if base is not None:
-        if len(base) > len(labels):
-            raise unsupported(op, f"{len(base)} base_values for {len(labels)} classes")
-        scores[:, : len(base)] += base
-        scored[:, : len(base)] = True
+    base = base if base is not None else np.zeros(0)
+    post_transform = _text(attrs["post_transform"])
+    if len(labels) == 2:
+        if len(base) > 2:
+            raise unsupported(op, f"{len(base)} base_values for 2 classes")
+        one_class, all_positive = len(set(class_ids)) == 1, bool((weights >= 0).all())
+        return _binary(scores, scored, base, one_class, all_positive, labels, post_transform)
+    if len(base) > len(labels):
+        raise unsupported(op, f"{len(base)} base_values for {len(labels)} classes")
+    scores[:, : len(base)] += base
+    scored[:, : len(base)] = True
     best = np.argmax(np.where(scored, scores, -np.inf), axis=1)
-    return labels[best], _transform(op, scores.astype(np.float32), _text(attrs["post_transform"]))
+    return labels[best], _transform(op, scores.astype(np.float32), post_transform)

@@ -115,14 +115,38 @@ def test_tree_ensemble_classifier_with_one_class_per_leaf_and_no_base():
     check([node], feeds, outs)
 
 
-def test_tree_ensemble_classifier_refuses_binary_classifiers():
-    attrs, leaves = forest(trees=2, depth=1)
-    attrs.update(weights(leaves, 2, 1, "class"))
-    feeds = {"x": inputs()}
-    node = ml_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], classlabels_int64s=[0, 1], **attrs)
-    data = ml_model([node], feeds, {"label": np.int64, "scores": np.float32})
-    with pytest.raises(UnsupportedOpError, match="TreeEnsembleClassifier: a classifier of 2 class labels"):
-        run_offload(data, feeds)
+def _binary_weights(leaves, pattern: str) -> dict:
+    """Class weights of a two-class forest as exporters write them: "both", each leaf's two
+    class probabilities (a random forest); "c0" / "c1", one positive weight a leaf for class 0 /
+    1; "g0" / "g1", one weight of either sign (a boosted model's raw score)."""
+    if pattern == "both":
+        p = RNG.random(len(leaves))
+        picks = [(t, n, k, w) for (t, n), q in zip(leaves, p) for k, w in ((0, 1 - q), (1, q))]
+    else:
+        k = int(pattern[1])
+        w = RNG.random(len(leaves)) if pattern[0] == "c" else RNG.standard_normal(len(leaves))
+        picks = [(t, n, k, v) for (t, n), v in zip(leaves, w)]
+    return {
+        "class_treeids": [p[0] for p in picks],
+        "class_nodeids": [p[1] for p in picks],
+        "class_ids": [p[2] for p in picks],
+        "class_weights": [float(np.float32(p[3])) for p in picks],
+    }
+
+
+@pytest.mark.parametrize("pattern", ["both", "c0", "c1", "g0", "g1"])
+@pytest.mark.parametrize("base", [None, [0.1], [0.1, -0.2]])
+@pytest.mark.parametrize("post_transform", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+def test_tree_ensemble_classifier_binary(pattern, base, post_transform):
+    """Two classes, as onnxruntime 1.32 scores them (ml_trees._binary): labels and scores."""
+    attrs, leaves = forest(trees=3, depth=2, modes=MODES)
+    attrs.update(_binary_weights(leaves, pattern), post_transform=post_transform)
+    if base is not None:
+        attrs["base_values"] = base
+    labels = {"classlabels_strings": ["no", "yes"]} if pattern == "g1" else {"classlabels_int64s": [5, 9]}
+    outs = {"label": object if pattern == "g1" else np.int64, "scores": np.float32}
+    node = ml_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], **labels, **attrs)
+    check([node], {"x": inputs(rows=24)}, outs)
 
 
 def test_tree_ensemble_regressor_refuses_a_dangling_child():
