@@ -25,6 +25,7 @@ from . import (
     infer_control,
     infer_elementwise,
     infer_linalg,
+    infer_ml,
     infer_nn,
     infer_quantization,
     infer_reduction,
@@ -53,6 +54,7 @@ FAMILIES = (
     infer_quantization,
     infer_sequence,
     infer_control,
+    infer_ml,
 )
 
 _log = logging.getLogger(__name__)
