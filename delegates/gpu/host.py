@@ -14,6 +14,9 @@ value is known on the host at specialization, that is when it is
 - computed by an op the partition does not take: it then arrives as a small partition input, read
   on the host like a graph input.
 
+An If's condition known on the host the same way is read there too: the If then records only the
+branch it takes (``control._check_if``), and the small inputs it comes from join the key.
+
 A value computed from tensor data (NonZero, a Conv, a ReduceMax of activations) would make the
 shape depend on data: the op stays on the CPU with that reason.
 """
@@ -104,4 +107,6 @@ def host_inputs(body) -> list[Value]:
         for i in host_input_names(op.op_type) if op.domain == "" else ():
             if i < len(op.inputs):
                 walk(op.inputs[i], 0)
+        if op.op_type == "If" and op.domain == "" and host_reason(op.inputs[0]) is None:
+            walk(op.inputs[0], 0)  # read on the host, the If records only the branch it takes
     return [v for v in body.inputs if id(v) in found and _small(v)]
