@@ -99,13 +99,13 @@ def _reads_parameter_as_shape(op: Operation) -> str | None:
 
 def _check_if(op: Operation) -> Support | None:
     """An If whose condition is known on the host at specialization (``host_reason``: computed
-    from shapes, constants and small inputs) records only the branch it takes, so its branches may
+    from shapes, constants and scalar inputs) records only the branch it takes, so its branches may
     give results of different or unknown ranks (PyTorch's ``squeeze(dim)`` exports as an If on
     ``dim == 1``). A condition read on the device needs both branches to give each output's rank."""
     cond = op.inputs[0]
     if not _single(cond):
         return Support(False, "If condition has more than one element")
-    on_host = host_reason(cond) is None
+    on_host = host_reason(cond, largest=1) is None
     for name in ("then_branch", "else_branch"):
         branch = op.attributes.get(name)
         if not isinstance(branch, Block) or len(branch.outputs) != len(op.outputs):
@@ -117,7 +117,7 @@ def _check_if(op: Operation) -> Support | None:
                 return Support(
                     False,
                     f"If {name} result '{v.name}' is not a tensor of the output's rank, and the "
-                    f"condition is read on the device ({host_reason(cond)})",
+                    f"condition is read on the device ({host_reason(cond, largest=1)})",
                 )
         found = _constants(branch)
         if found is not None:
