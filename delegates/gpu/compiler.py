@@ -66,8 +66,6 @@ class _Ids:
         return id(v) in self._ids
 
 
-
-
 def _dim(d) -> int | str | None:
     """A dim as the plan holds it: a size, a symbol's name, or None (unknown until run time)."""
     return int(d) if isinstance(d, int) else d

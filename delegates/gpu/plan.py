@@ -97,7 +97,7 @@ def parse(processed: bytes | dict, backend: str) -> dict:
     if not isinstance(shapes, dict) or not isinstance(dtypes, dict):
         raise bad("'shapes' / 'dtypes' are not tables")
     for i, s in shapes.items():
-        if not str(i).isdigit() or not (s is None or isinstance(s, list) and all(_dim(d) for d in s)):
+        if not str(i).isdigit() or not (s is None or (isinstance(s, list) and all(_dim(d) for d in s))):
             raise bad(f"value {i!r} has shape {s!r}")
         if s is None:  # rank unknown until the plan specializes
             continue

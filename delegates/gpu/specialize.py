@@ -75,7 +75,10 @@ def planned_shapes(plan: dict, specs: list[CompileSpec], backend: str) -> list[t
     if plan["host_inputs"]:
         return []
     found = []
-    if all(s is not None and all(type(d) is int for d in s) for s in (plan["shapes"][str(i)] for i in plan["inputs"])):
+    if all(
+        s is not None and all(type(d) is int for d in s)
+        for s in (plan["shapes"][str(i)] for i in plan["inputs"])
+    ):
         found.append(tuple(tuple(plan["shapes"][str(i)]) for i in plan["inputs"]))
     names = plan.get("names") or []
     for s in shape_sets(specs, backend):

@@ -29,9 +29,15 @@ def _const(name, *v):
     return helper.make_node("Constant", [], [name], value=_i64(name + "_v", *v))
 
 
-def _graph(name, nodes, outputs):
-    """A branch graph; its outputs declare neither rank nor shape (as exporters write them)."""
-    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs])
+def _if(cond, out, then_node, else_node):
+    """An If node whose branches are one node each, their results undeclared."""
+    branches = [
+        helper.make_graph(
+            [node], f"{out}_{k}", [], [helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, None)]
+        )
+        for k, node in enumerate((then_node, else_node))
+    ]
+    return helper.make_node("If", [cond], [out], then_branch=branches[0], else_branch=branches[1])
 
 
 def _squeeze_if(x, axis, out, tag):
@@ -42,12 +48,11 @@ def _squeeze_if(x, axis, out, tag):
         helper.make_node("Gather", [f"{tag}_shape", f"{tag}_axis"], [f"{tag}_dim"], axis=0),
         _const(f"{tag}_one", 1),
         helper.make_node("Equal", [f"{tag}_dim", f"{tag}_one"], [f"{tag}_cond"]),
-        helper.make_node(
-            "If",
-            [f"{tag}_cond"],
-            [out],
-            then_branch=_graph(f"{tag}_then", [helper.make_node("Squeeze", [x, f"{tag}_axis"], [f"{tag}_sq"])], [f"{tag}_sq"]),
-            else_branch=_graph(f"{tag}_else", [helper.make_node("Identity", [x], [f"{tag}_id"])], [f"{tag}_id"]),
+        _if(
+            f"{tag}_cond",
+            out,
+            helper.make_node("Squeeze", [x, f"{tag}_axis"], [f"{tag}_sq"]),
+            helper.make_node("Identity", [x], [f"{tag}_id"]),
         ),
     ]
 
@@ -75,15 +80,16 @@ def test_nested_ifs_deciding_on_the_rank_of_a_rank_decided_value(tmp_path):
     rank_if = [
         helper.make_node("Shape", ["s"], ["s_shape"]),
         helper.make_node("Size", ["s_shape"], ["s_rank"]),
-        helper.make_node("Constant", [], ["three"], value=helper.make_tensor("three_v", TensorProto.INT64, [], [3])),
+        helper.make_node(
+            "Constant", [], ["three"], value=helper.make_tensor("three_v", TensorProto.INT64, [], [3])
+        ),
         helper.make_node("Equal", ["s_rank", "three"], ["batched"]),
         _const("zero", 0),
-        helper.make_node(
-            "If",
-            ["batched"],
-            ["seq"],
-            then_branch=_graph("b_then", [helper.make_node("Identity", ["s"], ["b_id"])], ["b_id"]),
-            else_branch=_graph("b_else", [helper.make_node("Unsqueeze", ["s", "zero"], ["b_un"])], ["b_un"]),
+        _if(
+            "batched",
+            "seq",
+            helper.make_node("Identity", ["s"], ["b_id"]),
+            helper.make_node("Unsqueeze", ["s", "zero"], ["b_un"]),
         ),
     ]
     hidden = 5
@@ -109,15 +115,16 @@ def test_if_on_a_small_graph_input_is_decided_on_the_host(tmp_path):
     # silero-vad picks its 16 kHz or 8 kHz network by an `sr` input: the If reads it on the host,
     # and its branches give results of different ranks
     nodes = [
-        helper.make_node("Constant", [], ["rate"], value=helper.make_tensor("rate_v", TensorProto.INT64, [], [16000])),
+        helper.make_node(
+            "Constant", [], ["rate"], value=helper.make_tensor("rate_v", TensorProto.INT64, [], [16000])
+        ),
         helper.make_node("Equal", ["sr", "rate"], ["wide"]),
         _const("axes", 0),
-        helper.make_node(
-            "If",
-            ["wide"],
-            ["y"],
-            then_branch=_graph("w_then", [helper.make_node("Sigmoid", ["x"], ["w_s"])], ["w_s"]),
-            else_branch=_graph("w_else", [helper.make_node("ReduceSum", ["x", "axes"], ["w_r"], keepdims=0)], ["w_r"]),
+        _if(
+            "wide",
+            "y",
+            helper.make_node("Sigmoid", ["x"], ["w_s"]),
+            helper.make_node("ReduceSum", ["x", "axes"], ["w_r"], keepdims=0),
         ),
     ]
     p = model(nodes, [("x", ["N", 4]), ("sr", [], np.int64)], ["y"])
@@ -161,15 +168,16 @@ def test_if_read_on_the_device_needs_branches_of_one_rank():
     # they must give each output one rank
     nodes = [
         helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
-        helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero_v", TensorProto.FLOAT, [], [0.0])),
+        helper.make_node(
+            "Constant", [], ["zero"], value=helper.make_tensor("zero_v", TensorProto.FLOAT, [], [0.0])
+        ),
         helper.make_node("Greater", ["total", "zero"], ["positive"]),
         _const("axes", 0),
-        helper.make_node(
-            "If",
-            ["positive"],
-            ["y"],
-            then_branch=_graph("p_then", [helper.make_node("Relu", ["x"], ["p_r"])], ["p_r"]),
-            else_branch=_graph("p_else", [helper.make_node("ReduceMax", ["x", "axes"], ["p_m"], keepdims=0)], ["p_m"]),
+        _if(
+            "positive",
+            "y",
+            helper.make_node("Relu", ["x"], ["p_r"]),
+            helper.make_node("ReduceMax", ["x", "axes"], ["p_m"], keepdims=0),
         ),
     ]
     p = model(nodes, [("x", [3, 4])], ["y"])
@@ -177,5 +185,9 @@ def test_if_read_on_the_device_needs_branches_of_one_rank():
     assert [op.op_type for op in lowered.main.body.operations if op.op_type == "If"] == ["If"]
     from offload.delegates import registry
 
-    reason = registry.get("opencl").compiler().supports(next(op for op in p.main.body.operations if op.op_type == "If"))
+    reason = (
+        registry.get("opencl")
+        .compiler()
+        .supports(next(op for op in p.main.body.operations if op.op_type == "If"))
+    )
     assert not reason and "read on the device" in reason.reason

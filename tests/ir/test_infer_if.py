@@ -15,10 +15,19 @@ def _branch(name, op, axes=None):
     """A branch applying ``op`` to the outer x (axes as a constant input), its result undeclared."""
     nodes, inputs = [], ["x"]
     if axes is not None:
-        nodes.append(helper.make_node("Constant", [], [f"{name}_axes"], value=helper.make_tensor(f"{name}_v", TensorProto.INT64, [len(axes)], axes)))
+        nodes.append(
+            helper.make_node(
+                "Constant",
+                [],
+                [f"{name}_axes"],
+                value=helper.make_tensor(f"{name}_v", TensorProto.INT64, [len(axes)], axes),
+            )
+        )
         inputs.append(f"{name}_axes")
     nodes.append(helper.make_node(op, inputs, [f"{name}_y"]))
-    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)])
+    return helper.make_graph(
+        nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)]
+    )
 
 
 def _model(then_branch, else_branch):
