@@ -191,3 +191,11 @@ def test_if_read_on_the_device_needs_branches_of_one_rank():
         .supports(next(op for op in p.main.body.operations if op.op_type == "If"))
     )
     assert not reason and "read on the device" in reason.reason
+
+
+def test_conv_whose_input_channels_are_unknown_until_it_runs(tmp_path):
+    # X's channel dim is not declared: the launcher checks it against W when it specializes
+    W = (np.random.default_rng(2).standard_normal((4, 3, 1, 1)) * 0.5).astype(np.float32)
+    p = model([helper.make_node("Conv", ["x", "W"], ["y"])], [("x", ["N", None, 5, 5])], ["y"], [("W", W)])
+    assert _delegated(p) == ["Delegate"]
+    check(p, {"x": _data(2, 3, 5, 5)}, tmp_path, whole=True, rtol=1e-5, atol=1e-5)
