@@ -29,6 +29,12 @@ def _const(name, *v):
     return helper.make_node("Constant", [], [name], value=_i64(name + "_v", *v))
 
 
+def _scalar(name, value):
+    """A Constant node of one int64 (an int ``value``) or float32 element, rank 0."""
+    kind = TensorProto.INT64 if isinstance(value, int) else TensorProto.FLOAT
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(name + "_v", kind, [], [value]))
+
+
 def _if(cond, out, then_node, else_node):
     """An If node whose branches are one node each, their results undeclared."""
     branches = [
@@ -80,9 +86,7 @@ def test_nested_ifs_deciding_on_the_rank_of_a_rank_decided_value(tmp_path):
     rank_if = [
         helper.make_node("Shape", ["s"], ["s_shape"]),
         helper.make_node("Size", ["s_shape"], ["s_rank"]),
-        helper.make_node(
-            "Constant", [], ["three"], value=helper.make_tensor("three_v", TensorProto.INT64, [], [3])
-        ),
+        _scalar("three", 3),
         helper.make_node("Equal", ["s_rank", "three"], ["batched"]),
         _const("zero", 0),
         _if(
@@ -115,9 +119,7 @@ def test_if_on_a_small_graph_input_is_decided_on_the_host(tmp_path):
     # silero-vad picks its 16 kHz or 8 kHz network by an `sr` input: the If reads it on the host,
     # and its branches give results of different ranks
     nodes = [
-        helper.make_node(
-            "Constant", [], ["rate"], value=helper.make_tensor("rate_v", TensorProto.INT64, [], [16000])
-        ),
+        _scalar("rate", 16000),
         helper.make_node("Equal", ["sr", "rate"], ["wide"]),
         _const("axes", 0),
         _if(
@@ -168,9 +170,7 @@ def test_if_read_on_the_device_needs_branches_of_one_rank():
     # they must give each output one rank
     nodes = [
         helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
-        helper.make_node(
-            "Constant", [], ["zero"], value=helper.make_tensor("zero_v", TensorProto.FLOAT, [], [0.0])
-        ),
+        _scalar("zero", 0.0),
         helper.make_node("Greater", ["total", "zero"], ["positive"]),
         _const("axes", 0),
         _if(
