@@ -53,7 +53,8 @@ class PlanValues:
     def __init__(self, plan: dict, host: dict[int, np.ndarray], inputs: dict[int, tuple] | None = None):
         """``inputs``: the concrete shapes of the plan's inputs (a symbolic plan's specialization);
         ``host`` also holds the host inputs' values then."""
-        self.shapes = {int(i): tuple(s) for i, s in plan["shapes"].items()}
+        # None: a rank the plan does not know, learnt when a step (or an input) gives the value
+        self.shapes = {int(i): None if s is None else tuple(s) for i, s in plan["shapes"].items()}
         self.shapes.update(inputs or {})
         dtypes = plan.get("dtypes") or {}
         self.dtypes = {i: np.dtype(dtypes.get(str(i), "float32")) for i in self.shapes}
@@ -306,7 +307,7 @@ class PlanValues:
                 free.append(slot[v])
                 free.sort(key=lambda p: pool[p][0])
         for v, shape in self.shapes.items():  # values no launch touches (e.g. empty tensors)
-            if not all(type(d) is int for d in shape):
+            if shape is None or not all(type(d) is int for d in shape):
                 continue  # in an If branch this specialization does not take: never shaped
             r = self.root(v)
             if r not in placed:

@@ -66,10 +66,6 @@ class _Ids:
         return id(v) in self._ids
 
 
-def _ranked(v: Value) -> bool:
-    return isinstance(v.type, TensorType) and v.type.shape is not None
-
-
 def _dim(d) -> int | str | None:
     """A dim as the plan holds it: a size, a symbol's name, or None (unknown until run time)."""
     return int(d) if isinstance(d, int) else d
@@ -181,8 +177,11 @@ class GPUCompiler(BackendCompiler):
         if not found:
             return found
         for v in [*op.inputs, *op.outputs]:
-            if v is not None and not _ranked(v):
-                return Support(False, f"rank of '{v.name}' is not known")
+            # A tensor of unknown rank is planned with the rank it has when the plan specializes
+            # (the branch a shape-decided If takes, a Squeeze of symbolic dims); an op whose check
+            # needs the rank refuses it there.
+            if v is not None and not isinstance(v.type, TensorType):
+                return Support(False, f"'{v.name}' is not a tensor of known element type")
             if v is not None and v.type.is_static and math.prod(v.type.shape) > MAX_ELEMENTS:
                 return Support(
                     False, f"'{v.name}' has more than {MAX_ELEMENTS} elements (kernels index with int32)"
@@ -193,7 +192,9 @@ class GPUCompiler(BackendCompiler):
         check = CHECKS.get(op.op_type)
         try:
             found = check(op) if check is not None else None
-        except TypeError:  # a check that does arithmetic on a dim that is a symbol
+        except TypeError:  # a check that does arithmetic on a dim that is a symbol, or on no rank
+            if any(v is not None and v.type.shape is None for v in [*op.inputs, *op.outputs]):
+                return Support(False, f"{op.op_type} needs the rank of its tensors, unknown here")
             return Support(False, f"{op.op_type} needs static sizes where this op has symbolic dims")
         if found is not None:
             return found
@@ -216,7 +217,9 @@ class GPUCompiler(BackendCompiler):
         def vid(v: Value | None) -> int | None:
             i = ids(v)
             if v is not None:
-                shapes[str(i)] = [_dim(d) for d in v.type.shape]
+                # None: the rank is learnt at specialization (an If decided by a shape, a Squeeze
+                # of symbolic dims without axes)
+                shapes[str(i)] = None if v.type.shape is None else [_dim(d) for d in v.type.shape]
                 dtypes[str(i)] = np.dtype(v.type.dtype.numpy).name
             return i
 

@@ -98,16 +98,27 @@ def _reads_parameter_as_shape(op: Operation) -> str | None:
 
 
 def _check_if(op: Operation) -> Support | None:
+    """An If whose condition is known on the host at specialization (``host_reason``: computed
+    from shapes, constants and scalar inputs) records only the branch it takes, so its branches may
+    give results of different or unknown ranks (PyTorch's ``squeeze(dim)`` exports as an If on
+    ``dim == 1``). A condition read on the device needs both branches to give each output's rank."""
     cond = op.inputs[0]
     if not _single(cond):
         return Support(False, "If condition has more than one element")
+    on_host = host_reason(cond, largest=1) is None
     for name in ("then_branch", "else_branch"):
         branch = op.attributes.get(name)
         if not isinstance(branch, Block) or len(branch.outputs) != len(op.outputs):
             return Support(False, f"If {name} does not give one result per output")
         for v, out in zip(branch.outputs, op.outputs):
-            if not _tensor(v) or v.type.rank != out.type.rank:
-                return Support(False, f"If {name} result '{v.name}' is not a tensor of the output's rank")
+            if not isinstance(v.type, TensorType):
+                return Support(False, f"If {name} result '{v.name}' is not a tensor")
+            if not on_host and (not _tensor(v) or not _tensor(out) or v.type.rank != out.type.rank):
+                return Support(
+                    False,
+                    f"If {name} result '{v.name}' is not a tensor of the output's rank, and the "
+                    f"condition is read on the device ({host_reason(cond, largest=1)})",
+                )
         found = _constants(branch)
         if found is not None:
             return found

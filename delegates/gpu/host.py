@@ -14,6 +14,10 @@ value is known on the host at specialization, that is when it is
 - computed by an op the partition does not take: it then arrives as a small partition input, read
   on the host like a graph input.
 
+An If's condition known on the host the same way, from scalar inputs only (a flag, a sample rate;
+a condition on a tensor's values stays on the device), is read there too: the If then records only
+the branch it takes (``control._check_if``), and the inputs it comes from join the key.
+
 A value computed from tensor data (NonZero, a Conv, a ReduceMax of activations) would make the
 shape depend on data: the op stays on the CPU with that reason.
 """
@@ -30,25 +34,26 @@ MAX_HOST_ELEMENTS = 64
 _MAX_DEPTH = 64  # producer chains longer than this are not shape arithmetic
 
 
-def _small(v: Value) -> bool:
+def _small(v: Value, largest: int = MAX_HOST_ELEMENTS) -> bool:
     t = v.type
-    return isinstance(t, TensorType) and t.is_static and math.prod(t.shape) <= MAX_HOST_ELEMENTS
+    return isinstance(t, TensorType) and t.is_static and math.prod(t.shape) <= largest
 
 
-def host_reason(v: Value, depth: int = 0) -> str | None:
-    """None when ``v`` can be known on the host at specialization; otherwise why not."""
+def host_reason(v: Value, depth: int = 0, largest: int = MAX_HOST_ELEMENTS) -> str | None:
+    """None when ``v`` can be known on the host at specialization; otherwise why not. Inputs it
+    comes from (graph inputs, values made outside the partition) may have ``largest`` elements."""
     if v.is_constant:
         return None
     op = v.producer
     if op is None:  # a graph input or a body parameter: read on the host when small
-        return None if _small(v) else f"'{v.name}' is not a small tensor (read on the host as a shape)"
+        return None if _small(v, largest) else f"'{v.name}' is not a small tensor (read on the host)"
     if op.op_type in ("Shape", "Size"):
         return None
     if op.op_type not in FOLDABLE or op.domain or depth > _MAX_DEPTH or not _small(v):
         return f"'{v.name}' depends on tensor data (computed by {op.op_type})"
     for x in op.inputs:
         if x is not None:
-            reason = host_reason(x, depth + 1)
+            reason = host_reason(x, depth + 1, largest)
             if reason is not None:
                 return reason
     return None
@@ -104,4 +109,6 @@ def host_inputs(body) -> list[Value]:
         for i in host_input_names(op.op_type) if op.domain == "" else ():
             if i < len(op.inputs):
                 walk(op.inputs[i], 0)
+        if op.op_type == "If" and op.domain == "" and host_reason(op.inputs[0], largest=1) is None:
+            walk(op.inputs[0], 0)  # read on the host, the If records only the branch it takes
     return [v for v in body.inputs if id(v) in found and _small(v)]

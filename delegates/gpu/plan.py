@@ -97,8 +97,10 @@ def parse(processed: bytes | dict, backend: str) -> dict:
     if not isinstance(shapes, dict) or not isinstance(dtypes, dict):
         raise bad("'shapes' / 'dtypes' are not tables")
     for i, s in shapes.items():
-        if not (str(i).isdigit() and isinstance(s, list) and all(_dim(d) for d in s)):
+        if not str(i).isdigit() or not (s is None or (isinstance(s, list) and all(_dim(d) for d in s))):
             raise bad(f"value {i!r} has shape {s!r}")
+        if s is None:  # rank unknown until the plan specializes
+            continue
         n = 1
         for d in s:
             n *= d if type(d) is int else 1
@@ -190,7 +192,7 @@ def _dim(d) -> bool:
 
 def is_static(plan: dict) -> bool:
     """Whether every value's shape in ``plan`` is known: then one specialization serves every run."""
-    return all(type(d) is int for s in plan["shapes"].values() for d in s)
+    return all(s is not None and all(type(d) is int for d in s) for s in plan["shapes"].values())
 
 
 def attribute(value):
@@ -248,6 +250,11 @@ def step_shapes(step: dict, shapes: dict, dtypes: dict, host: dict, backend: str
     for got, want in zip(inferred, outs):
         if want is None:
             result.append(None)
+            continue
+        if shapes[want] is None:  # rank unknown in the plan: the op's inferred shape stands
+            if got is None:
+                raise bad(f"the shape of output {want} is not known from its inputs")
+            result.append(got)
             continue
         stated = tuple(shapes[want])
         if got is None:  # inference cannot say: the plan's shape stands when it is known

@@ -75,7 +75,10 @@ def planned_shapes(plan: dict, specs: list[CompileSpec], backend: str) -> list[t
     if plan["host_inputs"]:
         return []
     found = []
-    if all(type(d) is int for i in plan["inputs"] for d in plan["shapes"][str(i)]):
+    if all(
+        s is not None and all(type(d) is int for d in s)
+        for s in (plan["shapes"][str(i)] for i in plan["inputs"])
+    ):
         found.append(tuple(tuple(plan["shapes"][str(i)]) for i in plan["inputs"]))
     names = plan.get("names") or []
     for s in shape_sets(specs, backend):
@@ -89,7 +92,8 @@ def planned_shapes(plan: dict, specs: list[CompileSpec], backend: str) -> list[t
 
 def input_shapes(plan: dict, inputs: list, backend: str) -> dict[int, tuple[int, ...]]:
     """Each plan input's concrete shape from ``inputs`` (arrays, or shapes), checked against the
-    plan: dtype, rank, static dims, and one size per symbol across all inputs."""
+    plan: dtype, rank, static dims, and one size per symbol across all inputs (an input whose
+    rank the plan does not know takes any shape)."""
     if len(inputs) != len(plan["inputs"]):
         raise ShapeError(f"{backend} backend: expected {len(plan['inputs'])} inputs, got {len(inputs)}")
     bound: dict[str, int] = {}
@@ -100,6 +104,8 @@ def input_shapes(plan: dict, inputs: list, backend: str) -> dict[int, tuple[int,
         dtype = np.dtype(plan.get("dtypes", {}).get(str(i), "float32"))
         if not isinstance(x, tuple) and np.asarray(x).dtype != dtype:
             raise DTypeError(f"{backend} backend: input {i} is {np.asarray(x).dtype}, expected {dtype}")
+        if want is None:
+            want = [None] * len(shape)
         ok = len(shape) == len(want)
         for d, s in zip(want, shape) if ok else ():
             if type(d) is int:
@@ -156,7 +162,15 @@ def describe(plan: dict, cache: Specializations) -> str:
     """What a handle does with input shapes, and what a new one costs, then how it stores float32
     values (`offload inspect`; several lines)."""
     precision = "".join(f"\n{line}" for line in describe_precision(plan))
-    dims = sorted({d for i in plan["inputs"] for d in plan["shapes"][str(i)] if type(d) is not int}, key=str)
+    dims = sorted(
+        {
+            d
+            for i in plan["inputs"]
+            for d in (["rank?"] if plan["shapes"][str(i)] is None else plan["shapes"][str(i)])
+            if type(d) is not int
+        },
+        key=str,
+    )
     stats = cache.stats
     if not dims and not plan["host_inputs"]:
         return f"static shapes: planned at init in {stats.seconds * 1e3:.0f} ms{precision}"

@@ -8,6 +8,7 @@ import pytest
 from onnx import helper
 
 import offload
+from offload import runtime
 
 from .opencl_support import check, model, needs_opencl, reference, run_on_opencl
 
@@ -264,10 +265,17 @@ def test_pad_with_pads_given_as_an_input_reads_them_on_the_host(tmp_path):
         check(p, {"x": x, "pads": _i64(*pads)}, tmp_path, **EXACT)
 
 
-def test_pad_reflect_with_pads_given_as_an_input_stays_on_cpu():
-    # onnxruntime refuses reflecting past the edge: with pads unknown until run time, we cannot tell
-    p = _one("Pad", np.zeros((2, 3), np.float32), extra_inputs=[("pads", _i64(1, 1, 1, 1))], mode="reflect")
-    assert "Delegate" not in _lowered_ops(p)
+def test_pad_reflect_with_pads_given_as_an_input_is_checked_when_it_specializes(tmp_path):
+    # onnxruntime refuses reflecting past the edge: pads known only at run time are checked on the
+    # host when the plan specializes, and a call past the edge runs on the CPU fallback
+    x = _data((2, 3))
+    p = _one("Pad", x, extra_inputs=[("pads", _i64(1, 1, 1, 1))], mode="reflect")
+    for pads in [(1, 1, 1, 1), (0, 2, 1, 0)]:
+        check(p, {"x": x, "pads": _i64(*pads)}, tmp_path, **EXACT)
+    run_on_opencl(p, {"x": x, "pads": _i64(1, 1, 1, 1)}, tmp_path)
+    module = runtime.load(str(tmp_path / "m.pte"))
+    with pytest.warns(RuntimeWarning, match="at most size - 1"):
+        module.run({"x": x, "pads": _i64(0, 3, 0, 0)})
 
 
 # -- Resize --

@@ -52,16 +52,18 @@ CAPS = {
 
 def _check(op) -> Support | None:
     x, w = op.inputs[0], op.inputs[1] if len(op.inputs) > 1 else None
-    rank = x.type.rank
+    # X of unknown rank has W's (ONNX requires it); X's channels, where they are not known yet,
+    # are checked against W by the launcher on the shapes it is given.
+    rank = x.type.rank if x.type.rank is not None or w is None else w.type.rank
     if rank is None or not 3 <= rank <= 5:
         return Support(False, f"{op.op_type} of rank {rank} (takes 1 to 3 spatial dims)")
     if w is None or w.type.rank != rank:
         return Support(False, f"{op.op_type} whose weight rank differs from its input's")
-    C, (W0, W1) = x.type.shape[1], w.type.shape[:2]
+    C, (W0, W1) = (x.type.shape[1] if x.type.shape is not None else None), w.type.shape[:2]
     G = int(op.attributes.get("group", 1))
     # Conv: W is [M, C/G, k...]; ConvTranspose: W is [C, M/G, k...].
-    fits = W0 % G == 0 and W1 * G == C if op.op_type == "Conv" else W0 == C and C % G == 0
-    if G < 1 or not fits:
+    fits = G >= 1 and (W0 % G == 0 and W1 * G == C if op.op_type == "Conv" else W0 == C and C % G == 0)
+    if G < 1 or (isinstance(C, int) and not fits):
         return Support(False, f"{op.op_type} with group={G} does not fit X {x.type.shape}, W {w.type.shape}")
     ks = op.attributes.get("kernel_shape")
     if ks is not None and [int(k) for k in ks] != list(w.type.shape[2:]):

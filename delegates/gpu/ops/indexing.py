@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from offload.errors import ModelFormatError
+from offload.errors import ModelFormatError, SpecializationError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
@@ -58,20 +58,33 @@ def _check_pad(op) -> Support | None:
     found = check_host_inputs(op)
     if found is not None:
         return found
+    # The limits of ``_pad_limits`` are checked on the concrete shapes and pads when the plan
+    # specializes; here only where the sizes and pads are known already.
     mode = op.attributes.get("mode", "constant")
-    x, y = op.inputs[0].type.shape, op.outputs[0].type.shape
-    if mode != "constant" and not (op.inputs[0].type.is_static and op.outputs[0].type.is_static):
-        return Support(False, f"Pad mode {mode} of a tensor whose shape is not static")
-    if mode != "constant" and math.prod(x) == 0 and math.prod(y) > 0:
-        return Support(False, f"Pad mode {mode} of an empty tensor")
-    if mode == "reflect":  # onnxruntime rejects reflecting further than once: so do we
-        if not all(v is None or v.is_constant for v in op.inputs[1:4:2]):
-            return Support(False, "Pad reflect with pads that are not constants")
+    x, y = op.inputs[0].type, op.outputs[0].type
+    if mode == "constant" or x.shape is None or y.shape is None:
+        return None
+    pads, axes = [], []
+    if mode == "reflect" and all(v is None or v.is_constant for v in op.inputs[1:4:2]):
         pads = [int(p) for p in op.inputs[1].const_value.reshape(-1)]
-        axes = op.inputs[3].const_value.reshape(-1) if len(op.inputs) > 3 and op.inputs[3] else range(len(x))
+        given = op.inputs[3] if len(op.inputs) > 3 else None
+        axes = [int(a) for a in given.const_value.reshape(-1)] if given is not None else list(range(x.rank))
+    found = _pad_limits(mode, pads, axes, x.shape, y.shape)
+    return None if found is None else Support(False, found)
+
+
+def _pad_limits(mode: str, pads: list[int], axes: list[int], shape, oshape) -> str | None:
+    """Why the kernel cannot pad ``shape`` into ``oshape`` (sizes or symbols) so, or None where the
+    known sizes allow it: every mode but constant reads the input (an empty one gives nothing to
+    read), and onnxruntime rejects reflecting further than once (pads of at most size - 1): so do
+    we."""
+    if mode != "constant" and 0 in shape and all(type(d) is int for d in oshape) and math.prod(oshape) > 0:
+        return f"Pad mode {mode} of an empty tensor {list(shape)}"
+    if mode == "reflect":
         for j, a in enumerate(axes):
-            if max(pads[j], pads[j + len(pads) // 2]) >= x[int(a) % len(x)]:
-                return Support(False, f"Pad reflect by {pads} of a {list(x)} tensor (at most size - 1)")
+            size = shape[a % len(shape)]
+            if isinstance(size, int) and max(pads[j], pads[j + len(axes)]) >= size:
+                return f"Pad reflect by {pads} of a {list(shape)} tensor (at most size - 1)"
     return None
 
 
@@ -191,6 +204,9 @@ def _pad(b: Builder, step: dict) -> None:
         raise ModelFormatError(
             f"gpu backend: Pad of {shape} by {pads} gives {oshape}, the plan says {b.shape(out)}"
         )
+    found = _pad_limits(step["attributes"].get("mode", "constant"), pads, axes, shape, oshape)
+    if found is not None:
+        raise SpecializationError(f"gpu backend: {found}")
     mode = PAD_MODES.index(step["attributes"].get("mode", "constant"))
     value = ins[2]
     if value is not None and math.prod(b.shape(value)) != 1:

@@ -172,7 +172,16 @@ def _activations(op_type: str, attrs: dict, D: int) -> list[tuple[int, float, fl
 
 def _check(op) -> Support | None:
     attrs = attributes_of(op)
-    shapes = [tuple(v.type.shape) if v is not None else None for v in op.inputs]
+    # A tensor of unknown rank is taken as the rank-3 tensor the op requires, its sizes unknown
+    # (X's input size is W's): the launcher checks the shapes it is given.
+    w = op.inputs[1] if len(op.inputs) > 1 else None
+    x = (None, None, w.type.shape[-1] if w is not None and w.type.shape else None)
+    # X, W, R, B, sequence_lens, initial_h, initial_c, P (W and R are weights: never unranked)
+    required = [x, None, None, (None,) * 2, (None,), (None,) * 3, (None,) * 3, (None,) * 2]
+    shapes = [
+        None if v is None else tuple(v.type.shape) if v.type.shape is not None else required[k]
+        for k, v in enumerate(op.inputs)
+    ]
     dtypes = [np.dtype(v.type.dtype.numpy).name if v is not None else None for v in op.inputs]
     geo = _geometry(op.op_type, attrs, shapes, dtypes)
     if isinstance(geo, str):

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from offload.errors import ModelFormatError
+from offload.errors import ModelFormatError, SpecializationError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
@@ -71,16 +71,23 @@ def check_reduce(op) -> Support | None:
     if axes is None:  # computed axes: known on the host when the runtime specializes
         return check_host_inputs(op)
     rank = x.type.rank
+    if rank is None:  # learnt at specialization: the launcher checks axes and sizes then
+        return None
     if any(not -rank <= a < rank for a in axes):
         return Support(False, f"{op.op_type} axes {axes} out of range for rank {rank}")
     noop = int(op.attributes.get("noop_with_empty_axes", 0))
     reduced = [a % rank for a in axes] if axes else ([] if noop else list(range(rank)))
-    empty = any(x.type.shape[a] == 0 for a in reduced)
-    # ONNX leaves the mean of nothing open (onnxruntime says 0, numpy NaN); the integer max / min
-    # of nothing has no infinity to give.
-    if empty and (op.op_type == "ReduceMean" or (op.op_type in _EMPTY and x.type.dtype != DataType.FLOAT)):
+    if _over_nothing(op.op_type, np.dtype(x.type.dtype.numpy), [x.type.shape[a] for a in reduced]):
         return Support(False, f"{op.op_type} over an empty set")
     return None
+
+
+def _over_nothing(op_type: str, dtype: np.dtype, reduced_sizes) -> bool:
+    """Whether a reduction over axes of ``reduced_sizes`` has no value the kernels may give: ONNX
+    leaves the mean of nothing open (onnxruntime says 0, numpy NaN); the integer max / min of
+    nothing has no infinity to give."""
+    empty = 0 in reduced_sizes
+    return empty and (op_type == "ReduceMean" or (op_type in _EMPTY and dtype != np.float32))
 
 
 def check_arg(op) -> Support | None:
@@ -145,6 +152,8 @@ def _reduce(b: Builder, step: dict) -> None:
     if reduced is None:  # noop_with_empty_axes: the input itself
         b.alias(out, x)
         return
+    if _over_nothing(op, b.dtype(x), [shape[a] for a in reduced]):
+        raise SpecializationError(f"gpu backend: {op} '{step.get('name')}' over an empty set of {shape}")
     groups = _groups(shape, set(reduced))
     kept = [(n, s) for n, s, red in groups if not red]
     red = [(n, s) for n, s, r in groups if r]
