@@ -579,13 +579,9 @@ def _unavailable(partitioner) -> None:
     if partitioner is None:
         return
     from offload.delegates import registry
-    from offload.delegates.backend import Availability
 
     for backend in partitioner.backends:
-        try:
-            available = registry.get(backend.name).runtime().is_available()
-        except Exception as e:  # a plugin's runtime half may fail to load: that is the reason
-            available = Availability(False, f"its runtime failed to load: {type(e).__name__}: {e}")
+        available = registry.availability(backend.name)
         if not available:
             print(
                 f"{backend.name} cannot run on this machine: {available.reason}\n"
