@@ -88,7 +88,9 @@ def parse_providers(providers, provider_options=None) -> list[tuple[str, dict]]:
         name = provider_name(name)
         if name == CPU:
             if options:
-                warnings.warn(f"provider 'cpu' takes no options; {sorted(options)} have no effect", stacklevel=3)
+                warnings.warn(
+                    f"provider 'cpu' takes no options; {sorted(options)} have no effect", stacklevel=3
+                )
             break
         out.append((name, dict(options)))
     return out
@@ -109,7 +111,7 @@ def usable_providers(providers: list[tuple[str, dict]], strict: bool) -> list[tu
         message = f"provider '{name}' cannot run on this machine ({available.reason})"
         if strict:
             raise BackendUnavailableError(message)
-        warnings.warn(message + "; the session runs without it", RuntimeWarning, stacklevel=3)
+        warnings.warn(message + "; it is left out (its ops run on the next provider or the CPU)", RuntimeWarning, stacklevel=3)
     return out
 
 
@@ -172,7 +174,9 @@ class InferenceSession:
 
         options = sess_options if sess_options is not None else SessionOptions()
         if not isinstance(options, SessionOptions):
-            raise OffloadError(f"sess_options must be an offload.SessionOptions, not {type(options).__name__}")
+            raise OffloadError(
+                f"sess_options must be an offload.SessionOptions, not {type(options).__name__}"
+            )
         asked = parse_providers(providers, provider_options)
         self._program = None
         if is_pte(path_or_bytes):

@@ -88,7 +88,9 @@ def test_tflite_session_matches_litert():
         assert arg.type == "tensor(float)" and d["dtype"] == np.float32
         # a dim LiteRT leaves open (-1) is a symbol, as onnxruntime names an open dim
         assert [-1 if isinstance(s, str) else s for s in arg.shape] == list(d["shape_signature"])
-    feeds = {d["name"]: np.random.default_rng(4).standard_normal(d["shape"]).astype(np.float32) for d in details}
+    feeds = {
+        d["name"]: np.random.default_rng(4).standard_normal(d["shape"]).astype(np.float32) for d in details
+    }
     want = litert(data, feeds)
     got = session.run(None, feeds)
     for arg, g in zip(session.get_outputs(), got):
@@ -115,11 +117,13 @@ def test_bad_arguments_are_offload_errors(tmp_path):
         offload.InferenceSession(model, providers=["TPUExecutionProvider"])
     text = tmp_path / "notes.pte"
     text.write_text("not a model\n")
-    with pytest.raises(ModelFormatError, match="notes.pte: not a .pte file"):
+    with pytest.raises(ModelFormatError, match=r"notes\.pte: not a \.pte file"):
         offload.InferenceSession(str(text))
     session = offload.InferenceSession(model)
     feeds = fixtures.inputs("cnn_classifier", 0, np.random.default_rng(0))
-    with pytest.raises(OffloadError, match=r"no output named \['nope'\]; the model's outputs are \['logits'\]"):
+    with pytest.raises(
+        OffloadError, match=r"no output named \['nope'\]; the model's outputs are \['logits'\]"
+    ):
         session.run(["nope"], feeds)
     with pytest.raises(offload.errors.DTypeError, match="input 'image' has dtype float64"):
         session.run(None, {"image": feeds["image"].astype(np.float64)})
