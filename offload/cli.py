@@ -100,7 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--strict",
         action="store_true",
-        help="fail when a delegate's backend cannot run here (instead of running its CPU fallback)",
+        help="fail when a backend cannot run here (instead of leaving a --backend out, or running a "
+        ".pte delegate's CPU fallback, with a warning)",
     )
     run.add_argument(
         "--profile",

@@ -111,7 +111,11 @@ def usable_providers(providers: list[tuple[str, dict]], strict: bool) -> list[tu
         message = f"provider '{name}' cannot run on this machine ({available.reason})"
         if strict:
             raise BackendUnavailableError(message)
-        warnings.warn(message + "; it is left out (its ops run on the next provider or the CPU)", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            message + "; it is left out (its ops run on the next provider or the CPU)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return out
 
 

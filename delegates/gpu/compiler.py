@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from offload.errors import UnsupportedOpError
+from offload.errors import DTypeError, UnsupportedOpError
 from offload.ir import Operation, Program, TensorType, Value, attributes_of
 from offload.ir.rewrite import reads
 
@@ -193,6 +193,8 @@ class GPUCompiler(BackendCompiler):
         check = CHECKS.get(op.op_type)
         try:
             found = check(op) if check is not None else None
+        except DTypeError:  # the check's own error, not a symbolic dim
+            raise
         except TypeError:  # a check that does arithmetic on a dim that is a symbol
             return Support(False, f"{op.op_type} needs static sizes where this op has symbolic dims")
         if found is not None:
