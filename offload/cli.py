@@ -172,7 +172,7 @@ def _spec_argument(p: argparse.ArgumentParser) -> None:
 
 
 def _partition_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags that choose what runs on backend delegates (compile, and inspect of a model)."""
+    """The flags that choose what runs on backend delegates (compile, run and inspect of a model)."""
     p.add_argument(
         "--backend",
         action="append",

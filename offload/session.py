@@ -20,7 +20,7 @@ from typing import Any
 
 from offload.errors import BackendUnavailableError, ModelFormatError, OffloadError
 from offload.frontends import sniff
-from offload.ir import OptionalType, SequenceType, TensorType
+from offload.ir.type_text import type_text
 
 CPU = "cpu"
 ORT_SUFFIX = "ExecutionProvider"
@@ -141,20 +141,9 @@ def is_pte(source) -> bool:
     return False
 
 
-def type_string(t) -> str:
-    """ONNX's type string of an offload value type: ``tensor(float)``, ``seq(tensor(int64))``."""
-    if isinstance(t, TensorType):
-        return f"tensor({t.dtype.name.lower()})"
-    if isinstance(t, SequenceType):
-        return f"seq({type_string(t.elem)})"
-    if isinstance(t, OptionalType):
-        return f"optional({type_string(t.elem)})"
-    return str(t)
-
-
 def _node_arg(name: str, t) -> NodeArg:
     shape = getattr(t, "shape", None)
-    return NodeArg(name, None if shape is None else list(shape), type_string(t))
+    return NodeArg(name, None if shape is None else list(shape), type_text(t))
 
 
 class InferenceSession:
