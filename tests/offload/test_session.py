@@ -136,3 +136,15 @@ def test_providers_after_cpu_get_nothing():
         warnings.simplefilter("error")  # nothing about opencl: it is never asked for
         session = offload.InferenceSession(fixtures.path("gru_model"), providers=["cpu", "opencl"])
     assert session.get_providers() == ["cpu"]
+
+
+def test_mlpackage_session_matches_core_ml_oracle():
+    from tests.frontends.coreml.test_ops import OPS, load_case
+
+    inputs, want, _ = load_case("linear_3d")  # outputs Core ML computed when the case was made
+    session = offload.InferenceSession(os.path.join(OPS, "linear_3d.mlpackage"))
+    assert [(i.name, i.shape, i.type) for i in session.get_inputs()] == [("x", [2, 3, 4], "tensor(float)")]
+    names = [o.name for o in session.get_outputs()]
+    assert sorted(names) == sorted(want)
+    for name, got in zip(names, session.run(None, inputs)):
+        np.testing.assert_allclose(got, want[name], rtol=1e-5, atol=1e-5)
