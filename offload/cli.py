@@ -35,8 +35,15 @@ examples:
 DEFAULT_PASSES = "default"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is one line too, like every other error (argparse prints the usage first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"offload: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="offload",
         description="Compile trained models to .pte files and run them through backend delegates.",
         epilog=_EPILOG,

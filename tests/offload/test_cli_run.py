@@ -195,3 +195,19 @@ def test_the_readme_commands_work_as_written(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert "random inputs (no --input given, seed 0): image float32[1, 3, 32, 32]" in printed
     assert "probs: float32[1, 10]" in printed
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run"], "the following arguments are required: model (see offload run --help)"),
+        (["inspect", "m.onnx", "--passes", "--no-passes"], "--no-passes: not allowed with argument --passes"),
+        (["run", "m.onnx", "--seed", "x"], "--seed: invalid int value: 'x'"),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("offload: error:") and message in err and "\n" not in err, err
