@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from typing import Any
 
 from offload.errors import BackendUnavailableError, ModelFormatError, OffloadError
@@ -32,10 +32,13 @@ class SessionOptions:
 
     ``passes``: what ``offload.optimize`` runs before partitioning (``"default"``, ``"none"`` or a
     list of pass names). ``strict``: a provider that cannot run here is an error, not a warning.
+    ``cache_dir``: a folder where compiled models are kept by content hash, providers and options
+    (``offload.session_cache``; ``clear_cache(folder)`` empties it); None compiles every time.
     """
 
     passes: str | list[str] = "default"
     strict: bool = False
+    cache_dir: str | os.PathLike | None = None
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,6 @@ class InferenceSession:
                 f"sess_options must be an offload.SessionOptions, not {type(options).__name__}"
             )
         asked = parse_providers(providers, provider_options)
-        self._program = None
         if is_pte(path_or_bytes):
             if asked:
                 warnings.warn(
@@ -180,29 +182,47 @@ class InferenceSession:
                     stacklevel=2,
                 )
             self._module = runtime.load(path_or_bytes, strict=options.strict)
+            described = _description(self._first(), None)
         else:
-            usable = usable_providers(asked, options.strict)
-            self._program = _compile(path_or_bytes, usable, options.passes)
-            from offload.api import save
+            described = self._compile_and_load(
+                path_or_bytes, usable_providers(asked, options.strict), options
+            )
+        self._method = self._first()
+        self._inputs = [NodeArg(*a) for a in described["inputs"]]
+        self._outputs = [NodeArg(*a) for a in described["outputs"]]
+        self._meta = ModelMetadata(**described["meta"])
 
-            self._module = runtime.load(save(self._program), strict=options.strict)
-        self._method = self._module.method(self._module.method_names[0])
+    def _first(self):
+        return self._module.method(self._module.method_names[0])
+
+    def _compile_and_load(self, source, providers: list[tuple[str, dict]], options: SessionOptions) -> dict:
+        """Load the model compiled for ``providers`` (from ``options.cache_dir`` when an entry is
+        there, else compiled now and stored there); its description."""
+        from offload import runtime, session_cache
+        from offload.api import save
+
+        key = None
+        if options.cache_dir is not None:
+            key = session_cache.cache_key(source, providers, options.passes)
+            found = session_cache.lookup(options.cache_dir, key)
+            if found is not None:
+                self._module = runtime.load(found[0], strict=options.strict)
+                return found[1]
+        program = _compile(source, providers, options.passes)
+        data = save(program)
+        self._module = runtime.load(data, strict=options.strict)
+        described = _description(self._first(), program)
+        if key is not None:
+            session_cache.store(options.cache_dir, key, data, described)
+        return described
 
     # ---- description ---------------------------------------------------------------------------
 
-    def _declared(self, ports, values) -> list[NodeArg]:
-        """The method's ports, with the symbolic dim names the imported program keeps (a .pte
-        keeps only that a dim is symbolic)."""
-        types = {v.name: v.type for v in values}
-        return [_node_arg(p.name, types.get(p.name, p.type)) for p in ports]
-
     def get_inputs(self) -> list[NodeArg]:
-        values = self._program.main.inputs if self._program is not None else ()
-        return self._declared(self._method.inputs, values)
+        return list(self._inputs)
 
     def get_outputs(self) -> list[NodeArg]:
-        values = self._program.main.outputs if self._program is not None else ()
-        return self._declared(self._method.outputs, values)
+        return list(self._outputs)
 
     def get_providers(self) -> list[str]:
         """The backends this session's delegates run on, in the order they are first met, then
@@ -211,14 +231,7 @@ class InferenceSession:
         return [*dict.fromkeys(names), CPU]
 
     def get_modelmeta(self) -> ModelMetadata:
-        meta = dict(self._program.metadata) if self._program is not None else {}
-        known = {"producer_name", "producer_version", "ir_version", "format"}
-        return ModelMetadata(
-            producer_name=meta.get("producer_name", ""),
-            producer_version=meta.get("producer_version", ""),
-            graph_name=self._program.main.body.name if self._program is not None else self._method.name,
-            custom_metadata_map={k: v for k, v in meta.items() if k not in known},
-        )
+        return self._meta
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -248,6 +261,30 @@ class InferenceSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _description(method, program) -> dict:
+    """The method's inputs and outputs as NodeArg fields, with the symbolic dim names the
+    imported ``program`` keeps (a .pte keeps only that a dim is symbolic), and the metadata."""
+
+    def declared(ports, values) -> list[list]:
+        types = {v.name: v.type for v in values}
+        return [list(astuple(_node_arg(p.name, types.get(p.name, p.type)))) for p in ports]
+
+    meta = dict(program.metadata) if program is not None else {}
+    known = {"producer_name", "producer_version", "ir_version", "format"}
+    return {
+        "inputs": declared(method.inputs, program.main.inputs if program is not None else ()),
+        "outputs": declared(method.outputs, program.main.outputs if program is not None else ()),
+        "meta": asdict(
+            ModelMetadata(
+                producer_name=meta.get("producer_name", ""),
+                producer_version=meta.get("producer_version", ""),
+                graph_name=program.main.body.name if program is not None else method.name,
+                custom_metadata_map={k: v for k, v in meta.items() if k not in known},
+            )
+        ),
+    }
 
 
 def _compile(source, providers: list[tuple[str, dict]], passes):

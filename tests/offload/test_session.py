@@ -5,6 +5,7 @@ import os
 import warnings
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -148,3 +149,36 @@ def test_mlpackage_session_matches_core_ml_oracle():
     assert sorted(names) == sorted(want)
     for name, got in zip(names, session.run(None, inputs)):
         np.testing.assert_allclose(got, want[name], rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_models_are_cached_by_content_and_providers(tmp_path, monkeypatch):
+    from offload import session as session_module
+    from offload.session_cache import clear_cache
+
+    cache = tmp_path / "cache"
+    model = fixtures.path("gru_model")
+    feeds = fixtures.inputs("gru_model", 2, np.random.default_rng(2))
+    first = offload.InferenceSession(model, offload.SessionOptions(cache_dir=cache), providers=["example"])
+    entries = sorted(p.suffix for p in cache.iterdir())
+    assert entries == [".json", ".pte"]
+
+    def no_compile(*args):
+        raise AssertionError("compiled again although the cache holds it")
+
+    monkeypatch.setattr(session_module, "_compile", no_compile)
+    again = offload.InferenceSession(model, offload.SessionOptions(cache_dir=cache), providers=["example"])
+    assert again.get_providers() == first.get_providers() == ["example", "cpu"]
+    assert again.get_modelmeta() == first.get_modelmeta()
+    _same_as_onnxruntime(again, model, feeds)  # symbolic dim names kept beside the .pte
+    with pytest.raises(AssertionError, match="compiled again"):  # other options: another entry
+        offload.InferenceSession(
+            model, offload.SessionOptions(cache_dir=cache), providers=[("example", {"trace": 1})]
+        )
+    monkeypatch.undo()
+    changed = tmp_path / "m.onnx"
+    proto = onnx.load(model)
+    proto.doc_string = "the same graph in other bytes"
+    onnx.save(proto, changed)
+    offload.InferenceSession(str(changed), offload.SessionOptions(cache_dir=cache))
+    assert len(list(cache.iterdir())) == 4
+    assert clear_cache(cache) == 4 and not list(cache.iterdir())
