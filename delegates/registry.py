@@ -112,3 +112,16 @@ def get(name: str) -> Backend:
     if entry.backend is None:
         raise BackendUnavailableError(f"backend '{name}' ({entry.source}) failed to load: {entry.error}")
     return entry.backend
+
+
+def availability(name: str):
+    """Whether the backend of this name can run here (an ``Availability``, with the reason when
+    not); a runtime half that fails to load is that reason (a plugin may lack its driver)."""
+    from .backend import Availability
+
+    try:
+        return get(name).runtime().is_available()
+    except BackendUnavailableError as e:
+        return Availability(False, str(e))
+    except Exception as e:  # third-party code
+        return Availability(False, f"its runtime failed to load: {type(e).__name__}: {e}")

@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from offload.errors import ModelFormatError, UnsupportedOpError
+from offload.errors import DTypeError, ModelFormatError, ShapeError, UnsupportedOpError
 from offload.ir import (
     Block,
     DataType,
@@ -221,8 +221,9 @@ class _Importer:
             raise self.fail(f"{where}: {kind} values for a constant of type {dtype.name}")
         if dtype == DataType.STRING:
             return values
+        want = dtype.numpy  # a DTypeError of its own where numpy has no such type
         try:
-            return values.astype(dtype.numpy)
+            return values.astype(want)
         except (ValueError, TypeError, OverflowError) as e:
             raise self.fail(f"{where}: {kind} values do not fit type {dtype.name}: {e}") from None
 
@@ -273,6 +274,8 @@ class _Importer:
                     )
                 try:
                     results = fn(node)
+                except (ShapeError, DTypeError):  # a rule's own error names what does not fit
+                    raise
                 except (IndexError, KeyError, ValueError, TypeError, ZeroDivisionError, OverflowError) as e:
                     # A parameter past what the op allows (an axis beyond the rank, a size that
                     # does not divide …) that a rule did not check by name: still the model's fault.

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from offload.errors import ModelFormatError
+from offload.errors import DTypeError, ModelFormatError, ShapeError
 from offload.ir import Block, DataType, TensorType
 
 _UPGRADES: dict[str, list[tuple[int, Callable]]] = {}
@@ -262,6 +262,8 @@ def upgrade(
                 out = fn(builder, op_type, inputs, attrs, n_out)
             except KeyError as e:
                 raise _malformed(where, op_type, version, f"it has no attribute {e}") from None
+            except (ShapeError, DTypeError):  # inference's own error names what does not fit
+                raise
             except (IndexError, TypeError, ValueError) as e:
                 raise _malformed(where, op_type, version, str(e)) from None
             if out is not None:

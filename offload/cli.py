@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import os
 import sys
-import time
 import warnings
 
 import numpy as np
 
 import offload
+from offload.cli_model import compile_specs, delegated, open_model, output_path, partitioner
+from offload.cli_run import random_input, read_sample, run
 from offload.errors import OffloadError
 from offload.files import replace_file
-from offload.frontends import sniff
-from offload.ir import DataType, TensorType
-from offload.profile import Profile, profiling
 from offload.progress import Progress
+from offload.session import is_pte
 
 _EPILOG = """\
 examples:
@@ -26,6 +24,7 @@ examples:
   offload compile model.onnx -o model.pte --passes cleanup::const_elimination,cleanup::dead_code_elimination
   offload inspect model.onnx --passes
   offload run model.pte --input image=image.npy --output out.npz
+  offload run model.onnx --backend opencl --random-inputs
   offload inspect model.pte
   offload backends
 """
@@ -36,8 +35,15 @@ examples:
 DEFAULT_PASSES = "default"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is one line too, like every other error (argparse prints the usage first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"offload: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="offload",
         description="Compile trained models to .pte files and run them through backend delegates.",
         epilog=_EPILOG,
@@ -59,13 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     chosen.add_argument("--no-passes", action="store_true", help="run no graph passes")
     _partition_arguments(comp)
-    comp.add_argument(
-        "--spec",
-        action="append",
-        default=[],
-        metavar="NAME.key=value",
-        help="a compile spec for backend NAME (repeatable)",
-    )
+    _spec_argument(comp)
     comp.add_argument(
         "--calibrate",
         metavar="DIR",
@@ -81,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     run = sub.add_parser(
-        "run", help="run a .pte file (or a model, compiled in memory) and summarize its outputs"
+        "run",
+        help="run a .pte file (or a model, compiled in memory as `compile` would) and summarize its outputs",
     )
     run.add_argument(
         "model", help=".pte file or model file (.onnx, .tflite, nnpackage, .mlpackage, .mlmodel)"
@@ -96,12 +97,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", metavar="OUT.npz", help="write all outputs to this .npz file")
     run.add_argument("--method", default=None, help="method to run (default: the first, 'forward')")
     run.add_argument(
-        "--seed", type=int, default=0, help="seed for the random inputs made for inputs not given"
+        "--random-inputs",
+        action="store_true",
+        help="random data of the declared shapes (symbolic dims as 1) for the inputs not given; "
+        "without it a missing input is an error, except that a model of fixed input shapes run with "
+        "no --input at all gets random data (the output says so either way)",
     )
+    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     run.add_argument(
         "--strict",
         action="store_true",
-        help="fail when a delegate's backend cannot run here (instead of running its CPU fallback)",
+        help="fail when a backend cannot run here (instead of leaving a --backend out, or running a "
+        ".pte delegate's CPU fallback, with a warning)",
     )
     run.add_argument(
         "--profile",
@@ -123,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
         "cluster address (needs offload[ray])",
     )
     run.add_argument("--batch-size", type=int, default=32, help="rows per Ray batch (with --ray)")
+    _partition_arguments(run)
+    _spec_argument(run)
 
     rep = sub.add_parser(
         "report", help="the delegation report of a model: where each op runs and why, as HTML with a picture"
@@ -131,13 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("-o", "--output", required=True, metavar="REPORT.html", help="where to write the report")
     rep.add_argument("--json", action="store_true", help="write the report's data as JSON instead of HTML")
     rep.add_argument("--no-measure", action="store_true", help="do not run the model to measure it")
-    rep.add_argument(
-        "--spec",
-        action="append",
-        default=[],
-        metavar="NAME.key=value",
-        help="a compile spec for backend NAME (repeatable)",
-    )
+    _spec_argument(rep)
     _partition_arguments(rep)
 
     ins = sub.add_parser("inspect", help="print methods, inputs/outputs, op counts, constant and arena bytes")
@@ -145,11 +148,17 @@ def _parser() -> argparse.ArgumentParser:
         "model", help=".pte file or model file (.onnx, .tflite, nnpackage, .mlpackage, .mlmodel)"
     )
     ins.add_argument("--ir", action="store_true", help="also print a model's IR as text (model files only)")
-    ins.add_argument(
+    shown = ins.add_mutually_exclusive_group()
+    shown.add_argument(
         "--passes",
         action="store_true",
-        help="run the default pass pipeline first and print op counts before / after and what each "
-        "pass changed (model files only)",
+        help="print op counts before / after the default pass pipeline and what each pass changed "
+        "(model files only)",
+    )
+    shown.add_argument(
+        "--no-passes",
+        action="store_true",
+        help="show the graph as written: no graph passes (by default they run first, as in compile)",
     )
     _partition_arguments(ins)
 
@@ -159,14 +168,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _spec_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--spec",
+        action="append",
+        default=[],
+        metavar="NAME.key=value",
+        help="a compile spec for backend NAME (repeatable)",
+    )
+
+
 def _partition_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags that choose what runs on backend delegates (compile, and inspect of a model)."""
+    """The flags that choose what runs on backend delegates (compile, run and inspect of a model)."""
     p.add_argument(
         "--backend",
         action="append",
         default=[],
         metavar="NAME",
-        help="delegate the ops this backend takes (repeatable, in priority order)",
+        help="delegate the ops this backend takes (repeatable, in priority order; model files only)",
     )
     p.add_argument(
         "--deny-op", action="append", default=[], metavar="OpType", help="keep this op type on the CPU"
@@ -221,36 +240,6 @@ def _pass_report(records) -> list[str]:
     return lines
 
 
-def _partitioner(args):
-    """The Partitioner the flags describe, or None without --backend."""
-    if not args.backend:
-        if args.deny_op or args.deny_node or getattr(args, "spec", None) or args.min_ops != 1:
-            raise OffloadError("--spec, --deny-op, --deny-node and --min-ops need --backend NAME")
-        return None
-    from offload.partitioner import Partitioner
-
-    return Partitioner(args.backend, deny_ops=args.deny_op, deny_nodes=args.deny_node, min_ops=args.min_ops)
-
-
-def _compile_specs(items: list[str]) -> dict[str, dict[str, str]]:
-    """``NAME.key=value`` flags → {backend name: {key: value}}."""
-    specs: dict[str, dict[str, str]] = {}
-    for item in items:
-        target, sep, value = item.partition("=")
-        name, dot, key = target.partition(".")
-        if not sep or not dot or not name or not key:
-            raise OffloadError(f"--spec expects NAME.key=value, got '{item}'")
-        specs.setdefault(name, {})[key] = value
-    return specs
-
-
-def _delegated(program, partitioner, specs=None, calibration=None):
-    from offload.api import to_backend
-
-    # the chosen passes already ran
-    return to_backend(program, partitioner, specs, passes="none", calibration=calibration)
-
-
 MAX_CALIBRATION_FILES = 1000
 
 
@@ -266,7 +255,7 @@ def _calibration(folder: str, program) -> list[dict]:
     names = [v.name for v in program.main.inputs]
     out = []
     for f in files:
-        sample = _read_sample(os.path.join(folder, f), names)
+        sample = read_sample(os.path.join(folder, f), names)
         missing = sorted(set(names) - set(sample))
         if missing:
             raise OffloadError(f"{os.path.join(folder, f)}: no array for input(s) {', '.join(missing)}")
@@ -294,88 +283,6 @@ def _input_ranges(items: list[str], program) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _is_pte(path: str) -> bool:
-    if os.path.isdir(path):  # a model folder: an .mlpackage or an nnpackage
-        return False
-    if not os.path.isfile(path):
-        raise OffloadError(f"{path}: no such file")
-    with open(path, "rb") as f:
-        return sniff(f.read(8)) == "pte"
-
-
-def _module(
-    path: str, progress: Progress, strict: bool = False, partitioner=None, on_import=None, prepare=None
-):
-    """The runtime Module of a .pte file, or of a model compiled in memory (rewritten by
-    ``prepare`` and then delegated by ``partitioner`` when given; ``on_import`` sees the program
-    before delegation)."""
-    if _is_pte(path):
-        if partitioner is not None:
-            raise OffloadError(f"{path}: --backend needs a model file; a .pte file is already compiled")
-        if prepare is not None:
-            raise OffloadError(f"{path}: --passes needs a model file; a .pte file is already compiled")
-        with progress.step(f"loading {path}"):
-            return offload.runtime.load(path, strict=strict), None
-    with progress.step(f"importing {path}"):
-        program = offload.load(path)
-    if prepare is not None:
-        program = prepare(program)
-    if on_import is not None:
-        on_import(program)
-    if partitioner is not None:
-        with progress.step("delegating to " + ", ".join(b.name for b in partitioner.backends)):
-            program = _delegated(program, partitioner)
-    with progress.step("lowering to .pte"):
-        data = offload.save(program)
-    with progress.step("loading"):
-        return offload.runtime.load(data, strict=strict), program
-
-
-def _random_input(port, rng: np.random.Generator) -> np.ndarray:
-    t = port.type
-    if not isinstance(t, TensorType) or t.shape is None:
-        raise OffloadError(
-            f"input '{port.name}' has no declared shape; pass it with --input {port.name}=FILE.npy"
-        )
-    shape = tuple(d if isinstance(d, int) else 1 for d in t.shape)
-    dt = t.dtype.numpy
-    if t.dtype == DataType.BOOL:
-        return rng.random(shape) < 0.5
-    if np.issubdtype(dt, np.integer):
-        return rng.integers(0, 10, shape).astype(dt)
-    return rng.standard_normal(shape).astype(dt)
-
-
-def _inputs(method, given: list[str], seed: int) -> dict[str, np.ndarray]:
-    feeds = {}
-    for item in given:
-        name, sep, path = item.partition("=")
-        if not sep:
-            raise OffloadError(f"--input expects NAME=FILE.npy, got '{item}'")
-        try:
-            feeds[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise OffloadError(f"--input {name}: cannot read '{path}': {e}") from None
-    rng = np.random.default_rng(seed)
-    for port in method.inputs:
-        if port.name not in feeds:
-            feeds[port.name] = _random_input(port, rng)
-    return feeds
-
-
-def _summary(name: str, value) -> str:
-    if isinstance(value, list):
-        return f"{name}: sequence of {len(value)}"
-    a = np.asarray(value)
-    line = f"{name}: {a.dtype}{list(a.shape)}"
-    if a.size and a.dtype.kind in "fiub":
-        f = a.astype(np.float64)
-        line += f"  min {f.min():.6g}  max {f.max():.6g}  mean {f.mean():.6g}"
-        if a.ndim == 2 and a.shape[0] == 1:
-            line += f"  argmax {int(f.argmax())}"
-    return line
-
-
 def _print_fp16_errors(reference, fp16, seed: int) -> None:
     """add_fp16_cast's error per output against the float32 program, on seeded random inputs
     (symbolic dims as 1)."""
@@ -385,7 +292,7 @@ def _print_fp16_errors(reference, fp16, seed: int) -> None:
     feeds = {}
     for v in reference.main.inputs:
         port = offload.runtime.module.Port(v.name, v.type)
-        feeds[v.name] = _random_input(port, rng)
+        feeds[v.name] = random_input(port, rng)
     for name, e in output_errors(reference, fp16, feeds).items():
         print(
             f"float16 error of '{name}' against float32: max abs {e['max_abs']:.3g}, max rel {e['max_rel']:.3g}"
@@ -393,9 +300,10 @@ def _print_fp16_errors(reference, fp16, seed: int) -> None:
 
 
 def _compile(args, progress: Progress) -> int:
-    partitioner = _partitioner(args)
-    _unavailable(partitioner)
-    specs = _compile_specs(args.spec)
+    output_path(args.output, "-o")
+    chosen = partitioner(args)
+    _unavailable(chosen)
+    specs = compile_specs(args.spec)
     passes = _pass_choice(args)
     with progress.step(f"importing {args.model}"):
         program = offload.load(args.model)
@@ -409,14 +317,14 @@ def _compile(args, progress: Progress) -> int:
         )
     if any(r.name == "quantization::add_fp16_cast" and r.changed for r in records):
         _print_fp16_errors(original, program, seed=0)
-    if (args.calibrate or args.input_range) and partitioner is None:
+    if (args.calibrate or args.input_range) and chosen is None:
         raise OffloadError("--calibrate and --input-range need --backend NAME")
     if args.input_range:
         program = offload.calibrate(program, input_ranges=_input_ranges(args.input_range, program))
     samples = _calibration(args.calibrate, program) if args.calibrate else None
-    if partitioner is not None:
+    if chosen is not None:
         with progress.step("delegating to " + ", ".join(args.backend)):
-            program = _delegated(program, partitioner, specs, samples)
+            program = delegated(program, chosen, specs, samples)
         delegates = [op for op in program.main.body.operations if op.qualified_type == "offload::Delegate"]
         ops = [op for op in program.main.body.walk() if op.qualified_type != "offload::Delegate"]
         inside = sum(1 for d in delegates for _ in d.attributes["fallback"].walk())
@@ -429,128 +337,17 @@ def _compile(args, progress: Progress) -> int:
     return 0
 
 
-def _run(args, progress: Progress) -> int:
-    if args.input_dir or args.output_dir or args.ray:
-        return _run_files(args, progress)
-    if args.timeout is not None and not args.timeout > 0:
-        raise OffloadError(f"--timeout takes a positive number of seconds, got {args.timeout}")
-    # A profile records the load too (kernel builds, shapes planned at init) on its own event,
-    # then one profiled run after an unrecorded warm-up run.
-    profile = Profile() if args.profile else None
-    with profiling(profile), profile.span("load", "load") if profile else contextlib.nullcontext():
-        module, _ = _module(args.model, progress, strict=args.strict)
-    method = module.method(args.method) if args.method else module.method(module.method_names[0])
-    feeds = _inputs(method, args.input, args.seed)
-    options = offload.runtime.RunOptions(timeout=args.timeout) if args.timeout is not None else None
-    if profile is not None:
-        method.run(feeds, options)  # new shapes' specializations are not what the run's profile is for
-    start = time.perf_counter()
-    outputs = method.run(feeds, options, profile)
-    elapsed = time.perf_counter() - start
-    for name, value in outputs.items():
-        print(_summary(name, value))
-    print(f"ran '{method.name}' in {elapsed * 1e3:.1f} ms" + _placement(method.delegates))
-    if profile is not None:
-        profile.write(args.profile)
-        print(profile.summary())
-        print(f"wrote {args.profile} ({len(profile.events)} events; open it in Perfetto or chrome://tracing)")
-    module.close()
-    if args.output:
-        np.savez(args.output, **{k: np.asarray(v) for k, v in outputs.items() if not isinstance(v, list)})
-        print(f"wrote {args.output}")
-    return 0
-
-
-def _sample(path: str, method) -> dict[str, np.ndarray]:
-    """One input file: an .npz of named inputs, or an .npy for a method of one input."""
-    return _read_sample(path, [p.name for p in method.inputs])
-
-
-def _read_sample(path: str, names: list[str]) -> dict[str, np.ndarray]:
-    try:
-        if path.endswith(".npz"):
-            with np.load(path, allow_pickle=False) as data:
-                return {n: data[n] for n in data.files}
-        if len(names) != 1:
-            raise OffloadError(f"{path}: an .npy file feeds a model of one input; this one takes {names}")
-        return {names[0]: np.load(path, allow_pickle=False)}
-    except (OSError, ValueError) as e:
-        raise OffloadError(f"{path}: not a readable .npy/.npz file: {e}") from None
-
-
-def _run_files(args, progress: Progress) -> int:
-    """--input-dir: every file of the folder through the method (a local loop, or Ray Data)."""
-    if not (args.input_dir and args.output_dir):
-        raise OffloadError("--input-dir and --output-dir go together (and --ray needs both)")
-    files = sorted(f for f in os.listdir(args.input_dir) if f.endswith((".npz", ".npy")))
-    if not files:
-        raise OffloadError(f"{args.input_dir}: no .npz or .npy files")
-    os.makedirs(args.output_dir, exist_ok=True)
-    module, _ = _module(args.model, progress, strict=args.strict)
-    method = module.method(args.method) if args.method else module.method(module.method_names[0])
-    samples = [_sample(os.path.join(args.input_dir, f), method) for f in files]
-    start = time.perf_counter()
-    if args.ray:
-        results = _run_on_ray(args, module, method, samples)
-    else:
-        results = [method.run(s) for s in progress.items(samples, f"running {len(samples)} files")]
-    elapsed = time.perf_counter() - start
-    for name, outputs in zip(files, results):
-        np.savez(os.path.join(args.output_dir, os.path.splitext(name)[0] + ".npz"), **outputs)
-    where = f"on Ray ({args.ray})" if args.ray else "here"
-    print(f"ran '{method.name}' on {len(files)} files {where} in {elapsed:.2f} s; wrote {args.output_dir}")
-    return 0
-
-
-def _run_on_ray(args, module, method, samples: list[dict]) -> list[dict]:
-    """The samples as rows (each input without its batch axis of 1) of a Ray dataset."""
-    import offload.ray as offload_ray
-
-    offload_ray._require_ray()
-    import ray
-
-    rows = []
-    for k, sample in enumerate(samples):
-        row = {"__row__": k}
-        for p in method.inputs:
-            x = sample.get(p.name)
-            if x is None or x.ndim == 0 or x.shape[0] != 1:
-                raise OffloadError(
-                    f"--ray: each file holds one sample (a batch axis of 1) of input '{p.name}'"
-                )
-            row[p.name] = x[0]
-        rows.append(row)
-    if args.model.endswith(".pte"):
-        with open(args.model, "rb") as f:
-            data = f.read()
-    else:
-        raise OffloadError("--ray runs a .pte file: compile the model first (offload compile)")
-    started = not ray.is_initialized()  # a caller's cluster (e.g. in a notebook) is used as is
-    if started:
-        ray.init(
-            address=None if args.ray == "local" else args.ray, include_dashboard=False, log_to_driver=False
-        )
-    try:
-        out = offload_ray.batch_inference(
-            ray.data.from_items(rows), data, batch_size=args.batch_size, method=method.name
-        ).take_all()
-    finally:
-        if started:
-            ray.shutdown()
-    out.sort(key=lambda r: int(r["__row__"]))
-    return [{k: np.asarray(v)[None] for k, v in r.items() if k != "__row__"} for r in out]
-
-
 def _report(args, progress: Progress) -> int:
     from offload import report
 
-    partitioner = _partitioner(args)
-    if partitioner is None:
+    output_path(args.output, "-o")
+    chosen = partitioner(args)
+    if chosen is None:
         raise OffloadError("offload report needs --backend NAME: the backend whose partitions it shows")
     with progress.step(f"importing {args.model}"):
         program = offload.load(args.model)
     with progress.step("partitioning" + ("" if args.no_measure else " and measuring")):
-        data = report.build(program, partitioner, _compile_specs(args.spec), measure=not args.no_measure)
+        data = report.build(program, chosen, compile_specs(args.spec), measure=not args.no_measure)
     text = report.to_json(data) if args.json else report.render_html(data)
     replace_file(args.output, text.encode())
     s = data["summary"]
@@ -561,31 +358,15 @@ def _report(args, progress: Progress) -> int:
     return 0
 
 
-def _placement(delegates) -> str:
-    """Where a run went: the CPU, or which delegates ran on their backend, and which ran on the
-    CPU because their backend cannot run here."""
-    if not delegates:
-        return " on cpu"
-    on = collections.Counter(d.backend for d in delegates if d.runs_on == "backend")
-    off = collections.Counter(d.backend for d in delegates if d.runs_on != "backend")
-    parts = [f"on {name} x{n}" for name, n in on.items()]
-    parts += [f"on the CPU: {name} (cpu fallback) x{n}, {name} cannot run here" for name, n in off.items()]
-    return " with delegates " + "; ".join(parts)
-
-
 def _unavailable(partitioner) -> None:
     """Before a placement table: say plainly which chosen backends cannot run on this machine
     (their partitions would run on the CPU)."""
     if partitioner is None:
         return
     from offload.delegates import registry
-    from offload.delegates.backend import Availability
 
     for backend in partitioner.backends:
-        try:
-            available = registry.get(backend.name).runtime().is_available()
-        except Exception as e:  # a plugin's runtime half may fail to load: that is the reason
-            available = Availability(False, f"its runtime failed to load: {type(e).__name__}: {e}")
+        available = registry.availability(backend.name)
         if not available:
             print(
                 f"{backend.name} cannot run on this machine: {available.reason}\n"
@@ -608,40 +389,49 @@ def _op_counts(plan) -> collections.Counter:
 
 
 def _inspect(args, progress: Progress) -> int:
-    partitioner = _partitioner(args)
-    _unavailable(partitioner)
+    chosen = partitioner(args)
+    if args.passes and is_pte(args.model):
+        raise OffloadError(f"{args.model}: --passes needs a model file; a .pte file is already compiled")
+    _unavailable(chosen)
 
     def report(program) -> None:
-        if partitioner is not None:
+        if chosen is not None:
             from offload.api import as_float_for
             from offload.partitioner import format_report
 
-            floated = as_float_for(program, partitioner)
+            floated = as_float_for(program, chosen)
             if floated is not program:
-                names = ", ".join(b.name for b in partitioner.backends if b.quantized_as_float)
+                names = ", ".join(b.name for b in chosen.backends if b.quantized_as_float)
                 print(
                     f"quantized model: runs as float on {names} (weights dequantized once, float "
                     "activations, int8 inputs and outputs (de)quantized at the edges); the CPU "
                     "runs its integer ops"
                 )
-            print(format_report(partitioner.partition(floated)))
+            print(format_report(chosen.partition(floated)))
             print()
 
     def optimized(program):
+        """The default passes first, as ``compile`` runs them: the placement shown is compile's."""
         program, records = _optimized(program, "default", progress)
-        print("\n".join(_pass_report(records)))
+        if args.passes:
+            print("\n".join(_pass_report(records)))
+        elif records:
+            before, after = sum(records[0].before.values()), sum(records[-1].after.values())
+            print(
+                f"graph passes: {before} -> {after} ops (the default pipeline, as compile runs it; --no-passes: the graph as written)"
+            )
         print()
         return program
 
     # Where each delegate runs, and why, is printed below; no need to warn about it as well.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        module, program = _module(
+        module, program = open_model(
             args.model,
             progress,
-            partitioner=partitioner,
+            partitioner=chosen,
             on_import=report,
-            prepare=optimized if args.passes else None,
+            prepare=None if args.no_passes else optimized,
         )
     print(f"file: {args.model}" + ("" if program is None else "  (compiled in memory)"))
     segments = module.pte.segments
@@ -753,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = Progress(sys.stderr)
     commands = {
         "compile": _compile,
-        "run": _run,
+        "run": run,
         "inspect": _inspect,
         "report": _report,
         "backends": _backends,
@@ -764,6 +554,10 @@ def main(argv: list[str] | None = None) -> int:
             return commands[args.command](args, progress)
         except OffloadError as e:
             print(f"offload: error: {' '.join(str(e).split())}", file=sys.stderr)
+            return 2
+        except OSError as e:  # a path the checks above did not foresee (a full disk, permissions)
+            where = f"{e.filename}: " if e.filename else ""
+            print(f"offload: error: {where}{e.strerror or e}", file=sys.stderr)
             return 2
 
 

@@ -11,11 +11,36 @@ from offload.errors import DTypeError, ShapeError
 from offload.ir import TensorType
 
 
+def host_array(name: str, value) -> np.ndarray:
+    """``value`` as a numpy array: through DLPack for an object that offers it (a torch CPU
+    tensor shares its memory), else ``np.asarray``. An array that lives in device memory is a
+    DTypeError that says to copy it to the host: inputs are read on the host."""
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    if hasattr(value, "__dlpack__") and not isinstance(value, (np.ndarray, np.generic)):
+        try:
+            return np.from_dlpack(value)
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            raise DTypeError(
+                f"input '{name}': numpy cannot read this {kind} ({e}); a device array "
+                "goes in as a host copy (e.g. .get() or .cpu())"
+            ) from None
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise DTypeError(f"input '{name}': numpy cannot read this {kind} ({e})") from None
+    if array.dtype == object and not isinstance(value, (list, tuple)):  # no array protocol
+        raise DTypeError(
+            f"input '{name}': numpy cannot read a {kind}; a device array "
+            "goes in as a host copy (e.g. .get() or .cpu())"
+        )
+    return array
+
+
 def check_input(name: str, declared, value) -> Any:
     """The value as the model will see it; DTypeError / ShapeError when it does not fit."""
     if not isinstance(declared, TensorType):
         return value
-    value = np.asarray(value)
+    value = value if type(value) is np.ndarray else host_array(name, value)
     want = declared.dtype.numpy
     if value.dtype != want and not (want == np.dtype(object) and value.dtype.kind in "US"):
         raise DTypeError(f"input '{name}' has dtype {value.dtype}, the model declares {want}")

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from offload.delegates.backend import DeviceTensor
-from offload.errors import ModelFormatError, OffloadError, ShapeError, UnsupportedOpError
+from offload.errors import DTypeError, ModelFormatError, OffloadError, ShapeError, UnsupportedOpError
 
 from . import kernels
 
@@ -286,6 +286,8 @@ class _ShuffleSlices:
         if all(type(a) is np.ndarray and a.flags.c_contiguous for a in args):
             try:
                 self.call.write(outs, args)
+            except DTypeError:  # the kernel's own error to report, not a layout to take another path for
+                raise
             except TypeError:  # another type or shape than declared
                 self.kernel.run(frame)
                 return

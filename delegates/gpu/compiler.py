@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from offload.errors import UnsupportedOpError
+from offload.errors import DTypeError, UnsupportedOpError
 from offload.ir import Operation, Program, TensorType, Value, attributes_of
 from offload.ir.rewrite import reads
 
@@ -192,6 +192,8 @@ class GPUCompiler(BackendCompiler):
         check = CHECKS.get(op.op_type)
         try:
             found = check(op) if check is not None else None
+        except DTypeError:  # the check's own error, not a symbolic dim
+            raise
         except TypeError:  # a check that does arithmetic on a dim that is a symbol, or on no rank
             if any(v is not None and v.type.shape is None for v in [*op.inputs, *op.outputs]):
                 return Support(False, f"{op.op_type} needs the rank of its tensors, unknown here")
