@@ -122,3 +122,23 @@ def test_tensor_type_text_and_dtypes():
     assert str(TensorType(DataType.INT64, None)) == "(*,i64)"
     assert DataType.BFLOAT16.numpy.name == "bfloat16"
     assert DataType.from_numpy(np.int8) == DataType.INT8
+
+
+def _stateful(to: DataType | None) -> Program:
+    """state s (int8, quantized) -> Identity (or Cast ``to``) -> the last output, unannotated."""
+    from offload.ir.types import QuantParams
+
+    quant = QuantParams(np.array([0.5], np.float32), np.array([-128]))
+    s = Value("s", TensorType(DataType.INT8, (1, 4), quant=quant))
+    body = Block(inputs=[s])
+    attrs = {} if to is None else {"to": int(to.value)}
+    op = body.append(Operation("Identity" if to is None else "Cast", [s], attrs, output_names=["s_next"]))
+    op.outputs[0].type = TensorType(to or DataType.INT8, (1, 4))
+    body.outputs = [op.outputs[0]]
+    return Program({"forward": Function("forward", body, {"": 21}, states=["s"])})
+
+
+def test_verifier_holds_a_state_to_its_dtype_and_shape_not_its_quantization():
+    verify(_stateful(None))  # the same integers, without the import's annotation
+    with pytest.raises(VerificationError, match="state 's' has no output of its type"):
+        verify(_stateful(DataType.UINT8))
