@@ -310,6 +310,15 @@ class _Importer:
                     raise self.fail(f"signature '{fn_name}': its {field} are not the {field} of {prefix}")
             for name in [*in_names.values(), *out_names.values()]:
                 self.namer.reserve(name)
+        # the file's names of its outputs are theirs even where an op the importer adds (an
+        # Identity, a Reshape) comes first and would take the name
+        self.output_tensor_names = {}
+        if names is None:
+            for i in graph.items("outputs"):
+                name = tensors[i].get("name") if 0 <= i < count else None
+                if name and name not in self.namer.taken:
+                    self.namer.reserve(name)
+                    self.output_tensor_names[int(i)] = name
         variables = self.variables = _Variables(self, codes)
         for k, i in enumerate(graph.items("inputs")):
             if not 0 <= i < count:
@@ -451,7 +460,9 @@ class _Importer:
                     raise node.fail(f"tensor {i} is written twice")
                 tname = tensors[i].get("name")
                 tname = f"{scope}{tname}" if tname else tname
-                if tname and tname not in self.namer.taken and i not in out_names:
+                if not scope and i in self.output_tensor_names:
+                    v.name = self.output_tensor_names.pop(i)
+                elif tname and tname not in self.namer.taken and i not in out_names:
                     self.namer.taken.add(tname)
                     v.name = tname
                 values[i] = v

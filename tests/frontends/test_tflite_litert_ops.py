@@ -183,3 +183,16 @@ def test_prelu_after_another_operator_is_one_prelu(tmp_path):
     data = build([Graph(tensors, ops, [0], [4])])
     check(data, {"x": RNG.standard_normal((1, 4, 5, 3)).astype(np.float32)}, tmp_path)
     assert [op.op_type for op in offload.load(data).main.body.operations] == ["Add", "PRelu"]
+
+
+def test_outputs_keep_the_files_names_where_an_added_op_would_take_them(tmp_path):
+    """The first ADD's unnamed result is named after its op ("Add"), which is also the name
+    the file gives the output: the output keeps it, as LiteRT lists it."""
+    c = RNG.standard_normal((2, 3)).astype(np.float32)
+    tensors = [T("x", [2, 3]), T("c", [2, 3], data=c), T("", [2, 3]), T("Add", [2, 3])]
+    ops = [Op(BuiltinOperator.ADD, [0, 1], [2]), Op(BuiltinOperator.ADD, [2, 1], [3])]
+    data = build([Graph(tensors, ops, [0], [3])])
+    check(data, {"x": RNG.standard_normal((2, 3)).astype(np.float32)}, tmp_path)
+    assert [v.name for v in offload.load(data).main.outputs] == ["Add"]
+    names = [d["name"] for d in Interpreter(model_content=data).get_output_details()]
+    assert names == ["Add"]
