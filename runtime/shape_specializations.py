@@ -14,9 +14,18 @@ from .bound_runs import _bind_runs, _static_inputs
 from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
-from .steps import MethodState, SubPlan, _KernelStep, _PreparedStep, _ShapeStep
+from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _PreparedStep, _ShapeStep
 
 _SHAPE_OF = {"onnx::Shape", "onnx::Size"}
+
+
+def _reach(m: MethodState, limit: int) -> int:
+    """How far shape specializations look: past the first jump to the end where every jump goes
+    forward (an If lowered to jumps: each step runs at most once a run, in order, so a value's
+    lifetime is its span of steps and its shape, where it is made, follows from the input
+    shapes as on a straight line), else to ``limit`` (a loop: a step may run again, later)."""
+    forward = all(s.dest > pc for pc, s in enumerate(m._steps) if isinstance(s, _JumpStep))
+    return len(m._steps) if forward else limit
 
 
 def _find_shape_steps(m: MethodState) -> None:
@@ -36,7 +45,7 @@ def _find_shape_steps(m: MethodState) -> None:
     if m._load_time:
         known.update(o for k in m._load_time for o in k.out_slots if o)
     shaped = known | {i for i in inputs if i not in writers}
-    for pc, step, kernel, domain, op_type in _kernel_steps(m, limit):
+    for pc, step, kernel, domain, op_type in _kernel_steps(m, _reach(m, limit)):
         onnx_op = op_type if domain == "onnx" else None
         ins = [i for i in kernel.in_slots if i]
         outs = [o for o in kernel.out_slots if o]
@@ -69,7 +78,7 @@ def _find_shape_steps(m: MethodState) -> None:
             continue
         known.update(outs)
         shaped.update(outs)
-        if type(step) is _KernelStep:
+        if type(step) is _KernelStep and pc < limit:  # a kept result: for steps every run takes
             m._steps[pc] = _ShapeStep(kernel)
             m._shape_steps = True
     m._shaped = shaped
@@ -105,6 +114,7 @@ def _find_specializable_steps(m: MethodState) -> None:
     kernel writes its result there, or the method copies it in, so that the prepared call that
     reads it sees the same array at every run (a Conv's calls are made for its arrays)."""
     limit, writers, _ = _straight_line(m)
+    limit = _reach(m, limit)
     inputs, results = set(m._input_slots), set(m._output_slots)
     found, held = [], []
     for pc, step, kernel, domain, op_type in _kernel_steps(m, limit):

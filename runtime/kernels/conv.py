@@ -252,6 +252,54 @@ class _ConvChain(_KeptCalls):
         return tuple(calls)
 
 
+def _height_one(shape: tuple) -> tuple:
+    """A 1-D Conv's (N, C, L) shape as the 2-D one of height 1: (N, C, 1, L)."""
+    return (*shape[:2], 1, *shape[2:])
+
+
+def _attrs_2d(attrs: dict) -> dict:
+    """A 1-D Conv's attributes for the 2-D conv of height 1 that computes the same sums: each
+    output is the same products over the same taps, in the same order."""
+    kernel, pads = attrs["kernel_shape"], attrs["pads"]
+    return {
+        **attrs,
+        "kernel_shape": [1, *kernel] if kernel else kernel,
+        "pads": [0, pads[0], 0, pads[1]] if pads else pads,
+        "strides": [1, *attrs["strides"]] if attrs["strides"] else attrs["strides"],
+        "dilations": [1, *attrs["dilations"]] if attrs["dilations"] else attrs["dilations"],
+    }
+
+
+class _Conv1dCall:
+    """A 1-D Conv's prepared call: the 2-D call of height 1 (``_conv_prepared``) on views of its
+    arrays, the views kept for the arrays it got last (the 2-D call keeps its numpy calls by the
+    identity of its arrays)."""
+
+    __slots__ = ("inner", "last")
+
+    def __init__(self, inner: _ConvCall):
+        self.inner, self.last = inner, None
+
+    def _views(self, arrays: tuple) -> tuple:
+        last = self.last
+        if last is None or len(last[0]) != len(arrays) or any(a is not k for a, k in zip(arrays, last[0])):
+            views = tuple(
+                a.reshape(_height_one(a.shape)) if k < 3 and a.ndim == 3 else a for k, a in enumerate(arrays)
+            )
+            last = self.last = (arrays, views)
+        return last[1]
+
+    def __call__(self, out, x, w, *rest):
+        return self.inner(*self._views((out, x, w)), *rest)
+
+    def bind(self, out, x, w, *rest):
+        return self.inner.bind(*(a.reshape(_height_one(a.shape)) for a in (out, x, w)), *rest)
+
+    def with_epilogue(self, op_type: str, attrs: dict, n_conv: int, extras: list):
+        inner = self.inner.with_epilogue(op_type, attrs, n_conv, extras)
+        return None if inner is None else _Conv1dCall(inner)
+
+
 @prepared("Conv")
 def _conv_prepared(attrs, inputs, output):
     """A _ConvCall for a 2-D Conv of float32 or float64 whose inputs and output are all of one
@@ -259,6 +307,10 @@ def _conv_prepared(attrs, inputs, output):
     if len(inputs) not in (2, 3) or any(spec is None for spec in inputs) or output is None:
         return None
     (dtype, x_shape), (w_dtype, w_shape) = inputs[:2]
+    if len(x_shape) == 3 and len(w_shape) == 3 and len(output[1]) == 3:
+        flat = [(dtype, _height_one(x_shape)), (w_dtype, _height_one(w_shape)), *inputs[2:]]
+        inner = _conv_prepared(_attrs_2d(attrs), flat, (output[0], _height_one(tuple(output[1]))))
+        return None if inner is None else _Conv1dCall(inner)
     if dtype not in (np.float32, np.float64) or len(x_shape) != 4 or len(w_shape) != 4:
         return None
     if w_dtype != dtype or output[0] != dtype or (len(inputs) == 3 and inputs[2][0] != dtype):
@@ -284,6 +336,28 @@ def _conv_prepared(attrs, inputs, output):
 def _conv(op, x, w, auto_pad, dilations, group, kernel_shape, pads, strides, ctx=None, b=None):
     """Conv's sums of x with w plus the bias b (or None): by a recipe (``_ConvRecipe``) in 2-D when x
     and w are both float32 or both float64, by ``_conv_product`` otherwise."""
+    if x.ndim == 3 and w.ndim == 3 and x.dtype == w.dtype and x.dtype in (np.float32, np.float64):
+        # as the 2-D conv of height 1, the prepared call's way (_Conv1dCall): the same bits
+        flat = _attrs_2d(
+            {"kernel_shape": kernel_shape, "pads": pads, "strides": strides, "dilations": dilations}
+        )
+        x4, w4 = x.reshape(_height_one(x.shape)), w.reshape(_height_one(w.shape))
+        g = _geometry(
+            op,
+            x4.shape,
+            flat["kernel_shape"] or w4.shape[2:],
+            auto_pad,
+            flat["dilations"],
+            flat["pads"],
+            flat["strides"],
+        )
+        dest = None if ctx is None else out_for(ctx, 0, x.shape[:1] + w.shape[:1] + g.out[1:], x.dtype)
+        if dest is not None and not dest.flags.c_contiguous:
+            dest = None
+        dest4 = None if dest is None else dest.reshape(_height_one(dest.shape))
+        bias = None if b is None else np.ascontiguousarray(b, x.dtype).reshape(-1)
+        y = _conv_by_recipe(x4, w4, bias, g, group, dest4)
+        return y.reshape(y.shape[:2] + y.shape[3:]) if dest is None else dest
     g = _geometry(op, x.shape, kernel_shape or w.shape[2:], auto_pad, dilations, pads, strides)
     dest = None if ctx is None else out_for(ctx, 0, x.shape[:1] + w.shape[:1] + g.out, x.dtype)
     if x.ndim == 4 and w.ndim == 4 and x.dtype == w.dtype and x.dtype in (np.float32, np.float64):

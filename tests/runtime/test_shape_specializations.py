@@ -243,3 +243,69 @@ def test_a_resize_by_constant_scales_is_planned_with_what_follows():
         )
     plan = _plan(method, ((1, 3, 7, 9),))
     assert plan is not None and _prepared_ops(plan.steps) == ["Conv", "Relu"]
+
+
+def _branchy_conv1d() -> bytes:
+    """A 1-D convnet with a symbolic length behind an If on a scalar input (as Silero VAD picks
+    its 16 kHz or 8 kHz branch): the CPU executor lowers the If to forward jumps."""
+    rng = np.random.default_rng(3)
+
+    def branch(name, w, pads, strides):
+        return helper.make_graph(
+            [
+                helper.make_node("Conv", ["x", w, "b"], [f"{name}_c"], pads=pads, strides=strides),
+                helper.make_node("Relu", [f"{name}_c"], [f"{name}_y"]),
+            ],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_y", F32, None)],
+        )
+
+    nodes = [
+        helper.make_node("Greater", ["sr", "k"], ["big"]),
+        helper.make_node(
+            "If",
+            ["big"],
+            ["t"],
+            then_branch=branch("hi", "w1", [2, 1], [2]),
+            else_branch=branch("lo", "w2", [0, 0], [1]),
+        ),
+        helper.make_node("Conv", ["t", "w3"], ["y"], pads=[1, 1], dilations=[2], group=2),
+    ]
+    inits = [
+        ("w1", rng.standard_normal((4, 2, 5)).astype(np.float32)),
+        ("w2", rng.standard_normal((4, 2, 3)).astype(np.float32)),
+        ("b", rng.standard_normal(4).astype(np.float32)),
+        ("w3", rng.standard_normal((6, 2, 3)).astype(np.float32)),
+        ("k", np.array(10000, np.int64)),
+    ]
+    return model_bytes(
+        nodes, [("x", F32, ["n", 2, "l"]), ("sr", TensorProto.INT64, [])], [("y", F32, ["n", 6, "m"])], inits
+    )
+
+
+def test_steps_past_an_if_are_prepared_per_shape_and_match_onnxruntime():
+    """Shape specializations reach past the forward jumps of an If: the 1-D Convs inside the
+    branch taken become prepared calls (the 2-D recipe at height 1) at a repeated shape, and
+    each run matches onnxruntime whichever branch it takes."""
+    data = _branchy_conv1d()
+    method = _method(data)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    for n, length, sr in [
+        (1, 40, 16000),
+        (1, 40, 16000),
+        (1, 40, 8000),
+        (2, 33, 8000),
+        (2, 33, 8000),
+        (1, 40, 16000),
+    ]:
+        feeds = {"x": rng.standard_normal((n, 2, length)).astype(np.float32), "sr": np.array(sr, np.int64)}
+        got = method.run(feeds)["y"]
+        (want,) = session.run(None, feeds)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    plan = _plan(method, ((1, 2, 40), ()))
+    assert plan is not None
+    # the taken branch's Conv (with its Relu); the last Conv reads the If's result, which either
+    # branch may write, so its shape is not one the input shapes alone decide: it stays a kernel
+    assert _prepared_ops(plan.steps) == ["Conv", "Relu"]
