@@ -137,7 +137,13 @@ SHAPE_FROM_SHAPES = frozenset(
     HardSwish Identity InstanceNormalization IsInf IsNaN LRN LSTM LayerNormalization LeakyRelu Less
     LessOrEqual Log LogSoftmax MatMul Max MaxPool Mean Min Mish Mod Mul Neg Not Or PRelu Pow RNN
     Reciprocal Relu Round Selu Shape Sigmoid Sign Sin Sinh Size Softmax Softplus Softsign Sqrt Sub
-    Sum Tan Tanh ThresholdedRelu Transpose Where Xor""".split()  # noqa: SIM905 (a word list reads better)
+    Sum Tan Tanh ThresholdedRelu Transpose Where Xor
+    ArgMax ArgMin BitShift BitwiseAnd BitwiseNot BitwiseOr BitwiseXor ConvInteger ConvTranspose
+    CumProd CumSum DeformConv DepthToSpace DequantizeLinear Det DynamicQuantizeLinear Einsum
+    GatherND GlobalLpPool GridSample GroupNormalization Hardmax LpNormalization LpPool
+    MatMulInteger MaxRoiPool MeanVarianceNormalization QLinearConv QLinearMatMul QuantizeLinear
+    RMSNormalization ReverseSequence RoiAlign RotaryEmbedding ScatterElements ScatterND Shrink
+    SpaceToDepth Swish Trilu""".split()  # noqa: SIM905 (a word list reads better)
 )
 SHAPE_FROM_VALUES: dict[str, tuple[int, ...]] = {
     "Reshape": (1,),

@@ -11,6 +11,7 @@ import tracemalloc
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 import offload
@@ -309,3 +310,37 @@ def test_steps_past_an_if_are_prepared_per_shape_and_match_onnxruntime():
     # the taken branch's Conv (with its Relu); the last Conv reads the If's result, which either
     # branch may write, so its shape is not one the input shapes alone decide: it stays a kernel
     assert _prepared_ops(plan.steps) == ["Conv", "Relu"]
+
+
+@pytest.mark.parametrize(
+    "node, extra",
+    [
+        (helper.make_node("Einsum", ["x", "e"], ["t"], equation="abc,cd->abd"), [("e", (8, 8))]),
+        (helper.make_node("CumSum", ["x", "axis"], ["t"]), [("axis", None)]),
+        (helper.make_node("Hardmax", ["x"], ["t"], axis=-1), []),
+        (helper.make_node("ArgMax", ["x"], ["i"], axis=-1), []),
+    ],
+    ids=["Einsum", "CumSum", "Hardmax", "ArgMax"],
+)
+def test_what_follows_an_op_whose_shape_follows_from_shapes_is_prepared(node, extra):
+    """The ops of ir.SHAPE_FROM_SHAPES: an Add after them has a shape the input shapes decide,
+    so a shape specialization prepares it (a transformer's Einsum kept everything after it a
+    kernel)."""
+    rng = np.random.default_rng(8)
+    inits = []
+    for name, shape in extra:
+        inits.append(
+            (name, np.array(1, np.int64) if shape is None else rng.standard_normal(shape).astype(np.float32))
+        )
+    nodes = [node]
+    if node.op_type == "ArgMax":
+        nodes.append(helper.make_node("Cast", ["i"], ["t"], to=F32))
+    nodes.append(helper.make_node("Add", ["t", "t"], ["y"]))
+    data = model_bytes(nodes, [("x", F32, ["n", "s", 8])], [("y", F32, None)], inits)
+    method = _method(data)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    for _ in range(3):
+        got = method.run({"x": x})["y"]
+    np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL)
+    assert "Add" in _prepared_ops(_plan(method, ((2, 5, 8),)).steps)
