@@ -786,8 +786,21 @@ def _prelu_call(attrs, inputs, output):
     return _PReluCall()
 
 
+def _one_axis(shape: tuple, slope: np.ndarray) -> tuple | None:
+    """(outer, C, inner) of ``shape`` where ``slope`` broadcast to it varies along one axis
+    only (C its size; C = 1 for a single slope), else None."""
+    dims = (1,) * (len(shape) - slope.ndim) + slope.shape
+    varying = [a for a, d in enumerate(dims) if d != 1]
+    if len(varying) > 1 or len(dims) != len(shape):
+        return None
+    a = varying[0] if varying else len(shape)
+    outer = math.prod(shape[:a])
+    return (outer, shape[a], math.prod(shape[a + 1 :])) if varying else (outer, 1, 1)
+
+
 class _PReluCall:
-    """The kernel's ``where(x < 0, x · slope, x)`` into ``out``, as a select on the bits: the
+    """The kernel's ``where(x < 0, x · slope, x)`` into ``out``: one pass of the compiled loop
+    where the slope varies along one axis (``loops.prelu``); else as a select on the bits: the
     products, a mask of all ones where x < 0, then ``x ^ ((x ^ products) & mask)``. Every pass
     is a plain SIMD loop (numpy's ``where`` and masked ``copyto`` branch per element: 6x
     slower on a 96 x 96 x 16 activation), and each element is x or its product, bit for bit.
@@ -802,6 +815,10 @@ class _PReluCall:
         self.bind(out, x, slope)()
 
     def bind(self, out, x, slope):
+        loops, split = compiled_loops(), _one_axis(x.shape, slope)
+        if loops is not None and split is not None and slope.flags.c_contiguous and x.flags.c_contiguous:
+            x3, out3, s1 = x.reshape(split), out.reshape(split), slope.reshape(-1)
+            return functools.partial(loops.prelu, x3, s1, out3)
         bits = np.dtype(f"u{out.dtype.itemsize}")
         products, mask = np.empty(out.shape, out.dtype), np.empty(out.shape, bits)
         xb, pb, ob = x.view(bits), products.view(bits), out.view(bits)

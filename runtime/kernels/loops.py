@@ -1,7 +1,8 @@
 """Compiled loops (numba) for what numpy can only compute in many passes over memory: depthwise
 convolutions (``depthwise``, ``depthwise_last``), a convolution's column matrix (``im2col``),
-HardSigmoid and HardSwish (``hard_sigmoid``), and erf (``erf``: numpy has none; a numpy series
-takes 45 passes over the array). Each does the operations of the numpy calls it
+HardSigmoid and HardSwish (``hard_sigmoid``), erf (``erf``: numpy has none; a numpy series
+takes 45 passes over the array) and PRelu with one slope per channel (``prelu``, one pass for
+numpy's six). Each does the operations of the numpy calls it
 replaces, in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
@@ -281,3 +282,16 @@ def erf(x, out):  # pragma: no cover - compiled
     xs, ys = x.reshape(-1), out.reshape(-1)
     for i in range(xs.size):
         ys[i] = math.erf(np.float64(xs[i]))
+
+
+@njit(cache=True, nogil=True)
+def prelu(x, slope, out):  # pragma: no cover - compiled
+    """PRelu with a slope per channel: out[i, c, k] = x[i, c, k] · slope[c] where x < 0, else x
+    itself (NaN and -0 included); x and out (outer, C, inner) C-contiguous, out may be x."""
+    n, channels, m = x.shape
+    for i in range(n):
+        for c in range(channels):
+            s = slope[c]
+            for k in range(m):
+                v = x[i, c, k]
+                out[i, c, k] = v * s if v < 0 else v

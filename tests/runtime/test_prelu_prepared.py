@@ -26,8 +26,13 @@ def _bits(a):
 
 @pytest.mark.parametrize("high", [1.0, 3.0], ids=["slopes-up-to-1", "slopes-above-1"])
 @pytest.mark.parametrize("in_place", [False, True])
-def test_prepared_call_is_where_bit_for_bit(high, in_place):
-    x, slope = _x((1, 4, 5, 6)), RNG.uniform(-2, high, (4, 1, 1)).astype(np.float32)
+@pytest.mark.parametrize(
+    "slope_shape",
+    [(4, 1, 1), (6,), (), (4, 5, 1)],
+    ids=["per-channel-loop", "last-axis-loop", "one-slope-loop", "two-axes-bits"],
+)
+def test_prepared_call_is_where_bit_for_bit(high, in_place, slope_shape):
+    x, slope = _x((1, 4, 5, 6)), RNG.uniform(-2, high, slope_shape).astype(np.float32)
     want = np.where(x < 0, x * slope, x)
     out = x.copy() if in_place else np.empty_like(x)
     _PReluCall().bind(out, out if in_place else x, slope)()
