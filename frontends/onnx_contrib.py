@@ -48,7 +48,14 @@ class _Node:
     read, and what the rewrite builds with."""
 
     def __init__(
-        self, builder, op_type: str, inputs: list, attrs: dict, wanted: list[bool], where: str, domain: str = DOMAIN
+        self,
+        builder,
+        op_type: str,
+        inputs: list,
+        attrs: dict,
+        wanted: list[bool],
+        where: str,
+        domain: str = DOMAIN,
     ):
         self.b, self.op_type, self.attrs, self.wanted, self.where = builder, op_type, attrs, wanted, where
         self.inputs, self.domain = list(inputs), domain

@@ -249,7 +249,9 @@ def _gradient(n: _Node):
     bw = _Backward(n)
     for x in xs:
         if x is None or bw.type(x).dtype not in _FLOATS:
-            raise bw.refuse(f"differentiates with respect to '{getattr(x, 'name', '')}', which is not a float tensor")
+            raise bw.refuse(
+                f"differentiates with respect to '{getattr(x, 'name', '')}', which is not a float tensor"
+            )
     adjoint: dict[int, Value] = {id(y): bw.filled(1, y)}
 
     def accumulate(v: Value, g: Value) -> None:

@@ -310,8 +310,8 @@ class _Scan:
                     co[base + ZIGZAG[k]] = s
                 k += 1
         if self.eobrun:
-            for k in range(k, se + 1):
-                z = base + ZIGZAG[k]
+            for j in range(k, se + 1):
+                z = base + ZIGZAG[j]
                 if co[z]:
                     self._correct(co, z, p1)
             self.eobrun -= 1
@@ -358,7 +358,9 @@ def _scan(seg: bytes, st: _Stream) -> _Scan:
             raise corrupt(f"component {c.cid}'s scan uses a Huffman table the file never defines")
         if c.quant is None:
             if c.tq not in st.qt:
-                raise corrupt(f"component {c.cid} uses quantization table {c.tq}, which the file never defines")
+                raise corrupt(
+                    f"component {c.cid} uses quantization table {c.tq}, which the file never defines"
+                )
             c.quant = st.qt[c.tq]
     dc = [st.dc[d] if need_dc else None for d in dcs]
     ac = [st.ac[a] if need_ac else None for a in acs]
@@ -429,7 +431,10 @@ def _pixels(st: _Stream) -> np.ndarray:
         ch, cw = _ceil(fr.height * c.v, fr.vmax), _ceil(fr.width * c.h, fr.hmax)
         step = 64  # block rows at a time: the transform's int64 temporaries stay small
         plane = np.concatenate(
-            [jpeg_pixels.assemble(jpeg_pixels.idct_blocks(co[r : r + step], c.quant)) for r in range(0, c.rows, step)]
+            [
+                jpeg_pixels.assemble(jpeg_pixels.idct_blocks(co[r : r + step], c.quant))
+                for r in range(0, c.rows, step)
+            ]
         )[:ch, :cw]
         planes.append(jpeg_pixels.upsample(plane, fr.hmax // c.h, fr.vmax // c.v)[: fr.height, : fr.width])
     if len(planes) == 1:

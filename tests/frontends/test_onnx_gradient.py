@@ -82,7 +82,15 @@ def test_broadcasting_with_symbolic_dims():
 
 
 @pytest.mark.parametrize(
-    "sa,sb", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,))]
+    "sa,sb",
+    [
+        ((3, 4), (4, 5)),
+        ((2, 3, 4), (4, 5)),
+        ((2, 1, 3, 4), (5, 4, 2)),
+        ((4,), (4, 5)),
+        ((3, 4), (4,)),
+        ((4,), (4,)),
+    ],
 )
 def test_matmul(sa, sb):
     _check([N("MatMul", ["a", "b"], ["y"])], {"a": sa, "b": sb}, lambda a, b: a @ b, ["a", "b"])
@@ -122,7 +130,9 @@ def test_reshape_transpose_and_a_value_used_twice():
         N("Mul", ["r", "r"], ["m"]),
         N("MatMul", ["m", "w"], ["y"]),
     ]
-    shape = helper.make_node("Constant", [], ["shape"], value=helper.make_tensor("v", TensorProto.INT64, [2], [4, 6]))
+    shape = helper.make_node(
+        "Constant", [], ["shape"], value=helper.make_tensor("v", TensorProto.INT64, [2], [4, 6])
+    )
 
     def f(a, w):
         r = np.transpose(a, (2, 0, 1)).reshape(4, 6)
@@ -167,7 +177,7 @@ def test_a_y_not_computed_before_the_node_is_refused():
     m = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.preview.training", 1)]
     )
-    with pytest.raises(UnsupportedOpError, match="does not compute 'y' before|'y', which the graph does not"):
+    with pytest.raises(UnsupportedOpError, match="'y', which the graph does not compute before this node"):
         offload.load(m.SerializeToString())
 
 

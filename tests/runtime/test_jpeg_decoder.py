@@ -23,7 +23,9 @@ RNG = np.random.default_rng(31)
 def _picture(h: int, w: int) -> np.ndarray:
     """Smooth gradients plus noise: both flat and busy blocks, every chroma plane different."""
     y, x = np.mgrid[0:h, 0:w]
-    img = np.stack([128 + 100 * np.sin(x / 7 + y / 11), 128 + 90 * np.cos(x / 5 - y / 9), (3 * x + 5 * y) % 256], -1)
+    img = np.stack(
+        [128 + 100 * np.sin(x / 7 + y / 11), 128 + 90 * np.cos(x / 5 - y / 9), (3 * x + 5 * y) % 256], -1
+    )
     return np.clip(img + RNG.normal(0, 20, img.shape), 0, 255).astype(np.uint8)
 
 
@@ -119,7 +121,9 @@ def test_truncated_files_fail_with_an_offload_error(options):
         decode_jpeg(data[: len(data) - 40])
 
 
-@pytest.mark.parametrize("options", [{}, {"progressive": True}, {"subsampling": 0, "restart_marker_blocks": 1}])
+@pytest.mark.parametrize(
+    "options", [{}, {"progressive": True}, {"subsampling": 0, "restart_marker_blocks": 1}]
+)
 def test_corrupt_bytes_never_crash(options):
     data = bytearray(_jpeg(24, 40, **options))
     rng = np.random.default_rng(5)
