@@ -47,9 +47,18 @@ class _Node:
     """One contrib node being rewritten: its inputs (None where omitted), attributes, the outputs
     read, and what the rewrite builds with."""
 
-    def __init__(self, builder, op_type: str, inputs: list, attrs: dict, wanted: list[bool], where: str):
+    def __init__(
+        self,
+        builder,
+        op_type: str,
+        inputs: list,
+        attrs: dict,
+        wanted: list[bool],
+        where: str,
+        domain: str = DOMAIN,
+    ):
         self.b, self.op_type, self.attrs, self.wanted, self.where = builder, op_type, attrs, wanted, where
-        self.inputs = list(inputs)
+        self.inputs, self.domain = list(inputs), domain
 
     def input(self, i: int) -> Value | None:
         return self.inputs[i] if i < len(self.inputs) else None
@@ -61,7 +70,7 @@ class _Node:
         return i < len(self.wanted) and self.wanted[i]
 
     def refuse(self, what: str) -> UnsupportedOpError:
-        return UnsupportedOpError(f"{self.where}: {DOMAIN}::{self.op_type} {what} is not supported")
+        return UnsupportedOpError(f"{self.where}: {self.domain}::{self.op_type} {what} is not supported")
 
     def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
         return self.b.op(op_type, inputs, attrs, num_outputs)
@@ -126,7 +135,7 @@ def type_of(v: Value | None):
 
 def rewrite(builder, domain: str, op_type: str, inputs: list, attrs: dict, wanted: list[bool], where: str):
     """The values standing for the outputs of one contrib node (None for those not read)."""
-    node = _Node(builder, op_type, inputs, attrs, wanted, where)
+    node = _Node(builder, op_type, inputs, attrs, wanted, where, domain)
     try:
         out = list(_REWRITES[(domain, op_type)](node))
     except KeyError as e:

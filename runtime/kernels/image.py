@@ -1,11 +1,13 @@
 """ImageDecoder: the formats that numpy and Python's zlib decode alone.
 
 BMP (uncompressed, 1/4/8-bit paletted, 24- and 32-bit), PNM (P1-P6 with 8-bit samples), PNG
-(every colour type at bit depth 8, palettes and grey at 1, 2 and 4 bits, Adam7 interlacing) and
-TIFF (uncompressed strips of 8-bit grey or RGB). JPEG, JPEG 2000 and WebP need codecs beyond
-numpy and are refused with the reason. The result is uint8 (H, W, 3) in RGB or BGR order, or
-(H, W, 1) for Grayscale: ITU-R 601-2 luma, (19595·R + 38470·G + 7471·B + 2^15) >> 16, as the
-ONNX reference (Pillow's convert("L")) computes it.
+(every colour type at bit depth 8, palettes and grey at 1, 2 and 4 bits, Adam7 interlacing),
+TIFF (uncompressed strips of 8-bit grey or RGB) and JPEG (baseline, extended and progressive
+Huffman coding, 8-bit grey or colour: ``jpeg.py``, bit for bit what Pillow gives). JPEG 2000
+and WebP need codecs beyond these and are refused with the reason. The result is uint8
+(H, W, 3) in RGB or BGR order, or (H, W, 1) for Grayscale: ITU-R 601-2 luma,
+(19595·R + 38470·G + 7471·B + 2^15) >> 16, as the ONNX reference (Pillow's convert("L"))
+computes it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from . import kernel
 from ._util import unsupported
+from .jpeg import decode_jpeg
 
 
 @kernel("ImageDecoder")
@@ -47,14 +50,14 @@ def _decode(data: bytes) -> np.ndarray:
     if data[:4] in (b"II*\x00", b"MM\x00*"):
         return _tiff(data)
     if data[:2] == b"\xff\xd8":
-        kind = "JPEG"
-    elif data[:12] == b"\x00\x00\x00\x0cjP  \r\n\x87\n" or data[:4] == b"\xff\x4f\xff\x51":
+        return decode_jpeg(data)
+    if data[:12] == b"\x00\x00\x00\x0cjP  \r\n\x87\n" or data[:4] == b"\xff\x4f\xff\x51":
         kind = "JPEG 2000"
     elif data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         kind = "WebP"
     else:
         kind = "an unknown format"
-    raise unsupported("ImageDecoder", f"{kind} (offload decodes BMP, PNM, PNG and uncompressed TIFF)")
+    raise unsupported("ImageDecoder", f"{kind} (offload decodes BMP, PNM, PNG, uncompressed TIFF and JPEG)")
 
 
 def _bad(what: str):
