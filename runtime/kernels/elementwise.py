@@ -770,6 +770,31 @@ def relu(ctx, X):
     return _same(X, np.maximum(_up(X), 0))
 
 
+@prepared("LeakyRelu")
+def _leaky_relu_call(attrs, inputs, output):
+    if not _plain(output) or output[0].kind != "f" or len(inputs) != 1 or inputs[0] != output:
+        return None
+    return _LeakyReluCall(np.array(attrs.get("alpha", 0.01), output[0]))
+
+
+class _LeakyReluCall:
+    """LeakyRelu as PRelu with its one slope (alpha in the input's type, as numpy multiplies a
+    float32 array by a Python float): the kernel's ``where(x < 0, alpha · x, x)``, bit for bit."""
+
+    __slots__ = ("alpha",)
+
+    def __init__(self, alpha: np.ndarray):
+        self.alpha = alpha
+
+    def __call__(self, out, x):
+        if x.dtype != out.dtype or x.shape != out.shape:
+            raise TypeError("not the declared types")
+        self.bind(out, x)()
+
+    def bind(self, out, x):
+        return _PReluCall().bind(out, x, self.alpha)
+
+
 @kernel("LeakyRelu")
 def leaky_relu(ctx, X, *, alpha):
     x = _up(X)
@@ -793,9 +818,10 @@ def _one_axis(shape: tuple, slope: np.ndarray) -> tuple | None:
     varying = [a for a, d in enumerate(dims) if d != 1]
     if len(varying) > 1 or len(dims) != len(shape):
         return None
-    a = varying[0] if varying else len(shape)
-    outer = math.prod(shape[:a])
-    return (outer, shape[a], math.prod(shape[a + 1 :])) if varying else (outer, 1, 1)
+    if not varying:  # one slope: one run over everything, the loop's inner axis
+        return (1, 1, math.prod(shape))
+    a = varying[0]
+    return (math.prod(shape[:a]), shape[a], math.prod(shape[a + 1 :]))
 
 
 class _PReluCall:

@@ -64,3 +64,29 @@ def test_module_matches_onnxruntime_and_the_definition(x_shape):
     np.testing.assert_array_equal(_bits(got), _bits(np.where(a < 0, a * slope, a)))
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.2, 1.5])
+@pytest.mark.parametrize(
+    "x_shape", [[2, 6, 5, 4], ["N", 6, 5, 4]], ids=["static-prepared", "symbolic-kernel"]
+)
+def test_leaky_relu_matches_onnxruntime_and_the_definition(alpha, x_shape):
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "one"], ["a"]),
+            helper.make_node("LeakyRelu", ["a"], ["y"], alpha=alpha),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, x_shape)],
+        [numpy_helper.from_array(np.ones((), np.float32), "one")],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    x = _x((2, 6, 5, 4))
+    module = runtime.load(offload.save(offload.load(data)))
+    for _ in range(3):  # the third run takes a symbolic model's shape specialization
+        got = module.run({"x": x})["y"]
+    a = x + np.float32(1)
+    np.testing.assert_array_equal(_bits(got), _bits(np.where(a < 0, np.float32(alpha) * a, a)))
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
