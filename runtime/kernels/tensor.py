@@ -251,17 +251,48 @@ def _slice_bounds(start: int, end: int, step: int, dim: int) -> slice:
     return slice(start, None if end < 0 else end, step)
 
 
-@kernel("Slice")
-def slice_(ctx, data, starts, ends, axes=None, steps=None):
+def _slice_index(shape: tuple, starts, ends, axes=None, steps=None) -> tuple:
+    """The numpy index of ONNX Slice's bounds on an array of ``shape``."""
     starts, ends = _ints(starts), _ints(ends)
-    axes = range(len(starts)) if _absent(axes) else normalize_axes(axes, data.ndim, "Slice")
+    axes = range(len(starts)) if _absent(axes) else normalize_axes(axes, len(shape), "Slice")
     steps = [1] * len(starts) if _absent(steps) else _ints(steps)
-    index = [slice(None)] * data.ndim
+    index = [slice(None)] * len(shape)
     for a, s, e, st in zip(axes, starts, ends, steps):
         if st == 0:
             raise unsupported("Slice", "a step of 0")
-        index[a] = _slice_bounds(s, e, st, data.shape[a])
-    view = data[tuple(index)]
+        index[a] = _slice_bounds(s, e, st, shape[a])
+    return tuple(index)
+
+
+@prepared("Slice")
+def _slice_prepared(attrs, inputs, output):
+    if output is None or not inputs or inputs[0] is None or inputs[0][0] != output[0]:
+        return None
+    return _SliceCall()
+
+
+class _SliceCall:
+    """Slice into ``out``: the view its bounds select, copied. Bound with bounds that are
+    constants of the file (read-only arrays: they cannot change between runs) the view is taken
+    once and each run is one copy; bounds a run computes are read at each call."""
+
+    __slots__ = ()
+
+    def __call__(self, out, data, *bounds):
+        np.copyto(out, data[_slice_index(data.shape, *bounds)], casting="no")
+
+    def bind(self, out, data, *bounds):
+        if any(b is None or b.flags.writeable for b in bounds):
+            return functools.partial(self, out, data, *bounds)
+        view = data[_slice_index(data.shape, *bounds)]
+        if view.shape != out.shape or view.dtype != out.dtype:
+            raise TypeError("not the declared type")
+        return functools.partial(np.copyto, out, view)
+
+
+@kernel("Slice")
+def slice_(ctx, data, starts, ends, axes=None, steps=None):
+    view = data[_slice_index(data.shape, starts, ends, axes, steps)]
     out = out_for(ctx, 0, view.shape, view.dtype)  # one copy, into the planned output if any
     if out is None:
         return view.copy()
