@@ -29,7 +29,7 @@ def _reach(m: MethodState, limit: int) -> int:
 
 
 def _find_shape_steps(m: MethodState) -> None:
-    """The kernel steps (prepared or not) before the first jump whose results depend only on
+    """The kernel steps (prepared or not) whose results depend only on
     the input shapes (``_ShapeStep``). A value's *shape* is known from the input shapes when it
     is a method input no step writes, a constant, or the result of an op whose output shapes
     follow from its inputs' shapes (``ir.SHAPE_FROM_SHAPES``), or from their shapes and the
@@ -38,8 +38,9 @@ def _find_shape_steps(m: MethodState) -> None:
     deterministic ONNX op (``ir.computed_once``) of constants and known values; a prepared step
     of known values stays one (a bound call costs less than storing a kept result), its results
     known all the same (the exported transformer's sizes are products of them). Known results
-    are neither inputs nor results of the method, and have one writer each. The values whose
-    shape is known go to ``m._shaped`` (what shape specializations hold, ``_ShapeSpecialization``)."""
+    are neither inputs nor results of the method, and have one writer each. Steps are looked at
+    up to ``_reach``: past an If's forward jumps, a step that runs computes the same from the
+    same input shapes whichever runs take it. The values whose shape is known go to ``m._shaped`` (what shape specializations hold, ``_ShapeSpecialization``)."""
     limit, writers, known = _straight_line(m)
     inputs, results = set(m._input_slots), set(m._output_slots)
     if m._load_time:
@@ -78,7 +79,7 @@ def _find_shape_steps(m: MethodState) -> None:
             continue
         known.update(outs)
         shaped.update(outs)
-        if type(step) is _KernelStep and pc < limit:  # a kept result: for steps every run takes
+        if type(step) is _KernelStep:
             m._steps[pc] = _ShapeStep(kernel)
             m._shape_steps = True
     m._shaped = shaped

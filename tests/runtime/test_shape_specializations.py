@@ -344,3 +344,43 @@ def test_what_follows_an_op_whose_shape_follows_from_shapes_is_prepared(node, ex
         got = method.run({"x": x})["y"]
     np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL)
     assert "Add" in _prepared_ops(_plan(method, ((2, 5, 8),)).steps)
+
+
+def test_shape_steps_inside_a_branch_keep_their_results_per_shape():
+    """A Shape → Gather → Concat chain inside an If's branch (a Reshape's target) is computed
+    from the input shapes alone: its steps keep their results past the If's jump, and runs at
+    changing shapes and branches still match onnxruntime."""
+    from offload.runtime.steps import _JumpStep, _ShapeStep
+
+    def branch(name, factor):
+        nodes = [
+            helper.make_node("Shape", ["x"], [f"{name}_s"]),
+            helper.make_node("Gather", [f"{name}_s", "zero"], [f"{name}_n"], axis=0),
+            helper.make_node("Concat", [f"{name}_n", "minus_one"], [f"{name}_shape"], axis=0),
+            helper.make_node("Reshape", ["x", f"{name}_shape"], [f"{name}_r"]),
+            helper.make_node("Mul", [f"{name}_r", factor], [f"{name}_y"]),
+        ]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", F32, None)])
+
+    inits = [
+        ("zero", np.array([0], np.int64)),
+        ("minus_one", np.array([-1], np.int64)),
+        ("two", np.array(2.0, np.float32)),
+        ("three", np.array(3.0, np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Greater", ["k", "zero_f"], ["c"]),
+        helper.make_node(
+            "If", ["c"], ["y"], then_branch=branch("a", "two"), else_branch=branch("b", "three")
+        ),
+    ]
+    inits.append(("zero_f", np.array(0.0, np.float32)))
+    data = model_bytes(nodes, [("x", F32, ["n", "h", 4]), ("k", F32, [])], [("y", F32, None)], inits)
+    method = _method(data)
+    first_jump = next(pc for pc, s in enumerate(method._steps) if isinstance(s, _JumpStep))
+    assert any(isinstance(s, _ShapeStep) for s in method._steps[first_jump:])
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(10)
+    for n, h, k in [(2, 3, 1.0), (2, 3, 1.0), (2, 3, -1.0), (3, 5, -1.0), (3, 5, 1.0), (2, 3, 1.0)]:
+        feeds = {"x": rng.standard_normal((n, h, 4)).astype(np.float32), "k": np.array(k, np.float32)}
+        np.testing.assert_array_equal(method.run(feeds)["y"], session.run(None, feeds)[0])
