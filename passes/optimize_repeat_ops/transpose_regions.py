@@ -220,8 +220,9 @@ class _Region:
             built = rw.build(block, op.op_type, inputs, attrs, before=op, stem=op.outputs[0].name)
             new[id(op.outputs[0])] = built.outputs[0]
         for x in exits:
-            if not rw.substitute(x.outputs[0], new[id(x.inputs[0])], block):
-                outputs.append(x.inputs[0])
+            v = x.inputs[0]
+            if not rw.substitute(x.outputs[0], new[id(v)], block) and id(v.producer) in self.ops:
+                outputs.append(v)  # a function output that cannot take the name: the exit stays
         for v in dict.fromkeys(outputs):
             untransposed = new[id(v)]
             back = rw.build(block, "Transpose", [untransposed], {"perm": q}, after=untransposed.producer)

@@ -124,3 +124,17 @@ def test_regions_that_stay(middle, outputs):
         feeds["p"] = np.array([0, 1, 0, 0, 0, 0, 1, 0], np.int64)
     original, out = optimized(model(nodes, inputs, outputs), P)
     assert op_types(out) == op_types(original)
+
+
+def test_an_exit_that_is_a_graph_output_of_the_graph_input_stays():
+    """y = Transpose back of Transpose(x) is a function output and x a graph input: y cannot
+    become x (an output keeps its name), so that exit stays; the rest of the region moves."""
+    nodes = [
+        node("Transpose", ["x"], ["a"], perm=TO_NHWC),
+        node("Transpose", ["a"], ["y"], perm=TO_NCHW),
+        node("Relu", ["a"], ["r"]),
+        node("Transpose", ["r"], ["z"], perm=TO_NCHW),
+    ]
+    data = model(nodes, {"x": (F32, [1, 4, 6, 5])}, {"y": (F32, None), "z": (F32, None)})
+    out = check(data, P, X)
+    assert [o.name for o in out.main.outputs] == ["y", "z"]
