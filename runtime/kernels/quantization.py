@@ -12,7 +12,7 @@ import numpy as np
 
 from offload.ir import DataType
 
-from . import kernel
+from . import kernel, prepared
 from ._util import normalize_axis, unsupported
 
 _NARROW_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
@@ -121,3 +121,97 @@ def dynamic_quantize_linear(ctx, x):
     zero_point = _saturate_int(np.rint(-lo / scale), np.dtype(np.uint8))
     y = _saturate_int(np.rint(x / scale) + np.float32(zero_point), np.dtype(np.uint8))
     return y, np.array(scale, np.float32), np.array(zero_point, np.uint8)
+
+
+# ---- prepared calls: per-tensor 8-bit quantization in float32 ---------------------------------
+
+_EIGHT_BITS = (np.dtype(np.int8), np.dtype(np.uint8))
+_F32 = np.dtype(np.float32)
+
+
+def _per_tensor(attrs, inputs, x_types, out_types, output) -> bool:
+    """x of ``x_types``, a 0-d float32 scale, a 0-d zero point of the output's (or x's) 8-bit
+    type or none, the output of ``out_types`` and x's shape, no blocks."""
+    if output is None or len(inputs) not in (2, 3) or any(s is None for s in inputs):
+        return False
+    (x_type, x_shape), (s_type, s_shape) = inputs[:2]
+    zp = inputs[2] if len(inputs) == 3 else None
+    eight = output[0] if output[0] in _EIGHT_BITS else x_type
+    return (
+        x_type in x_types
+        and output[0] in out_types
+        and tuple(output[1]) == tuple(x_shape)
+        and s_type == _F32
+        and tuple(s_shape) == ()
+        and (zp is None or (zp[0] == eight and tuple(zp[1]) == ()))
+        and not attrs.get("block_size")
+    )
+
+
+@prepared("QuantizeLinear")
+def _quantize_prepared(attrs, inputs, output):
+    if attrs.get("precision") or not _per_tensor(attrs, inputs, (_F32,), _EIGHT_BITS, output):
+        return None
+    if len(inputs) == 2 and output[0] != np.uint8:
+        return None
+    return _QuantizeCall()
+
+
+class _QuantizeCall:
+    """The kernel's float32 arithmetic into ``out`` through one float32 buffer: x / scale,
+    rounded half to even, plus the zero point, clipped to the type's range, converted."""
+
+    __slots__ = ()
+
+    def __call__(self, out, x, scale, zero_point=None):
+        self.bind(out, x, scale, zero_point)()
+
+    def bind(self, out, x, scale, zero_point=None):
+        if x.dtype != _F32 or scale.dtype != _F32 or x.shape != out.shape:
+            raise TypeError("not the declared types")
+        temp = np.empty(out.shape, _F32)
+        info = np.iinfo(out.dtype)
+        lo, hi = float(info.min), float(info.max)
+        divide, rint, add, clip, copyto = np.divide, np.rint, np.add, np.clip, np.copyto
+
+        def run():
+            divide(x, scale, temp)
+            rint(temp, temp)
+            if zero_point is not None:
+                add(temp, zero_point, temp)
+            clip(temp, lo, hi, out=temp)
+            copyto(out, temp, casting="unsafe")
+
+        return run
+
+
+@prepared("DequantizeLinear")
+def _dequantize_prepared(attrs, inputs, output):
+    if attrs.get("output_dtype", 0) not in (0, DataType.FLOAT.value):
+        return None
+    if not _per_tensor(attrs, inputs, _EIGHT_BITS, (_F32,), output):
+        return None
+    return _DequantizeCall()
+
+
+class _DequantizeCall:
+    """The kernel's arithmetic into ``out``: x (8-bit, so exact in float32) minus the zero point,
+    exact, times the scale, rounded once."""
+
+    __slots__ = ()
+
+    def __call__(self, out, x, scale, zero_point=None):
+        self.bind(out, x, scale, zero_point)()
+
+    def bind(self, out, x, scale, zero_point=None):
+        if x.dtype not in _EIGHT_BITS or scale.dtype != _F32 or x.shape != out.shape:
+            raise TypeError("not the declared types")
+        copyto, subtract, multiply = np.copyto, np.subtract, np.multiply
+
+        def run():
+            copyto(out, x, casting="unsafe")
+            if zero_point is not None:
+                subtract(out, zero_point, out)
+            multiply(out, scale, out)
+
+        return run

@@ -1,0 +1,60 @@
+"""Per-tensor 8-bit QuantizeLinear / DequantizeLinear prepared calls: the same integers and
+floats as onnxruntime, rounding ties to even and saturating, through a static .pte."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import offload
+from offload.runtime.kernels.quantization import _DequantizeCall, _QuantizeCall
+from offload.runtime.steps import _PreparedStep
+
+
+def _model(zp: np.ndarray | None, scale: float) -> bytes:
+    """y = Quantize(x + 0, s, zp); z = Dequantize(y, s, zp) * 1 (static shapes)."""
+    inits = [
+        numpy_helper.from_array(np.array(scale, np.float32), "s"),
+        numpy_helper.from_array(np.zeros((), np.float32), "o"),
+    ]
+    q_in, dq_in = ["a", "s"], ["y", "s"]
+    if zp is not None:
+        inits.append(numpy_helper.from_array(zp, "zp"))
+        q_in, dq_in = [*q_in, "zp"], [*dq_in, "zp"]
+    qtype = TensorProto.UINT8 if zp is None or zp.dtype == np.uint8 else TensorProto.INT8
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "o"], ["a"]),
+            helper.make_node("QuantizeLinear", q_in, ["y"]),
+            helper.make_node("DequantizeLinear", dq_in, ["z"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 257])],
+        [
+            helper.make_tensor_value_info("y", qtype, [4, 257]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 257]),
+        ],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "zp", [np.array(-7, np.int8), np.array(131, np.uint8), None], ids=["int8", "uint8", "no-zero-point"]
+)
+def test_prepared_quantize_and_dequantize_match_onnxruntime(zp):
+    scale = 0.0371
+    data = _model(zp, scale)
+    module = offload.runtime.load(offload.save(offload.load(data)))
+    calls = [type(s.call) for s in module.method("forward")._steps if isinstance(s, _PreparedStep)]
+    assert _QuantizeCall in calls and _DequantizeCall in calls
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-8, 8, (4, 257)).astype(np.float32)
+    x[0, :40] = (np.arange(40, dtype=np.float32) - 20 + 0.5) * np.float32(scale)  # ties, about
+    x[1, :4] = [1e9, -1e9, np.inf, -np.inf]  # saturation
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for _ in range(2):  # the second run takes the bound calls
+        got = module.run({"x": x})
+    want = dict(zip(["y", "z"], session.run(None, {"x": x})))
+    np.testing.assert_array_equal(got["y"], want["y"])
+    np.testing.assert_array_equal(got["z"], want["z"])
