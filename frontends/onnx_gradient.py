@@ -233,8 +233,18 @@ def _on_the_way(y: Value, xs: list[Value], zs: list[Value]) -> list:
 
 @contrib("Gradient", domain=DOMAIN)
 def _gradient(n: _Node):
-    xs_names, zs_names = list(n.attr("xs")), list(n.attr("zs", []))
-    y_name = n.attr("y")
+    xs_names, zs_names, y_name = n.attr("xs"), n.attr("zs", []), n.attr("y")
+    for name, value in (("xs", xs_names), ("zs", zs_names)):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            shown = type(value).__name__
+            raise ModelFormatError(
+                f"{n.where}: attribute '{name}' of Gradient must be of type strs, not {shown}"
+            )
+    if not isinstance(y_name, str):
+        raise ModelFormatError(
+            f"{n.where}: attribute 'y' of Gradient must be of type str, not {type(y_name).__name__}"
+        )
+    xs_names, zs_names = list(xs_names), list(zs_names)
     if len(n.inputs) != len(xs_names) + len(zs_names):
         raise ModelFormatError(
             f"{n.where}: Gradient has {len(n.inputs)} inputs; its xs and zs name {len(xs_names) + len(zs_names)}"

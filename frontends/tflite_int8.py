@@ -80,7 +80,11 @@ def _out(node, i: int = 0) -> tuple[float, int]:
 
 
 def _round(x: float) -> int:
-    return int(np.sign(x) * np.floor(abs(x) + 0.5))  # TfLiteRound: half away from zero
+    """TfLiteRound: half away from zero. A bound past any int (6 / a subnormal scale is inf)
+    is one far outside int8, which the clamp then cuts to the type's range."""
+    if not np.isfinite(x):
+        return int(np.sign(x)) << 32
+    return int(np.sign(x) * np.floor(abs(x) + 0.5))
 
 
 def clamp(node, scale: float, zero: int, code=None) -> tuple[int, int] | None:
@@ -89,14 +93,13 @@ def clamp(node, scale: float, zero: int, code=None) -> tuple[int, int] | None:
     if code is None:
         code = node.opt("fused_activation_function") if node.options is not None else Act.NONE
     s = np.float32(scale)
+    with np.errstate(over="ignore"):  # a subnormal scale: _round takes the infinite bound
+        six, one = np.float32(6.0) / s, np.float32(1.0) / s
     bounds = {
         Act.NONE: (-128, 127),
         Act.RELU: (zero, 127),
-        Act.RELU6: (zero, zero + _round(float(np.float32(6.0) / s))),
-        Act.RELU_N1_TO_1: (
-            zero + _round(float(np.float32(-1.0) / s)),
-            zero + _round(float(np.float32(1.0) / s)),
-        ),
+        Act.RELU6: (zero, zero + _round(float(six))),
+        Act.RELU_N1_TO_1: (zero + _round(-float(one)), zero + _round(float(one))),
     }.get(code)
     if bounds is None:
         return None
