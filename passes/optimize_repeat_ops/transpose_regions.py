@@ -72,22 +72,22 @@ class _Region:
         self.ops: dict[int, Operation] = {}
         self.entries: dict[int, Operation] = {}  # Transpose(q) ops whose outputs are region values
         self.values: dict[int, Value] = {}  # region values (in the transposed layout)
-        self.exits: list[Operation] = []
         self.inputs: dict[int, Value] = {}  # boundary inputs: rank-R values from outside
 
-    def is_entry(self, op: Operation | None) -> bool:
+    def _transpose_here(self, op: Operation | None, perm: list[int]) -> bool:
         return (
             op is not None
             and op.op_type == "Transpose"
             and not op.domain
             and op.block is self.block
-            and perm_of(op) == self.q
+            and perm_of(op) == perm
         )
 
+    def is_entry(self, op: Operation | None) -> bool:
+        return self._transpose_here(op, self.q)
+
     def is_exit(self, op: Operation) -> bool:
-        return (
-            op.op_type == "Transpose" and not op.domain and op.block is self.block and perm_of(op) == self.p
-        )
+        return self._transpose_here(op, self.p)
 
     def takes(self, op: Operation) -> bool:
         """Whether ``op`` (reading a region value) can run on the untransposed arrays."""
