@@ -29,6 +29,11 @@ integers, the full range for int8/uint8), ``values`` for fixed scalars (a sample
 match when, for each output, max |offload - reference| <= RTOL * max |reference| + ATOL for floats,
 within one unit for int8/uint8 outputs, exactly for other integer and bool outputs. Stateful
 models start from zero state at each shape set, in offload (``reset_state``) and the reference.
+Where an ONNX model differs end to end, opwise.py runs each of its ops alone from onnxruntime's
+own values of its inputs: when every op matches, the cell reads ``ok op by op`` with the end-to-end
+difference and how far onnxruntime's default level is from its graph-as-written run (models that
+re-quantize activations flip a rounding on float summation order and amplify it; see opwise.py);
+the summary counts those apart from end-to-end matches.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import opwise
 from fetch import Entry, cache_dir, is_cached, model_path, read_manifest
 
 RTOL = 1e-3  # of the output's largest magnitude: outputs like softmax hold values near 0
@@ -101,6 +107,7 @@ class OnnxReference:
         opts.intra_op_num_threads = THREADS
         opts.log_severity_level = 3
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self.path, self.plain = path, None
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def ports(self):
@@ -117,6 +124,19 @@ class OnnxReference:
 
     def run(self, feeds: dict) -> dict:
         return dict(zip(self.output_names, self.session.run(None, feeds)))
+
+    def as_written(self, feeds: dict) -> dict:
+        """onnxruntime without its graph optimizations (``ORT_DISABLE_ALL``): the graph's own
+        arithmetic, where the default level fuses e.g. QDQ pairs into integer kernels."""
+        import onnxruntime as ort
+
+        if self.plain is None:
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            opts.intra_op_num_threads = THREADS
+            opts.log_severity_level = 3
+            self.plain = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
+        return dict(zip(self.output_names, self.plain.run(None, feeds)))
 
 
 class LiteRTReference:
@@ -253,13 +273,28 @@ def delegated_counts(program) -> tuple[int, int]:
     return inside, total
 
 
-def run_sets(module, feed_sets: list[dict], wants: list[dict]) -> str:
+def run_sets(module, feed_sets: list[dict], wants: list[dict], opwise_check=None) -> str:
+    """``ok``, or what differed first. Where an ONNX model differs end to end, ``opwise_check(feeds)``
+    (see opwise.py) decides: every op matching from onnxruntime's own inputs is ``ok op by op``, the
+    end-to-end difference and onnxruntime's own spread between its optimization levels said with it."""
+    by_op = None
     for i, (feeds, want) in enumerate(zip(feed_sets, wants)):
         module.reset_state()
         diff = compare(module.run(feeds), want)
-        if diff:
-            return f"shape set {i + 1}: {diff}"
-    return "ok"
+        if not diff:
+            continue
+        diff = f"shape set {i + 1}: {diff}"
+        if opwise_check is None:
+            return diff
+        ops, spread = opwise_check(feeds, want)
+        if ops.differ:
+            return f"{diff}; {ops.text()}"
+        by_op = by_op or f"ok op by op: {ops.text()}; end to end {diff}{spread}"
+    return by_op or "ok"
+
+
+def matched(cell) -> bool:
+    return isinstance(cell, str) and (cell == "ok" or cell.startswith("ok op by op"))
 
 
 def work(
@@ -306,9 +341,21 @@ def work(
         row["cpu"] = row["opencl"] = "reference failed: " + first_line(err, path)
         emit()
         return
+
+    def opwise_check(backend: str | None):
+        if entry.format != "onnx":
+            return None
+
+        def check(feeds: dict, want: dict):
+            ops = opwise.check(path, feeds, compare, backend)
+            spread = compare(reference.as_written(feeds), want)
+            return ops, f" (onnxruntime as written against its default level: {spread or 'the same'})"
+
+        return check
+
     try:
         module = offload.runtime.load(offload.save(offload.optimize(program) if passes else program))
-        row["cpu"] = run_sets(module, feed_sets, wants)
+        row["cpu"] = run_sets(module, feed_sets, wants, opwise_check(None))
     except Exception as err:
         row["cpu"] = first_line(err, path)
         module = None
@@ -330,7 +377,7 @@ def work(
         row.update(delegated=inside, ops=total)
         emit()
         gpu = offload.runtime.load(offload.save(lowered))
-        row["opencl"] = run_sets(gpu, feed_sets, wants)
+        row["opencl"] = run_sets(gpu, feed_sets, wants, opwise_check("opencl"))
     except Exception as err:
         row["opencl"] = first_line(err, path)
     emit()
@@ -445,18 +492,19 @@ def markdown(rows: list[dict], lines: list[str]) -> str:
 def summary(rows: list[dict], opencl: bool) -> list[str]:
     n = len(rows)
     well = sum(1 for r in rows if "ops" in r and r["ops"] and r["delegated"] / r["ops"] >= 0.9)
+
+    def matches(stage: str) -> str:
+        ends = sum(r.get(stage) == "ok" for r in rows)
+        ops = sum(matched(r.get(stage)) for r in rows) - ends
+        return f"{ends + ops}" + (f" ({ends} end to end, {ops} op by op)" if ops else "")
+
     lines = [
-        f"models {n}: loads {sum(r.get('load') == 'ok' for r in rows)}, "
-        f"CPU matches {sum(r.get('cpu') == 'ok' for r in rows)}"
-        + (
-            f", opencl matches {sum(r.get('opencl') == 'ok' for r in rows)}, >=90% delegated {well}"
-            if opencl
-            else ""
-        )
+        f"models {n}: loads {sum(r.get('load') == 'ok' for r in rows)}, CPU matches {matches('cpu')}"
+        + (f", opencl matches {matches('opencl')}, >=90% delegated {well}" if opencl else "")
     ]
     for runtime in ("onnxruntime", "litert"):
         ratios = [
-            r["ratio"] for r in rows if r["runtime"] == runtime and r.get("cpu") == "ok" and "ratio" in r
+            r["ratio"] for r in rows if r["runtime"] == runtime and matched(r.get("cpu")) and "ratio" in r
         ]
         if ratios:
             geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
