@@ -447,13 +447,34 @@ def _resize_axis(x, axis, coords, *, mode, nearest_mode, cubic_coeff_a, exclude_
             raise unsupported("Resize", f"nearest_mode '{nearest_mode}'")
         idx = np.clip(_ROUNDINGS[nearest_mode](coords), 0, in_len - 1).astype(np.int64)
         return np.take(x, idx, axis=axis)
-    if mode == "linear":
-        weights = _filter_weights(coords, in_len, _linear_kernel, 1, stretch, exclude_outside)
-    elif mode == "cubic":
-        weights = _filter_weights(coords, in_len, _cubic_kernel(cubic_coeff_a), 2, stretch, exclude_outside)
-    else:
+    if mode not in ("linear", "cubic"):
         raise unsupported("Resize", f"mode '{mode}'")
-    return np.moveaxis(np.tensordot(weights, x, axes=([1], [axis])), 0, axis)
+    key = (mode, coords.tobytes(), in_len, cubic_coeff_a, exclude_outside, stretch, x.dtype.char)
+    cols, weights = _taps(key)
+    shape = [1] * x.ndim
+    shape[axis] = len(coords)
+    y = None
+    for t in range(cols.shape[1]):  # the taps in ascending input position, as a dot product sums
+        term = np.take(x, cols[:, t], axis=axis) * weights[:, t].reshape(shape)
+        y = term if y is None else np.add(y, term, out=y)
+    return y
+
+
+@functools.lru_cache(maxsize=64)
+def _taps(key):
+    """One axis's interpolation as (columns, weights), each (out, taps): every output's nonzero
+    weights of ``_filter_weights``' matrix and their input positions, ascending, rows with fewer
+    taps padded with weight 0. A run reads ``taps`` inputs per output, not the whole axis."""
+    mode, coords, in_len, cubic_coeff_a, exclude_outside, stretch, dtype = key
+    coords = np.frombuffer(coords, dtype=np.float64)
+    kernel_fn, support = (_linear_kernel, 1) if mode == "linear" else (_cubic_kernel(cubic_coeff_a), 2)
+    dense = _filter_weights(coords, in_len, kernel_fn, support, stretch, exclude_outside)
+    nonzero = dense != 0
+    width = max(1, int(nonzero.sum(axis=1).max(initial=0)))
+    cols = np.argsort(~nonzero, axis=1, kind="stable")[:, :width]
+    weights = np.take_along_axis(dense, cols, axis=1).astype(dtype)
+    cols.flags.writeable = weights.flags.writeable = False
+    return cols, weights
 
 
 def _resize_plan(X, roi, scales, sizes, axes, policy, crop):
@@ -521,8 +542,9 @@ def resize(
     for axis, out_len, *_ in plan:
         final[axis] = out_len
     check_result(final, np.float64, "Resize")
-    # Integer tensors interpolate in float64 and round back.
-    y = X if mode == "nearest" else X.astype(np.float64)
+    # float32 interpolates in float32 (as onnxruntime and LiteRT do); the rest in float64,
+    # integers rounded back.
+    y = X if mode == "nearest" or X.dtype == np.float32 else X.astype(np.float64)
     outside = np.zeros([1] * X.ndim, dtype=bool)
     for axis, out_len, width, scale, lo, hi in plan:
         in_len = X.shape[axis]
