@@ -52,7 +52,7 @@ from . import kernel
 from ._util import unsupported
 from .quantization import dynamic_quantize_linear
 from .recurrent import _activations, _clipper
-from .recurrent_frame import _kept
+from .recurrent_frame import _kept, checked_lengths, initial_state
 
 _OP = "DynamicQuantizeLSTM"
 _DIRECTIONS = {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}
@@ -125,23 +125,6 @@ def _check(X, W, R, D: int, H: int) -> None:
             )
 
 
-def _state(init, name: str, D: int, N: int, H: int) -> np.ndarray:
-    if init is None:
-        return np.zeros((D, N, H), np.float32)
-    if tuple(init.shape) != (D, N, H):
-        raise ShapeError(f"{_OP}: {name} has shape {list(init.shape)}, expected {[D, N, H]}")
-    return np.asarray(init, np.float32)
-
-
-def _lengths(sequence_lens, S: int, N: int) -> np.ndarray:
-    if sequence_lens is None:
-        return np.full(N, S, np.int64)
-    lens = np.asarray(sequence_lens).astype(np.int64).reshape(-1)
-    if lens.shape != (N,) or lens.min(initial=0) < 0 or lens.max(initial=0) > S:
-        raise ShapeError(f"{_OP}: sequence_lens {lens.tolist()} for batch {N} and sequence length {S}")
-    return lens
-
-
 @kernel(_OP, domain="com.microsoft")
 def dynamic_quantize_lstm(
     ctx,
@@ -178,8 +161,9 @@ def dynamic_quantize_lstm(
         raise ShapeError(f"{_OP}: B has shape {list(B.shape)}, expected {[D, 8 * H]}")
     if P is not None and tuple(P.shape) != (D, 3 * H):
         raise ShapeError(f"{_OP}: P has shape {list(P.shape)}, expected {[D, 3 * H]}")
-    lens = _lengths(sequence_lens, S, N)
-    h0, c0 = _state(initial_h, "initial_h", D, N, H), _state(initial_c, "initial_c", D, N, H)
+    lens = np.full(N, S, np.int64) if sequence_lens is None else checked_lengths(_OP, sequence_lens, S, N)
+    h0 = initial_state(_OP, initial_h, "initial_h", (D, N, H), np.float32)
+    c0 = initial_state(_OP, initial_c, "initial_c", (D, N, H), np.float32)
     w_scale, r_scale = (
         _per_direction(n, a, D, H).astype(np.float32) for n, a in (("W_scale", W_scale), ("R_scale", R_scale))
     )

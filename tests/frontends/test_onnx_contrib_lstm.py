@@ -99,6 +99,13 @@ def onnxruntime_run(data: bytes, feeds: dict) -> dict:
     return dict(zip(names, session.run(names, feeds)))
 
 
+def _matches_onnxruntime(quant: bytes, feeds: dict) -> None:
+    want = onnxruntime_run(quant, feeds)
+    got = offload.evaluate(offload.load(quant), feeds)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, err_msg=k, **TOLERANCE)
+
+
 ALL = ("b", "lens", "h0", "c0", "p")
 CASES = [
     ("forward", np.int8, False, ()),
@@ -131,29 +138,20 @@ def test_dynamic_quantize_lstm_matches_onnxruntime(direction, dtype, per_column,
 )
 def test_dynamic_quantize_lstm_attributes_match_onnxruntime(attrs):
     quant, _, feeds = _case("forward", np.uint8, True, ("b", "p", "c0"), **attrs)
-    want = onnxruntime_run(quant, feeds)
-    got = offload.evaluate(offload.load(quant), feeds)
-    for k, v in want.items():
-        np.testing.assert_allclose(got[k], v, err_msg=k, **TOLERANCE)
+    _matches_onnxruntime(quant, feeds)
 
 
 def test_dynamic_quantize_lstm_final_states_alone():
     """Y not asked for: Y_h and Y_c still come out (every sequence runs the whole length)."""
     quant, _, feeds = _case("bidirectional", np.int8, False, ("b", "h0"), outs=("", "y_h", "y_c"))
-    want = onnxruntime_run(quant, feeds)
-    got = offload.evaluate(offload.load(quant), feeds)
-    for k, v in want.items():
-        np.testing.assert_allclose(got[k], v, err_msg=k, **TOLERANCE)
+    _matches_onnxruntime(quant, feeds)
 
 
 def test_a_wide_input_product_matches_onnxruntime():
     """600 inputs of uint8 weights: the input product's terms reach 255 · 255, so it runs in
     slices of the inner axis (tests/runtime/test_recurrent_quantized.py checks them exact)."""
     quant, _, feeds = _case("forward", np.uint8, False, ("b",), inputs=600)
-    want = onnxruntime_run(quant, feeds)
-    got = offload.evaluate(offload.load(quant), feeds)
-    for k, v in want.items():
-        np.testing.assert_allclose(got[k], v, err_msg=k, **TOLERANCE)
+    _matches_onnxruntime(quant, feeds)
 
 
 def test_the_float_lstm_is_far_off():
