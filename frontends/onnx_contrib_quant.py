@@ -146,10 +146,15 @@ def _dynamic_quantize_lstm(n: _Node):
     if w_zero is None or r_zero is None or w_scale is None or r_scale is None:
         raise n.refuse("without W_scale, W_zero_point, R_scale and R_zero_point")
     for weight, scale, zero in ((w, w_scale, w_zero), (r, r_scale, r_zero)):
-        if n.dtype(weight) not in (DataType.INT8, DataType.UINT8) or n.dtype(zero) != n.dtype(weight):
-            raise n.refuse(f"with weight '{weight.name}' and zero point '{zero.name}' not both int8 or uint8")
+        types = (n.dtype(weight), n.dtype(zero))
+        if types[0] not in (DataType.INT8, DataType.UINT8) or types[1] != types[0]:
+            raise n.refuse(
+                f"with weight '{weight.name}' of {types[0].name.lower()} and zero point '{zero.name}' of "
+                f"{types[1].name.lower()} (both int8 or both uint8, as onnxruntime takes them)"
+            )
         if n.rank(zero) != n.rank(scale) or n.rank(scale) not in (1, 2):
             raise n.refuse(
-                f"with zero point '{zero.name}' of another rank than scale '{scale.name}' (1 or 2)"
+                f"with zero point '{zero.name}' of rank {n.rank(zero)} and scale '{scale.name}' of rank "
+                f"{n.rank(scale)} (both [directions] or both [directions, 4 * hidden_size])"
             )
     return n.op("DynamicQuantizeLSTM", ins, dict(n.attrs), num_outputs=3, domain=n.domain)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import offload
 from offload import runtime
@@ -163,30 +163,51 @@ def test_the_float_lstm_is_far_off():
     assert max(np.abs(floating[k] - want[k]).max() for k in want) > 100 * TOLERANCE["atol"]
 
 
-def test_dynamic_quantize_lstm_needs_its_scales():
+def _refused(ws, wz, rs, rz, match: str) -> None:
+    """A forward DynamicQuantizeLSTM of int8 weights and these scales and zero points (None for
+    one left out) is refused at import with an error matching ``match``."""
     x = normal(RNG, T, N, I)
-    w = RNG.integers(-8, 8, (1, I, 4 * H)).astype(np.int8)
-    r = RNG.integers(-8, 8, (1, H, 4 * H)).astype(np.int8)
-    graph = helper.make_graph(
-        [
-            node(
-                "DynamicQuantizeLSTM",
-                ["x", "w", "r", "", "", "", "", "", "ws", "", "rs", ""],
-                ["y"],
-                hidden_size=H,
-            )
-        ],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [
-            numpy_helper.from_array(w, "w"),
-            numpy_helper.from_array(r, "r"),
-            numpy_helper.from_array(np.array([0.01], np.float32), "ws"),
-            numpy_helper.from_array(np.array([0.01], np.float32), "rs"),
-        ],
+    inits = {
+        "w": RNG.integers(-8, 8, (1, I, 4 * H)).astype(np.int8),
+        "r": RNG.integers(-8, 8, (1, H, 4 * H)).astype(np.int8),
+        "ws": ws,
+        "wz": wz,
+        "rs": rs,
+        "rz": rz,
+    }
+    names = [k if v is not None else "" for k, v in inits.items()]
+    lstm = node(
+        "DynamicQuantizeLSTM", ["x", *names[:2], "", "", "", "", "", *names[2:]], ["y"], hidden_size=H
     )
-    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-    data = helper.make_model(graph, ir_version=10, opset_imports=opsets).SerializeToString()
-    with pytest.raises(offload.errors.UnsupportedOpError, match=r"DynamicQuantizeLSTM.*W_zero_point"):
+    data = contrib_model([lstm], {"x": x}, ["y"], [(k, v) for k, v in inits.items() if v is not None])
+    with pytest.raises(offload.errors.UnsupportedOpError, match=match):
         offload.load(data)
+
+
+SCALE = np.array([0.01], np.float32)
+ZERO = np.zeros(1, np.int8)
+
+
+def test_dynamic_quantize_lstm_needs_its_scales():
+    _refused(SCALE, None, SCALE, None, r"DynamicQuantizeLSTM.*W_zero_point")
+
+
+def test_dynamic_quantize_lstm_zero_points_of_their_weights_type():
+    _refused(
+        SCALE,
+        ZERO,
+        SCALE,
+        np.zeros(1, np.uint8),
+        r"DynamicQuantizeLSTM.*'r' of int8 and zero point 'rz' of uint8",
+    )
+
+
+def test_dynamic_quantize_lstm_zero_points_shaped_as_their_scales():
+    per_column = np.zeros((1, 4 * H), np.int8)
+    _refused(
+        SCALE,
+        per_column,
+        SCALE,
+        ZERO,
+        r"DynamicQuantizeLSTM.*zero point 'wz' of rank 2 and scale 'ws' of rank 1",
+    )
