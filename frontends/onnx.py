@@ -344,10 +344,12 @@ class _Builder:
     def const(self, array, dtype=np.int64) -> Value:
         return self.block.add_constant(self.imp.fresh("const"), np.asarray(array, dtype=dtype))
 
-    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
-        _check_attributes("", op_type, attrs or {}, f"{self.imp.origin}: {op_type} made from {self.source}")
+    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1, domain: str = "") -> list[Value]:
+        _check_attributes(
+            domain, op_type, attrs or {}, f"{self.imp.origin}: {op_type} made from {self.source}"
+        )
         names = [self.imp.fresh(op_type) for _ in range(num_outputs)]
-        op = self.block.append(Operation(op_type, inputs, attrs, output_names=names))
+        op = self.block.append(Operation(op_type, inputs, attrs, domain=domain, output_names=names))
         return op.outputs
 
     def value(self, stem: str, type=None) -> Value:

@@ -72,8 +72,8 @@ class _Node:
     def refuse(self, what: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"{self.where}: {self.domain}::{self.op_type} {what} is not supported")
 
-    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1) -> list[Value]:
-        return self.b.op(op_type, inputs, attrs, num_outputs)
+    def op(self, op_type: str, inputs, attrs=None, num_outputs: int = 1, domain: str = "") -> list[Value]:
+        return self.b.op(op_type, inputs, attrs, num_outputs, domain)
 
     def one(self, op_type: str, inputs, attrs=None) -> Value:
         return self.b.op(op_type, inputs, attrs)[0]

@@ -11,12 +11,11 @@
   QuantizeLinear of the result (a missing zero point is 0 of the input's type). onnxruntime
   computes the same values through scale ratios (MLAS) or a 256-entry table: on a value within
   float32 rounding of a tie the two round apart, one quantization step.
-- **DynamicQuantizeLSTM**: the int8/uint8 weights W [D, input, 4H] and R [D, hidden, 4H]
-  dequantized with their per-direction ([D]) or per-column ([D, 4H]) scales and zero points and
-  transposed to LSTM's [D, 4H, input] / [D, 4H, hidden], then a float LSTM with the node's
-  attributes. onnxruntime's kernel also quantizes X and each step's hidden state to uint8 on the
-  fly; the float LSTM computes without that rounding (tests/frontends/test_onnx_contrib_quant.py
-  bounds the difference against onnxruntime).
+- **DynamicQuantizeLSTM** stays one operation (its schema in ir/contrib_ops.py): it quantizes X
+  and each step's hidden state to uint8 on the fly, which no ONNX LSTM reproduces, so its CPU
+  kernel (runtime/kernels/recurrent_quantized.py) computes onnxruntime's integer products. The
+  import checks the forms it takes: every scale and zero point given, int8 or uint8 weights with
+  zero points of their type, scales and zero points per direction or per column alike.
 """
 
 from __future__ import annotations
@@ -137,35 +136,25 @@ def _qlinear_concat(n: _Node):
     return [_quantized(n, y, y_scale, y_zero, rest[0])]
 
 
-def _lstm_weights(n: _Node, q: Value, scale: Value, zero: Value) -> Value:
-    """A DynamicQuantizeLSTM weight [D, rows, 4H] as LSTM's float [D, 4H, rows]."""
-    per_column = n.rank(scale) == 2  # [D, 4H]; per direction it is [D]
-    if n.rank(zero) != n.rank(scale):
-        raise n.refuse(f"with zero point '{zero.name}' of another rank than scale '{scale.name}'")
-    shape = n.const([0, 1, -1] if per_column else [-1, 1, 1])
-    as_float = {"to": int(DataType.FLOAT)}
-    zero_f = n.one("Cast", [n.one("Reshape", [zero, shape])], as_float)
-    centred = n.one("Sub", [n.one("Cast", [q], as_float), zero_f])
-    return n.one(
-        "Transpose", [n.one("Mul", [centred, n.one("Reshape", [scale, shape])])], {"perm": [0, 2, 1]}
-    )
-
-
 @contrib("DynamicQuantizeLSTM")
 def _dynamic_quantize_lstm(n: _Node):
-    x, w, r, b, lens, h0, c0, p, w_scale, w_zero, r_scale, r_zero = (n.input(i) for i in range(12))
+    """The node as it is (ir/contrib_ops.py, runtime/kernels/recurrent_quantized.py), once the
+    forms onnxruntime takes are checked: every scale and zero point given, each zero point of its
+    scale's shape and its weight's type."""
+    ins = [n.input(i) for i in range(12)]
+    w, r, (w_scale, w_zero, r_scale, r_zero) = ins[1], ins[2], ins[8:]
     if w_zero is None or r_zero is None or w_scale is None or r_scale is None:
         raise n.refuse("without W_scale, W_zero_point, R_scale and R_zero_point")
-    inputs = [
-        x,
-        _lstm_weights(n, w, w_scale, w_zero),
-        _lstm_weights(n, r, r_scale, r_zero),
-        b,
-        lens,
-        h0,
-        c0,
-        p,
-    ]
-    while inputs[-1] is None:
-        inputs.pop()
-    return n.op("LSTM", inputs, dict(n.attrs), num_outputs=3)
+    for weight, scale, zero in ((w, w_scale, w_zero), (r, r_scale, r_zero)):
+        types = (n.dtype(weight), n.dtype(zero))
+        if types[0] not in (DataType.INT8, DataType.UINT8) or types[1] != types[0]:
+            raise n.refuse(
+                f"with weight '{weight.name}' of {types[0].name.lower()} and zero point '{zero.name}' of "
+                f"{types[1].name.lower()} (both int8 or both uint8, as onnxruntime takes them)"
+            )
+        if n.rank(zero) != n.rank(scale) or n.rank(scale) not in (1, 2):
+            raise n.refuse(
+                f"with zero point '{zero.name}' of rank {n.rank(zero)} and scale '{scale.name}' of rank "
+                f"{n.rank(scale)} (both [directions] or both [directions, 4 * hidden_size])"
+            )
+    return n.op("DynamicQuantizeLSTM", ins, dict(n.attrs), num_outputs=3, domain=n.domain)

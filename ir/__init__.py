@@ -1,6 +1,9 @@
 """The IR: Program → Function → Block → Operation over typed SSA Values, and the op registry."""
 
-from . import tflite_ops  # noqa: F401  (registers the offload.tflite integer operators)
+from . import (
+    contrib_ops,  # noqa: F401  (registers the com.microsoft operators kept whole)
+    tflite_ops,  # noqa: F401  (registers the offload.tflite integer operators)
+)
 from .core import Block, Function, Operation, Program, Value
 from .inference import infer_op, infer_types
 from .printer import dump

@@ -48,6 +48,7 @@ _MODULES = (
     "quantization",
     "recurrent",
     "recurrent_prepared",
+    "recurrent_quantized",
     "control",
     "sequence",
     "signal",

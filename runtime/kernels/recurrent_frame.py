@@ -45,6 +45,24 @@ _BLOCK_MAX = 64
 _TO_LAYOUT_1 = {4: ((2, 0, 1, 3), (1, 2, 0, 3)), 3: ((1, 0, 2), (1, 0, 2))}
 
 
+def checked_lengths(op: str, sequence_lens, S: int, N: int) -> np.ndarray:
+    """sequence_lens as int64 [N], each within [0, S]."""
+    lens = np.asarray(sequence_lens).astype(np.int64).reshape(-1)
+    if lens.shape != (N,) or lens.min(initial=0) < 0 or lens.max(initial=0) > S:
+        raise ShapeError(f"{op}: sequence_lens {lens.tolist()} for batch {N} and sequence length {S}")
+    return lens
+
+
+def initial_state(op: str, init, name: str, shape: tuple, dtype) -> np.ndarray:
+    """An initial state of ``shape`` (layout 0: [directions, batch, hidden]), zeros when omitted."""
+    if init is None:
+        return np.zeros(shape, dtype=dtype)
+    init = np.asarray(init, dtype=dtype)
+    if init.shape != shape:
+        raise ShapeError(f"{op}: {name} has shape {list(init.shape)} in layout 0, expected {list(shape)}")
+    return init
+
+
 class _Frame:
     """One call's shapes, checked once: X in layout 0, directions, sequence lengths, and where
     the results go (the .pte arena's views of them where it offers them).
@@ -94,27 +112,15 @@ class _Frame:
         self.lens = None
         if sequence_lens is None:
             return
-        S, N = self.seq, self.batch
-        lens = np.asarray(sequence_lens).astype(np.int64).reshape(-1)
-        if lens.shape != (N,) or lens.min(initial=0) < 0 or lens.max(initial=0) > S:
-            raise ShapeError(
-                f"{self.op}: sequence_lens {lens.tolist()} for batch {N} and sequence length {S}"
-            )
-        if (lens != S).any():
+        lens = checked_lengths(self.op, sequence_lens, self.seq, self.batch)
+        if (lens != self.seq).any():
             self.lens = lens
 
     def state(self, init, name: str) -> np.ndarray:
         """An initial state in layout 0 ([directions, batch, hidden]), zeros when omitted."""
-        shape = (self.dirs, self.batch, self.hidden)
-        if init is None:
-            return np.zeros(shape, dtype=self.dtype)
-        init = np.asarray(init, dtype=self.dtype)
-        init = init.transpose(1, 0, 2) if self.layout else init
-        if init.shape != shape:
-            raise ShapeError(
-                f"{self.op}: {name} has shape {list(init.shape)} in layout 0, expected {list(shape)}"
-            )
-        return init
+        if init is not None and self.layout:
+            init = np.asarray(init).transpose(1, 0, 2)
+        return initial_state(self.op, init, name, (self.dirs, self.batch, self.hidden), self.dtype)
 
     def projection(self, Wx: np.ndarray) -> np.ndarray:
         """x·W + bias of every step (_Projection), in buffers of this call."""
