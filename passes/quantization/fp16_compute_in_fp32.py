@@ -24,12 +24,12 @@ After::
 
 from __future__ import annotations
 
-from offload.ir import DataType, Operation, Program, TensorType, Value
+from offload.ir import Block, DataType, Operation, Program, TensorType, Value
 
 from ..cleanup.dead_code_elimination import dead_code_elimination
 from ..pattern import Rewriter
 from ..registry import graph_pass
-from .add_fp16_cast import FP16_OPS, rebuilt_in
+from .add_fp16_cast import FP16_OPS, converted, rebuilt_in
 
 F32, F16 = DataType.FLOAT, DataType.FLOAT16
 
@@ -42,13 +42,47 @@ def _is_cast(op: Operation | None, to: DataType) -> bool:
     return op is not None and op.op_type == "Cast" and not op.domain and op.attributes.get("to") == int(to)
 
 
+# Ops that read float16 and give no float: comparisons, tests, indices. They read float32 instead,
+# their results unchanged in type.
+READS_FLOAT = frozenset(
+    ["Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "IsInf", "IsNaN", "ArgMax", "ArgMin"]
+)
+
+
+def _to_float32(rw: Rewriter, block: Block, op: Operation, cache: dict) -> bool:
+    """A reader of float16 (``READS_FLOAT``, or a Cast from float16) rebuilt to read float32; a
+    Cast of an integer or bool to float16 rebuilt as a Cast to float32, cast back to float16."""
+    if op.op_type == "Cast" and _dtype(op.outputs[0]) == F16:
+        if _dtype(op.inputs[0]) in (F16, F32, None):
+            return False  # Cast to float16 of a float: cast_optimization's, or the pass's own edge
+        wide = rw.build(
+            block, "Cast", [op.inputs[0]], {"to": int(F32)}, before=op, stem=f"{op.outputs[0].name}_fp32"
+        )
+        new = rw.build(block, "Cast", [wide.outputs[0]], {"to": int(F16)}, before=op, stem=op.outputs[0].name)
+    else:
+        floats = [_dtype(o) for o in op.outputs if _dtype(o) is not None and _dtype(o).numpy.kind == "f"]
+        if not any(_dtype(v) == F16 for v in op.inputs) or floats:
+            return False  # a Cast of float16 to a float is the pass's own edge
+        inputs = [converted(rw, block, v, F32, op, cache) if _dtype(v) == F16 else v for v in op.inputs]
+        new = rw.build(block, op.op_type, inputs, dict(op.attributes), before=op, stem=op.outputs[0].name)
+    if rw.replace_op(op, new):
+        rw.drop(op)
+        return True
+    return False
+
+
 @graph_pass("quantization::fp16_compute_in_fp32")
 def fp16_compute_in_fp32(program: Program) -> bool:
     rw = Rewriter(program)
     cache: dict = {}
     changed = False
     for block, op in rw.ops():
-        if op.op_type not in FP16_OPS or op.domain or len(op.outputs) != 1 or op.blocks:
+        if op.domain or len(op.outputs) != 1 or op.blocks:
+            continue
+        if op.op_type in READS_FLOAT or op.op_type == "Cast":
+            changed |= _to_float32(rw, block, op, cache)
+            continue
+        if op.op_type not in FP16_OPS:
             continue
         floats = [
             _dtype(v)

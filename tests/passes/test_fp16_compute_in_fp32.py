@@ -3,6 +3,8 @@
 import numpy as np
 from onnx import TensorProto
 
+from tests.delegates.opencl_support import needs_opencl
+
 from .helpers import F32, model, node, op_types, optimized, rand
 
 P = ["quantization::fp16_compute_in_fp32"]
@@ -77,3 +79,67 @@ def test_float32_and_mixed_ops_stay():
     add = next(op for op in out.main.body.operations if op.op_type == "Add")
     assert add.outputs[0].type.dtype.numpy == np.float32
     assert op_types(out)["Relu"] == 1
+
+
+def _tests_and_casts():
+    """A float16 graph of comparisons, Casts to and from float16 and an ArgMax, as Core ML ML
+    programs write thresholds: m = x·x; k = m >= x; s = Cast(k, fp16) + m; i = Cast(s, int32);
+    a = ArgMax(s)."""
+    return model(
+        [
+            node("Mul", ["x", "x"], ["m"]),
+            node("GreaterOrEqual", ["m", "x"], ["k"]),
+            node("Cast", ["k"], ["c"], to=F16),
+            node("Add", ["c", "m"], ["s"]),
+            node("Cast", ["s"], ["i"], to=TensorProto.INT32),
+            node("ArgMax", ["s"], ["a"], axis=1),
+        ],
+        {"x": (F16, [4, 6])},
+        {
+            "s": (F16, None),
+            "k": (TensorProto.BOOL, None),
+            "i": (TensorProto.INT32, None),
+            "a": (TensorProto.INT64, None),
+        },
+    )
+
+
+def _tests_and_casts_reference(x: np.ndarray) -> dict:
+    """numpy: the graph in float32 from the float16 input (the comparison sees x·x before any
+    rounding to float16), s rounded to float16 once at the interface."""
+    x32 = x.astype(np.float32)
+    m = x32 * x32
+    k = m >= x32
+    s = k.astype(np.float32) + m
+    return {"k": k, "s": s.astype(np.float16), "i": s.astype(np.int32), "a": np.argmax(s, axis=1, keepdims=True)}
+
+
+def test_comparisons_and_casts_of_float16_read_float32():
+    """Every op of the graph reads and writes float32 or no float; float16 remains only in the
+    Casts at the interface."""
+    import offload
+
+    _original, out = optimized(_tests_and_casts(), P)
+    for op in out.main.body.operations:
+        if op.op_type != "Cast":
+            assert all(v.type.dtype.numpy != np.float16 for v in (*op.inputs, *op.outputs)), op.op_type
+    x = (rand(4, 6, seed=5) * 2).astype(np.float16)
+    got = offload.evaluate(out, {"x": x})
+    for name, want in _tests_and_casts_reference(x).items():
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+
+
+@needs_opencl
+def test_a_float16_graph_of_tests_and_casts_is_delegated_but_its_interface():
+    """On opencl the whole float16 graph is one delegate: only the Casts between the float16
+    interface and float32 stay on the CPU."""
+    import offload
+    import offload.runtime
+
+    lowered = offload.to_backend(offload.load(_tests_and_casts()), "opencl")
+    ops = [op.qualified_type for op in lowered.main.body.operations]
+    assert ops == ["Cast", "offload::Delegate", "Cast"], ops
+    x = (rand(4, 6, seed=6) * 2).astype(np.float16)
+    got = offload.runtime.load(offload.save(lowered)).run({"x": x})
+    for name, want in _tests_and_casts_reference(x).items():
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
