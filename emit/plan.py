@@ -450,7 +450,9 @@ class PlanBuilder:
             raise UnsupportedOpError(f"{where}: a fallback must read only its parameters and constants")
         specs = dl.spec_pairs(op.attributes.get("compile_specs"), where)
         k = len(self.delegates)
-        plan = self.lowering.add_subplan(dl.fallback_plan_name(self.name, k), fallback, [], keep_constants=True)
+        plan = self.lowering.add_subplan(
+            dl.fallback_plan_name(self.name, k), fallback, [], keep_constants=True
+        )
         ref = self.lowering.blobs.reference(bytes(processed))
         notes = (
             {dl.FP16_ERROR_KEY: op.attributes["fp16_error"].encode()}

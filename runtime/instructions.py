@@ -232,7 +232,10 @@ def _keep_on_device(m: MethodState) -> None:
             )
 
         keep = [
-            bool(slot) and slot not in results and writers.get(slot) == 1 and bool(readers.get(slot))
+            bool(slot)
+            and slot not in results
+            and writers.get(slot) == 1
+            and bool(readers.get(slot))
             and read_on_device(slot)
             for slot in step.out_slots
         ]

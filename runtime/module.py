@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from offload.delegates.backend import DeviceTensor
 from offload.errors import (
     DTypeError,
     ModelFormatError,
@@ -30,7 +31,6 @@ from offload.errors import (
     ShapeError,
     UnsupportedOpError,
 )
-from offload.delegates.backend import DeviceTensor
 from offload.ir import TensorType
 from offload.profile import Profile, now, profiling
 from offload.schemas import pte as pte_format
@@ -39,8 +39,8 @@ from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTy
 from . import delegates as dl
 from . import kernels
 from .bound_runs import _bind_runs, _static_inputs
-from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
 from .device_inputs import DeviceInput, place
+from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
 from .inputs import check_inputs
 from .instructions import _PREPARE, _keep_on_device, _label
 from .load_time import _find_load_time

@@ -27,12 +27,12 @@ from ..gpu.runtime import GPURuntime, GPUTensor, Handle, Specialized, compile_sp
 from .device import (
     IMPORT_ERROR,
     Device,
-    cl_array,
     OpenCLBuildError,
     all_devices,
     build,
     choose,
     cl,
+    cl_array,
     device_for,
     device_name,
     tuning_choice,

@@ -7,49 +7,25 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
 
-import offload
-from offload import runtime
 from offload.delegates import registry
-from offload.partitioner import Partitioner
 from offload.profile import Profile
 
-from .opencl_support import model, reference
+from .device_arrays_support import N, delegated, mlp
+from .device_arrays_support import x as _x
+from .opencl_support import reference
 
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not registry.get("cuda").runtime().is_available(), reason="no CUDA device"),
 ]
-N = 16 * 32 * 4  # bytes of one (16, 32) float32 tensor
-
-
-def _mlp():
-    w = np.random.default_rng(5).standard_normal((32, 8)).astype(np.float32)
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["m"]),
-        helper.make_node("Relu", ["m"], ["y"]),
-        helper.make_node("Sigmoid", ["x"], ["s"]),
-    ]
-    return model(nodes, [("x", [16, 32])], ["y", "s"], [("w", w)])
-
-
-def _delegated(program, deny=()):
-    low = offload.to_backend(program, Partitioner("cuda", deny_ops=list(deny)), passes="none")
-    module = runtime.load(offload.save(low))
-    assert [d.runs_on for d in module.method("forward").delegates] == ["backend"]
-    return module
-
-
-def _x(seed=0):
-    return np.random.default_rng(seed).standard_normal((16, 32)).astype(np.float32)
 
 
 def test_a_cupy_array_on_the_delegates_device_goes_in_and_results_stay_there():
     import cupy as cp
 
-    program = _mlp()
-    module = _delegated(program)
+    program = mlp()
+    module = delegated(program, "cuda")
     x = _x()
     want = reference(program, {"x": x})
     with module.array_device("cuda"):
@@ -67,8 +43,8 @@ def test_a_cupy_array_on_the_delegates_device_goes_in_and_results_stay_there():
 def test_a_cupy_array_a_cpu_op_reads_is_copied_to_the_host_once():
     import cupy as cp
 
-    program = _mlp()
-    module = _delegated(program, deny=["Sigmoid"])
+    program = mlp()
+    module = delegated(program, "cuda", deny=["Sigmoid"])
     x = _x(1)
     profile = Profile()
     out = module.run({"x": cp.asarray(x)}, profile=profile, output_device="device")

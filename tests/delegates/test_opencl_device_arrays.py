@@ -11,40 +11,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
 
 import offload
 from offload import runtime
 from offload.errors import DTypeError, OffloadError, ShapeError
-from offload.partitioner import Partitioner
 from offload.profile import Profile
 
-from .opencl_support import _ONNX, model, needs_opencl, reference
+from .device_arrays_support import Exporter, N, delegated, mlp
+from .device_arrays_support import x as _x
+from .opencl_support import _ONNX, needs_opencl, reference
 
 pytestmark = needs_opencl
-N = 16 * 32 * 4  # bytes of one (16, 32) float32 tensor
-
-
-def _mlp():
-    """y = relu(x @ w) on opencl, s = sigmoid(x) on the CPU when Sigmoid is denied."""
-    w = np.random.default_rng(5).standard_normal((32, 8)).astype(np.float32)
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["m"]),
-        helper.make_node("Relu", ["m"], ["y"]),
-        helper.make_node("Sigmoid", ["x"], ["s"]),
-    ]
-    return model(nodes, [("x", [16, 32])], ["y", "s"], [("w", w)])
 
 
 def _delegated(program, deny=()):
-    low = offload.to_backend(program, Partitioner("opencl", deny_ops=list(deny)), passes="none")
-    module = runtime.load(offload.save(low))
-    assert [d.runs_on for d in module.method("forward").delegates] == ["backend"]
-    return module
-
-
-def _x(seed=0):
-    return np.random.default_rng(seed).standard_normal((16, 32)).astype(np.float32)
+    return delegated(program, "opencl", deny)
 
 
 def _copies(module, feeds, **kw):
@@ -60,7 +41,7 @@ def _on(queue, x):
 
 
 def test_an_array_on_the_delegates_context_goes_in_without_a_host_copy():
-    program = _mlp()
+    program = mlp()
     module = _delegated(program)  # Sigmoid on opencl too: only the delegate reads x
     queue = module.array_device("opencl")
     x = _x()
@@ -79,7 +60,7 @@ def test_an_array_on_the_delegates_context_goes_in_without_a_host_copy():
 def test_an_array_of_another_context_or_read_by_a_cpu_op_is_copied_to_the_host_once():
     import pyopencl as cl
 
-    program = _mlp()
+    program = mlp()
     x = _x(1)
     want = reference(program, {"x": x})
     module = _delegated(program)
@@ -96,7 +77,7 @@ def test_an_array_of_another_context_or_read_by_a_cpu_op_is_copied_to_the_host_o
 def test_device_outputs_are_pyopencl_arrays_and_cpu_outputs_stay_numpy():
     import pyopencl.array as cla
 
-    program = _mlp()
+    program = mlp()
     module = _delegated(program, deny=["Sigmoid"])
     queue = module.array_device("opencl")
     x = _x(2)
@@ -115,8 +96,10 @@ def test_device_outputs_are_pyopencl_arrays_and_cpu_outputs_stay_numpy():
 
 
 def test_under_fp16_a_device_output_is_converted_on_the_device():
-    program = _mlp()
-    low = offload.to_backend(program, "opencl", {"opencl": {"precision": "fp16", "mixed": "0"}}, passes="none")
+    program = mlp()
+    low = offload.to_backend(
+        program, "opencl", {"opencl": {"precision": "fp16", "mixed": "0"}}, passes="none"
+    )
     module = runtime.load(offload.save(low))
     x = _x(3)
     out = module.run({"x": x}, output_device="device")
@@ -129,7 +112,7 @@ def test_under_fp16_a_device_output_is_converted_on_the_device():
 def test_a_device_array_is_checked_where_it_is(monkeypatch):
     import pyopencl.array as cla
 
-    module = _delegated(_mlp())
+    module = _delegated(mlp())
     queue = module.array_device("opencl")
 
     def no_copy(*args, **kwargs):
@@ -143,23 +126,10 @@ def test_a_device_array_is_checked_where_it_is(monkeypatch):
         module.run({"x": wrong_shape})
 
 
-class _Exporter:
-    """Only the DLPack protocol of a numpy array (what a torch CPU tensor offers)."""
-
-    def __init__(self, array):
-        self.array = array
-
-    def __dlpack__(self, **kwargs):
-        return self.array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.array.__dlpack_device__()
-
-
 def test_the_session_takes_device_arrays_and_returns_them():
     import pyopencl.array as cla
 
-    program = _mlp()
+    program = mlp()
     session = offload.InferenceSession(_ONNX[program], providers=["opencl"])
     queue = session.array_device("OpenCLExecutionProvider")
     assert queue is not None and session.array_device("cuda") is None
@@ -169,5 +139,5 @@ def test_the_session_takes_device_arrays_and_returns_them():
     assert isinstance(y, cla.Array) and isinstance(s, cla.Array)
     np.testing.assert_allclose(y.get(), want["y"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(s.get(), want["s"], rtol=1e-5, atol=1e-5)
-    (y_host,) = session.run(["y"], {"x": _Exporter(x)})  # a host DLPack exporter: read in place
+    (y_host,) = session.run(["y"], {"x": Exporter(x)})  # a host DLPack exporter: read in place
     np.testing.assert_allclose(y_host, want["y"], rtol=1e-5, atol=1e-5)

@@ -8,23 +8,11 @@ import pytest
 
 import offload
 from offload.errors import DTypeError
+from tests.delegates.device_arrays_support import Exporter
 from tests.delegates.opencl_support import needs_opencl
 from tests.models import fixtures
 
 MODEL = fixtures.path("cnn_classifier")
-
-
-class Exporter:
-    """Only the DLPack protocol of an array (what a torch CPU tensor or a JAX array offers)."""
-
-    def __init__(self, array):
-        self.array = array
-
-    def __dlpack__(self, **kwargs):
-        return self.array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.array.__dlpack_device__()
 
 
 class OnDevice(Exporter):
