@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import helper
 
 import offload
 from offload import runtime
 from offload.errors import DTypeError, OffloadError, ShapeError
+from offload.partitioner import Partitioner
 from offload.profile import Profile
 
 from .device_arrays_support import Exporter, N, delegated, mlp
 from .device_arrays_support import x as _x
-from .opencl_support import _ONNX, needs_opencl, reference
+from .opencl_support import _ONNX, model, needs_opencl, reference
 
 pytestmark = needs_opencl
 
@@ -141,3 +143,27 @@ def test_the_session_takes_device_arrays_and_returns_them():
     np.testing.assert_allclose(s.get(), want["s"], rtol=1e-5, atol=1e-5)
     (y_host,) = session.run(["y"], {"x": Exporter(x)})  # a host DLPack exporter: read in place
     np.testing.assert_allclose(y_host, want["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_device_result_that_the_next_delegate_reads_goes_to_it_on_the_device():
+    import pyopencl.array as cla
+
+    # u = tanh(x) is a result and an input of the second delegate (Sigmoid runs on the CPU between)
+    nodes = [
+        helper.make_node("Tanh", ["x"], ["u"]),
+        helper.make_node("Relu", ["u"], ["r"]),
+        helper.make_node("Sigmoid", ["r"], ["s"]),
+        helper.make_node("Add", ["u", "s"], ["y"]),
+    ]
+    program = model(nodes, [("x", [16, 32])], ["y", "u"])
+    low = offload.to_backend(program, Partitioner("opencl", deny_ops=["Sigmoid"]), passes="none")
+    module = runtime.load(offload.save(low))
+    x = _x(5)
+    want = reference(program, {"x": x})
+    on_host, host_copies = _copies(module, {"x": x})
+    out, copies = _copies(module, {"x": x}, output_device="device")
+    for k in ("y", "u"):
+        assert isinstance(out[k], cla.Array) and isinstance(on_host[k], np.ndarray)
+        np.testing.assert_array_equal(out[k].get(), on_host[k])
+        np.testing.assert_allclose(out[k].get(), want[k], rtol=1e-6, atol=1e-6)
+    assert ("copy on device", N) in copies and ("copy on device", N) not in host_copies
