@@ -11,6 +11,8 @@ its own input buffer. Any other input is copied to the host here, once per run (
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from offload.delegates.backend import DeviceTensor
@@ -38,11 +40,8 @@ def _kind(value) -> str:
 
 
 def _is_pyopencl_array(value) -> bool:
-    if not type(value).__module__.startswith("pyopencl"):
-        return False
-    import pyopencl.array as cl_array
-
-    return isinstance(value, cl_array.Array)
+    cl_array = sys.modules.get("pyopencl.array")  # loaded wherever such an array exists
+    return cl_array is not None and isinstance(value, cl_array.Array)
 
 
 def _numpy_dtype(dtype) -> np.dtype | None:

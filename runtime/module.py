@@ -159,11 +159,8 @@ class Module:
         """What a caller makes input arrays on so that delegates of ``backend`` read them where
         they are (the opencl backend's ``pyopencl.CommandQueue``: its ``.context`` and ``.device``;
         the cuda backend's ``cupy.cuda.Device``); None when no delegate of it runs on its backend."""
-        for m in self._plans:
-            for d in m._delegates.values():
-                if d.backend == backend and d.array_device() is not None:
-                    return d.array_device()
-        return None
+        found = (d.array_device() for m in self._plans for d in m._delegates.values() if d.backend == backend)
+        return next((a for a in found if a is not None), None)
 
     def reset_state(self) -> None:
         """Set the states of every method back to zeros (a model without state has none)."""

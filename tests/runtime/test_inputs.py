@@ -33,7 +33,9 @@ def test_a_dlpack_exporter_is_read_through_dlpack():
     (got,) = session.run(None, {"image": Exporter(x)})
     np.testing.assert_allclose(got, _want(x), rtol=1e-4, atol=1e-5)
     with pytest.raises(
-        DTypeError, match=r"input 'image': numpy cannot read this .*OnDevice \(the data is in device"
+        DTypeError,
+        match=r"input 'image': numpy cannot read this .*OnDevice \(the data is in device memory\); it is on "
+        r"DLPack device \(2, 0\): copy it to the host first \(e\.g\. \.get\(\) or \.cpu\(\)\)",
     ):
         session.run(None, {"image": OnDevice(x)})
 
