@@ -190,6 +190,12 @@ class DeviceTensor:
     def to_host(self) -> np.ndarray:
         raise NotImplementedError
 
+    def as_array(self):
+        """The tensor as an array of its device's own library (a ``pyopencl.array.Array``, a CuPy
+        array), of dtype ``dtype``: what ``run(..., output_device="device")`` returns. A backend
+        whose tensors have no such array returns a host copy."""
+        return self.to_host()
+
 
 def on_host(values: list) -> list:
     """``values`` with every DeviceTensor copied to the host."""
@@ -237,6 +243,18 @@ class BackendRuntime(abc.ABC):
         ``DeviceTensor`` when ``keep[k]`` and ``keeps_on_device(handle)`` (else as an array).
         Only called when ``device_tensors`` is True."""
         raise NotImplementedError
+
+    def adopt(self, handle: Any, array: Any) -> DeviceTensor | None:
+        """A caller's input array (a ``pyopencl.array.Array``, or a DLPack exporter on a GPU)
+        as this backend's ``DeviceTensor`` for ``handle``, without copying it, when it lives
+        where the handle runs (the same OpenCL context, the same CUDA device); else None, and
+        the runtime copies it to the host. Only called when ``device_tensors`` is True."""
+        return None
+
+    def array_device(self, handle: Any) -> Any:
+        """What a caller makes arrays on so that ``adopt`` takes them (the opencl backend's
+        ``pyopencl.CommandQueue``, the cuda backend's ``cupy.cuda.Device``); None if nothing."""
+        return None
 
     def keeps_on_device(self, handle: Any) -> bool:
         """Whether ``execute_device`` may leave this handle's outputs on the device (a handle

@@ -24,6 +24,15 @@ INLINE_LIMIT = 64 * 1024  # blobs up to this size go into Program.backend_delega
 RESERVED_PREFIX = "offload."  # spec keys offload keeps for itself; stripped before init
 FALLBACK_PLAN_KEY = "offload.fallback_plan"
 FP16_ERROR_KEY = "offload.fp16_error"  # measured fp16 error (``offload.calibrate``), for inspect
+# The name of delegate k's fallback plan in plan ``plan``: a dunder prefix, so that runtimes that
+# list every execution plan as a method (ExecuTorch's) show it as an internal one. offload's
+# runtime finds a fallback by FALLBACK_PLAN_KEY, never by name: files that named fallbacks
+# "<plan>/delegate<k>/fallback" load the same.
+FALLBACK_PLAN_NAME = "__offload_fallback__/{plan}/{k}"
+
+
+def fallback_plan_name(plan: str, k: int) -> str:
+    return FALLBACK_PLAN_NAME.format(plan=plan, k=k)
 
 
 class DelegateBlobs:

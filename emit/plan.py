@@ -451,7 +451,7 @@ class PlanBuilder:
         specs = dl.spec_pairs(op.attributes.get("compile_specs"), where)
         k = len(self.delegates)
         plan = self.lowering.add_subplan(
-            f"{self.name}/delegate{k}/fallback", fallback, [], keep_constants=True
+            dl.fallback_plan_name(self.name, k), fallback, [], keep_constants=True
         )
         ref = self.lowering.blobs.reference(bytes(processed))
         notes = (

@@ -235,9 +235,23 @@ class InferenceSession:
 
     # ---- running -------------------------------------------------------------------------------
 
-    def run(self, output_names, input_feed: Mapping[str, Any], run_options=None) -> list:
+    def array_device(self, backend: str):
+        """What to make input arrays on so that the delegates of ``backend`` read them in place
+        (``runtime.Module.array_device``: a ``pyopencl.CommandQueue`` for opencl, a
+        ``cupy.cuda.Device`` for cuda); None when no delegate runs on that backend here."""
+        return self._module.array_device(provider_name(backend))
+
+    def run(
+        self, output_names, input_feed: Mapping[str, Any], run_options=None, *, output_device: str = "host"
+    ) -> list:
         """The outputs named in ``output_names`` (None: all of them), in that order, for the
-        inputs in ``input_feed``; ``run_options`` is an ``offload.runtime.RunOptions`` or None."""
+        inputs in ``input_feed``; ``run_options`` is an ``offload.runtime.RunOptions`` or None.
+
+        Inputs may be numpy arrays, DLPack exporters, or arrays in device memory (a
+        ``pyopencl.array.Array``, a CuPy array, a torch CUDA tensor): one that a delegate on the
+        same device reads first goes in without a host copy. ``output_device="device"`` returns
+        the outputs that delegates compute as arrays on their device (what onnxruntime's
+        IOBinding ``bind_output(name, device_type)`` does); outputs computed on the CPU stay numpy."""
         from offload.runtime import RunOptions
 
         if run_options is not None and not isinstance(run_options, RunOptions):
@@ -249,7 +263,7 @@ class InferenceSession:
         unknown = [n for n in names if n not in known]
         if unknown:
             raise OffloadError(f"no output named {unknown}; the model's outputs are {known}")
-        outputs = self._method.run(input_feed, run_options)
+        outputs = self._method.run(input_feed, run_options, output_device=output_device)
         return [outputs[n] for n in names]
 
     def close(self) -> None:

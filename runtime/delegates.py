@@ -103,6 +103,12 @@ class Delegate:
         except Exception:  # third-party code: then nothing stays on the device
             return False
 
+    @property
+    def takes_device_tensors(self) -> bool:
+        """Whether a device tensor may be handed to this delegate: its backend reads them
+        (``execute_device``), or it runs on the CPU fallback, which copies them to the host."""
+        return not self.on_backend or bool(getattr(self.runtime, "device_tensors", False))
+
     def reads_device_tensors_of(self, producer: Delegate) -> bool:
         """Whether this delegate takes ``producer``'s device tensors as inputs (same backend, both
         running on it, execute_device implemented)."""
@@ -112,6 +118,25 @@ class Delegate:
             and type(self.runtime) is type(producer.runtime)
             and getattr(self.runtime, "device_tensors", False)
         )
+
+    def adopt(self, array) -> DeviceTensor | None:
+        """A caller's device array as this delegate's backend takes it without a host copy
+        (``BackendRuntime.adopt``), or None."""
+        if not self.on_backend or not getattr(self.runtime, "device_tensors", False):
+            return None
+        try:
+            return self.runtime.adopt(self.handle, array)
+        except Exception:  # third-party code: then the array goes through the host
+            return None
+
+    def array_device(self):
+        """What a caller makes arrays on for this delegate (``BackendRuntime.array_device``)."""
+        if not self.on_backend:
+            return None
+        try:
+            return self.runtime.array_device(self.handle)
+        except Exception:  # third-party code: then it names none
+            return None
 
     def run(self, inputs: list, declared: list, options=None, keep: list[bool] | None = None) -> list:
         """The delegate's outputs for ``inputs``; ``declared`` are the output slots' Tensor decls;

@@ -207,7 +207,10 @@ def _prepare_free(m: MethodState, call, pc: int, where: str, label: str, operato
 def _keep_on_device(m: MethodState) -> None:
     """Mark the delegate outputs that stay in device memory: those written once, read only by
     delegates that take this backend's device tensors, and not a result of the method. A
-    consumer that falls back to the CPU at run time copies them to the host then."""
+    consumer that falls back to the CPU at run time copies them to the host then. Mark also,
+    for runs that ask for device outputs, the method results such a delegate writes
+    (``keep_results``), and note which delegates read each method input when only delegates
+    that take device tensors read it (``m._device_readers``, for inputs in device memory)."""
     readers: dict[int, list] = {}
     writers: dict[int, int] = {}
     for step in m._steps:
@@ -217,22 +220,40 @@ def _keep_on_device(m: MethodState) -> None:
         for slot in info.writes:
             writers[slot] = writers.get(slot, 0) + 1
     results = set(m._output_slots)
+    returned = set(m._output_slots[: len(m._output_slots) - len(m.state_names)])
     for step in m._steps:
         if not isinstance(step, _DelegateStep) or not step.delegate.keeps_on_device():
             continue
+
+        def read_on_device(slot: int, step=step) -> bool:
+            return all(
+                isinstance(r, _DelegateStep) and r.delegate.reads_device_tensors_of(step.delegate)
+                for r in readers.get(slot, ())
+            )
+
         keep = [
             bool(slot)
             and slot not in results
             and writers.get(slot) == 1
             and bool(readers.get(slot))
-            and all(
-                isinstance(r, _DelegateStep) and r.delegate.reads_device_tensors_of(step.delegate)
-                for r in readers[slot]
-            )
+            and read_on_device(slot)
             for slot in step.out_slots
         ]
         if any(keep):
             step.keep = keep
+        kept = [
+            k or (slot in returned and writers.get(slot) == 1 and read_on_device(slot))
+            for k, slot in zip(keep, step.out_slots)
+        ]
+        if any(kept):
+            step.keep_results = kept
+    m._device_readers = {
+        slot: [r.delegate for r in readers[slot]]
+        for slot in m._input_slots
+        if slot not in results
+        and readers.get(slot)
+        and all(isinstance(r, _DelegateStep) and r.delegate.takes_device_tensors for r in readers[slot])
+    }
 
 
 def _prepare_delegate(
@@ -256,7 +277,7 @@ def _prepare_delegate(
     # The fallback is part of this method either way; it runs (and needs kernels) only on the CPU.
     (m._fallbacks if delegate.on_backend else m._callees).add(fallback.index)
     step = _DelegateStep()
-    step.method, step.delegate, step.keep = m, delegate, None
+    step.method, step.delegate, step.keep, step.keep_results = m, delegate, None, None
     step.in_slots, step.out_slots = args[:n_in], args[n_in:]
     step.declared = dl.output_decls(m, step.out_slots)
     return step

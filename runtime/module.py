@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from offload.delegates.backend import DeviceTensor
 from offload.errors import (
     DTypeError,
     ModelFormatError,
@@ -38,6 +39,7 @@ from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTy
 from . import delegates as dl
 from . import kernels
 from .bound_runs import _bind_runs, _static_inputs
+from .device_inputs import DeviceInput, place
 from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
 from .inputs import check_inputs
 from .instructions import _PREPARE, _keep_on_device, _label
@@ -71,6 +73,7 @@ from .steps import (
 )
 
 MAX_FILE_BYTES = 1 << 40
+HOST, DEVICE = "host", "device"  # where a run's delegate results go (``Method.run``'s output_device)
 
 
 def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, strict: bool = False) -> Module:
@@ -144,9 +147,20 @@ class Module:
         return m
 
     def run(
-        self, inputs: Mapping[str, Any], options: RunOptions | None = None, profile: Profile | None = None
+        self,
+        inputs: Mapping[str, Any],
+        options: RunOptions | None = None,
+        profile: Profile | None = None,
+        output_device: str = HOST,
     ) -> dict[str, Any]:
-        return self._plans[0].run(inputs, options, profile)
+        return self._plans[0].run(inputs, options, profile, output_device)
+
+    def array_device(self, backend: str):
+        """What a caller makes input arrays on so that delegates of ``backend`` read them where
+        they are (the opencl backend's ``pyopencl.CommandQueue``: its ``.context`` and ``.device``;
+        the cuda backend's ``cupy.cuda.Device``); None when no delegate of it runs on its backend."""
+        found = (d.array_device() for m in self._plans for d in m._delegates.values() if d.backend == backend)
+        return next((a for a in found if a is not None), None)
 
     def reset_state(self) -> None:
         """Set the states of every method back to zeros (a model without state has none)."""
@@ -291,6 +305,9 @@ class Method:
         self._callees: set[int] = set()
         self._fallbacks: set[int] = set()  # fallback plans of delegates that run on a backend
         self._delegates: dict[int, dl.Delegate] = {}
+        # Input slot → the delegates that read it, where only delegates that take device tensors
+        # do (_keep_on_device): an input in device memory may stay there for them.
+        self._device_readers: dict[int, list[dl.Delegate]] = {}
         self._unsupported: list[str] = []
         self._missing_cache: list[str] | None = None
         # Planned results of the last run that a kernel allocated rather than wrote in place.
@@ -546,11 +563,21 @@ class Method:
     # ---- running -----------------------------------------------------------------------------
 
     def run(
-        self, inputs: Mapping[str, Any], options: RunOptions | None = None, profile: Profile | None = None
+        self,
+        inputs: Mapping[str, Any],
+        options: RunOptions | None = None,
+        profile: Profile | None = None,
+        output_device: str = HOST,
     ) -> dict[str, Any]:
-        """Run the method on named inputs (checked against the declared dtypes and shapes);
+        """Run the method on named inputs (checked against the declared dtypes and shapes; numpy
+        arrays, DLPack exporters, or arrays in device memory: ``runtime.device_inputs``);
         ``options`` bound it by a deadline or a stop flag (``RunTerminated``); ``profile``
-        records where its time goes (``runtime.profile``)."""
+        records where its time goes (``runtime.profile``). ``output_device="device"`` returns
+        each result a delegate computed on its backend as that device's array (a
+        ``pyopencl.array.Array``, a CuPy array) instead of copying it to the host; results
+        computed on the CPU are numpy arrays either way."""
+        if output_device not in (HOST, DEVICE):
+            raise OffloadError(f"output_device must be '{HOST}' or '{DEVICE}', not {output_device!r}")
         if self._missing_cache is None:
             self._missing_cache = self._missing()
         missing = self._missing_cache
@@ -558,16 +585,17 @@ class Method:
             raise UnsupportedOpError(
                 f"{self.where}: no CPU kernel for {', '.join(missing)}; these ops cannot run in this version of offload"
             )
-        args = check_inputs([(p.name, p.type) for p in self.inputs], inputs)
+        args = check_inputs([(p.name, p.type) for p in self.inputs], inputs, device=True)
         options = options.start() if options else None
+        on_device = output_device == DEVICE
         if self._states:
-            return self._run_with_states(args, options, profile)
+            return self._run_with_states(args, options, profile, on_device)
         if profile is None:
-            return dict(zip(self.output_names, self._call(args, options)))
+            return dict(zip(self.output_names, self._call(args, options, None, on_device)))
         with profiling(profile):
-            return dict(zip(self.output_names, self._call(args, options, profile)))
+            return dict(zip(self.output_names, self._call(args, options, profile, on_device)))
 
-    def _run_with_states(self, args: list, options, profile) -> dict[str, Any]:
+    def _run_with_states(self, args: list, options, profile, on_device: bool = False) -> dict[str, Any]:
         """One run of a method with state: runs of it take turns, each sees the last one's states."""
         with self._state_lock:
             states = self._current_states()
@@ -575,10 +603,10 @@ class Method:
             for position, port in sorted(self._states, key=lambda s: s[0]):
                 full.insert(position, states[port.name])
             if profile is None:
-                results = self._call(full, options)
+                results = self._call(full, options, None, on_device)
             else:
                 with profiling(profile):
-                    results = self._call(full, options, profile)
+                    results = self._call(full, options, profile, on_device)
             n = len(self._states)
             for (_, port), value in zip(self._states, results[len(results) - n :]):
                 states[port.name] = np.array(value, dtype=port.type.dtype.numpy, copy=True).reshape(
@@ -598,7 +626,13 @@ class Method:
             todo.extend(m._callees)
         return sorted(out)
 
-    def _call(self, args: list, options: RunOptions | None = None, profile: Profile | None = None) -> list:
+    def _call(
+        self,
+        args: list,
+        options: RunOptions | None = None,
+        profile: Profile | None = None,
+        device_outputs: bool = False,
+    ) -> list:
         if self._load_time is not None:
             self._compute_load_time()
         self.allocated_results = 0
@@ -616,9 +650,12 @@ class Method:
             frame = _Frame(initial)
             frame.planned, frame.bound, frame.options, frame.profile = planned, bound, options, profile
             frame.shapes = shapes if self._shape_steps else None
+            frame.device_outputs = device_outputs
             for slot, value in zip(self._input_slots, args):
+                if isinstance(value, DeviceInput):
+                    value = place(value, self._device_readers.get(slot), profile)
                 view = planned[slot]
-                if view is None:
+                if view is None or isinstance(value, DeviceTensor):
                     frame[slot] = value
                 elif getattr(value, "dtype", None) == view.dtype and np.shape(value) == view.shape:
                     np.copyto(view, value, casting="no")  # whatever its layout (_bind_runs counts on it)
@@ -637,7 +674,10 @@ class Method:
                     self._run_watched(frame, options, profile, steps, seen)
             if seen is not None:  # the first run at these input shapes: the next one plans them
                 self._specializations.seen(shapes, seen)
-            return [self.module._detach(frame[i]) for i in self._output_slots]
+            results = [self.module._detach(frame[i]) for i in self._output_slots]
+            if device_outputs:
+                results = [r.as_array() if isinstance(r, DeviceTensor) else r for r in results]
+            return results
         finally:
             with self._pool_lock:
                 (plan.pool if plan is not None else self._pool).append(arena_set)
@@ -683,7 +723,7 @@ class Method:
                 return
             frame = _Frame(self._initial)
             frame.planned, frame.bound, frame.options, frame.profile = [None] * len(frame), None, None, None
-            frame.shapes = None
+            frame.shapes, frame.device_outputs = None, False
             with np.errstate(all="ignore"):
                 for step in self._load_time:
                     step.run(frame)

@@ -80,9 +80,10 @@ class MethodContext:
 
 class _Frame(list):
     """The values of one run of a Method by slot, with the arena views of the set it holds, and
-    the shapes of the run's inputs (what ``_ShapeStep`` results depend on)."""
+    the shapes of the run's inputs (what ``_ShapeStep`` results depend on), and whether the run
+    returns delegate results as device arrays."""
 
-    __slots__ = ("bound", "options", "planned", "profile", "shapes")
+    __slots__ = ("bound", "device_outputs", "options", "planned", "profile", "shapes")
 
 
 def _describe(step) -> tuple[str, str, dict]:
@@ -412,14 +413,14 @@ class _FreeStep:
 class _DelegateStep:
     """A prepared DelegateCall: the delegate's inputs in, its outputs stored into their slots;
     ``keep`` (set by ``_keep_on_device``) marks outputs that stay in device memory, bound to
-    their slots as the backend's device tensors."""
+    their slots as the backend's device tensors; ``keep_results`` marks those and the method
+    results, for runs that return device arrays (``frame.device_outputs``)."""
 
-    __slots__ = ("declared", "delegate", "in_slots", "keep", "method", "out_slots")
+    __slots__ = ("declared", "delegate", "in_slots", "keep", "keep_results", "method", "out_slots")
 
     def run(self, frame: list) -> None:
-        outputs = self.delegate.run(
-            [frame[i] for i in self.in_slots], self.declared, frame.options, self.keep
-        )
+        keep = self.keep_results if frame.device_outputs and self.keep_results else self.keep
+        outputs = self.delegate.run([frame[i] for i in self.in_slots], self.declared, frame.options, keep)
         for slot, value in zip(self.out_slots, outputs):
             if not slot:
                 continue

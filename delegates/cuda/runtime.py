@@ -82,6 +82,9 @@ class Gemm:
             self.c += self.bias * beta
 
 
+DLPACK_CUDA = 2  # DLPack's kDLCUDA device type
+
+
 class CUDATensor(GPUTensor):
     """An output kept in a CuPy array for the next delegate on the same device, in its device
     dtype (half under precision=fp16)."""
@@ -98,6 +101,13 @@ class CUDATensor(GPUTensor):
     def to_host(self) -> np.ndarray:
         with self.device.device:
             return cp.asnumpy(self.array).astype(self.dtype, copy=False)
+
+    def as_array(self):
+        """The CuPy array itself (converted on the device when it is stored as half)."""
+        if self.array.dtype == self.dtype:
+            return self.array
+        with self.device.device:
+            return self.array.astype(self.dtype)
 
 
 @dataclass
@@ -238,6 +248,29 @@ class CUDARuntime(GPURuntime):
     def copy_tensor(self, handle: CUDAHandle, spec: CUDASpecialized, k: int, x: CUDATensor) -> None:
         view = handle.device.allocator.view
         view(spec.buffers[spec.inputs[k]], x.shape, spec.host_in[k].dtype)[...] = x.array
+
+    def adopt(self, handle: CUDAHandle, array) -> CUDATensor | None:
+        """A DLPack exporter on the handle's CUDA device (a CuPy array, a torch CUDA tensor), read
+        where it is: the handle's stream first waits for the caller's current stream, and DLPack's
+        stream argument makes the exporter's own stream order itself before the handle's."""
+        if not hasattr(array, "__dlpack_device__"):
+            return None
+        try:
+            kind, index = array.__dlpack_device__()
+        except Exception:  # an exporter that cannot say where it is: read through the host
+            return None
+        if int(kind) != DLPACK_CUDA or int(index) != handle.device.index:
+            return None
+        with handle.device.device:
+            ready = cp.cuda.Event(disable_timing=True)
+            ready.record()  # on the caller's current stream
+            handle.stream.wait_event(ready)
+            with handle.stream:
+                x = array if isinstance(array, cp.ndarray) else cp.from_dlpack(array)
+        return CUDATensor(x, x.dtype, handle.device)
+
+    def array_device(self, handle: CUDAHandle):
+        return handle.device.device
 
     def copy_out(self, handle: CUDAHandle, spec: CUDASpecialized, keep: list[bool] | None) -> list:
         view, stream = handle.device.allocator.view, handle.stream

@@ -26,8 +26,9 @@ from . import icd
 
 try:
     import pyopencl as cl
+    import pyopencl.array as cl_array
 except Exception as e:  # ImportError, or a broken ICD loader
-    cl = None
+    cl = cl_array = None
     IMPORT_ERROR = f"pyopencl is not importable: {type(e).__name__}: {e}"
 else:
     IMPORT_ERROR = ""
@@ -214,11 +215,12 @@ class Allocator:
         if array.size:
             cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=True)
 
-    def copyout(self, buffer, shape, dtype, storage=None) -> np.ndarray:
-        """``buffer`` as an array of ``dtype``, read as ``storage`` (the device dtype) when given."""
+    def copyout(self, buffer, shape, dtype, storage=None, offset: int = 0) -> np.ndarray:
+        """``buffer`` from byte ``offset`` as an array of ``dtype``, read as ``storage`` (the device
+        dtype) when given."""
         out = np.empty(shape, storage if storage is not None else dtype)
         if out.size:
-            cl.enqueue_copy(self.queue, out, buffer, is_blocking=True)
+            cl.enqueue_copy(self.queue, out, buffer, src_offset=offset, is_blocking=True)
         return out.astype(dtype, copy=False)
 
 

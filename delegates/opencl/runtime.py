@@ -21,7 +21,7 @@ from offload import profile
 from offload.errors import OffloadError
 
 from ..backend import Availability, CompileSpec
-from ..gpu.api import Buf, Ints, Scratch
+from ..gpu.api import Buf, Ints, Scratch, source
 from ..gpu.builder import PlanValues
 from ..gpu.runtime import GPURuntime, GPUTensor, Handle, Specialized, compile_spec
 from .device import (
@@ -32,6 +32,7 @@ from .device import (
     build,
     choose,
     cl,
+    cl_array,
     device_for,
     device_name,
     tuning_choice,
@@ -52,20 +53,41 @@ class Launch:
 
 
 class CLTensor(GPUTensor):
-    """An output kept in an OpenCL buffer for the next delegate on the same device: ``storage``
-    is its dtype in device memory where that differs (half under precision=fp16)."""
+    """A tensor in an OpenCL buffer on ``device``, from byte ``offset``: an output kept for the next
+    delegate on the same device, or a caller's ``pyopencl.array.Array`` taken as it is
+    (``OpenCLRuntime.adopt``). ``storage`` is its dtype in device memory where that differs (half
+    under precision=fp16)."""
 
     backend = "opencl"
 
-    def __init__(self, buffer, shape: tuple, dtype: np.dtype, storage: np.dtype | None, device: Device):
+    def __init__(
+        self, buffer, shape: tuple, dtype: np.dtype, storage: np.dtype | None, device: Device, offset: int = 0
+    ):
         self.buffer, self.shape, self.dtype, self.storage, self.device = buffer, shape, dtype, storage, device
+        self.offset = offset
 
     @property
     def stored(self) -> np.dtype:
         return self.storage or self.dtype
 
     def to_host(self) -> np.ndarray:
-        return self.device.allocator.copyout(self.buffer, self.shape, self.dtype, self.storage)
+        return self.device.allocator.copyout(self.buffer, self.shape, self.dtype, self.storage, self.offset)
+
+    def as_array(self):
+        """A ``pyopencl.array.Array`` on the device's queue over this buffer, or over a float32
+        copy made on the device (``convert.cl``) when it is stored as half."""
+        queue = self.device.queue
+        if self.storage is None:
+            return cl_array.Array(queue, self.shape, self.dtype, data=self.buffer, offset=self.offset)
+        n = math.prod(self.shape)
+        out = cl_array.empty(queue, self.shape, self.dtype)
+        if n:
+            program = build(self.device, source("convert.cl"), "-DOFFLOAD_FP16")
+            half = self.buffer if not self.offset else self.buffer.get_sub_region(self.offset, n * 2)
+            kernel = cl.Kernel(program, "to_float")
+            kernel.set_args(half, out.data, np.int64(n))
+            cl.enqueue_nd_range_kernel(queue, kernel, (n,), None)
+        return out
 
 
 @dataclass
@@ -209,7 +231,25 @@ class OpenCLRuntime(GPURuntime):
 
     def copy_tensor(self, handle: CLHandle, spec: Specialized, k: int, x: CLTensor) -> None:
         queue = handle.device.queue
-        cl.enqueue_copy(queue, spec.buffers[spec.inputs[k]], x.buffer, byte_count=x.stored_bytes)
+        cl.enqueue_copy(
+            queue, spec.buffers[spec.inputs[k]], x.buffer, byte_count=x.stored_bytes, src_offset=x.offset
+        )
+
+    def adopt(self, handle: CLHandle, array) -> CLTensor | None:
+        """A C-contiguous ``pyopencl.array.Array`` in the handle's context, as it is: the
+        commands that write it (its events, its queue) are waited for first."""
+        if cl_array is None or not isinstance(array, cl_array.Array):
+            return None
+        device = handle.device
+        if array.context != device.context or not array.flags.c_contiguous:
+            return None
+        array.finish()
+        if array.queue is not None and array.queue != device.queue:
+            array.queue.finish()
+        return CLTensor(array.base_data, tuple(array.shape), array.dtype, None, device, int(array.offset))
+
+    def array_device(self, handle: CLHandle):
+        return handle.device.queue
 
     def copy_out(self, handle: CLHandle, spec: Specialized, keep: list[bool] | None) -> list:
         alloc = handle.device.allocator

@@ -27,7 +27,7 @@ def _specs(delegate) -> dict[str, bytes]:
 def test_delegate_op_becomes_backend_delegate_call_and_fallback_plan():
     f = _parsed(delegated_program(blobs=[b"compiled"]))
     forward, fallback = f.program.executionPlan
-    assert forward.name == "forward" and fallback.name == "forward/delegate0/fallback"
+    assert forward.name == "forward" and fallback.name == "__offload_fallback__/forward/0"
     (d,) = forward.delegates
     assert d.id == "fake"
     assert d.processed.location == DataLocation.INLINE
@@ -64,7 +64,7 @@ def test_big_blobs_go_to_segments_and_identical_blobs_are_stored_once():
     assert data.count(big) == 1 and data.count(other) == 1
     # Each delegate has its own fallback plan.
     names = [p.name for p in f.program.executionPlan]
-    assert names[1:] == [f"forward/delegate{k}/fallback" for k in range(5)]
+    assert names[1:] == [f"__offload_fallback__/forward/{k}" for k in range(5)]
     fallbacks = [int(_specs(d)["offload.fallback_plan"]) for d in f.program.executionPlan[0].delegates]
     assert fallbacks == [1, 2, 3, 4, 5]
 

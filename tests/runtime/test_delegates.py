@@ -64,6 +64,20 @@ def test_available_backend_runs_the_delegates(backends, pte_file):
     assert module.method_names == ["forward"]
 
 
+@pytest.mark.parametrize("name", ["__offload_fallback__/{plan}/{k}", "{plan}/delegate{k}/fallback"])
+def test_fallback_plans_are_found_by_their_compile_spec_whatever_their_name(name, monkeypatch, tmp_path):
+    # files written with the earlier "<plan>/delegate<k>/fallback" names load and run the same
+    from offload.emit import delegates as emit_delegates
+
+    monkeypatch.setattr(emit_delegates, "FALLBACK_PLAN_NAME", name)
+    path = tmp_path / "model.pte"
+    offload.save(delegated_program(blobs=[b"one", b"two"]), path)
+    module, _ = _load_quietly(str(path))  # no fake backend: both delegates on their fallbacks
+    assert module.plan_names == ["forward"] + [name.format(plan="forward", k=k) for k in range(2)]
+    assert module.method_names == ["forward"]
+    np.testing.assert_array_equal(module.run({"x": X})["z"], expected(X, W))
+
+
 def test_weights_given_to_init_are_the_fallbacks_constants_in_the_file(backends, pte_file):
     fake = FakeRuntime()
     backends(fake)
@@ -74,7 +88,7 @@ def test_weights_given_to_init_are_the_fallbacks_constants_in_the_file(backends,
         w = weights[name]
         np.testing.assert_array_equal(w, W[k])
         assert not w.flags.writeable
-        fallback = module.method(f"forward/delegate{k}/fallback")
+        fallback = module.method(f"__offload_fallback__/forward/{k}")
         (const,) = fallback.constants.values()
         assert np.shares_memory(w, const)
         # Zero-copy: the array's memory is the mapped file itself.
