@@ -303,10 +303,8 @@ def slice_(ctx, data, starts, ends, axes=None, steps=None):
 _PAD_MODES = ("constant", "reflect", "edge", "wrap")  # the same names as numpy.pad's
 
 
-@kernel("Pad")
-def pad(ctx, data, pads, constant_value=None, axes=None, *, mode):
-    if mode not in _PAD_MODES:
-        raise unsupported("Pad", f"mode '{mode}'")
+def _pad_widths(data, pads, axes) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """(the input cropped by negative pads, the (before, after) padding of each axis)."""
     rank = data.ndim
     axes = range(rank) if _absent(axes) else normalize_axes(axes, rank, "Pad")
     p = _ints(pads)
@@ -316,8 +314,61 @@ def pad(ctx, data, pads, constant_value=None, axes=None, *, mode):
         before[a], after[a] = p[i], p[n + i]
     # Negative pads crop; what remains is padded by the positive ones.
     crop = tuple(slice(max(-b, 0), data.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(zip(before, after)))
-    x = data[crop]
     width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    return data[crop], width
+
+
+@prepared("Pad")
+def _pad_prepared(attrs, inputs, output):
+    if attrs.get("mode") != "constant" or output is None or not inputs or inputs[0] is None:
+        return None
+    return _PadCall() if inputs[0][0] == output[0] else None
+
+
+class _PadCall:
+    """A constant Pad into ``out``: each border slab filled with the value, the (cropped) input
+    copied into the interior; no allocation. Bound with pads, value and axes that are constants
+    of the file (read-only arrays), the slabs and the interior are found once."""
+
+    __slots__ = ()
+
+    def __call__(self, out, data, pads, constant_value=None, axes=None):
+        self._plan(out, data, pads, constant_value, axes)()
+
+    def bind(self, out, data, pads, constant_value=None, axes=None):
+        if any(v is not None and v.flags.writeable for v in (pads, constant_value, axes)):
+            return functools.partial(self, out, data, pads, constant_value, axes)
+        return self._plan(out, data, pads, constant_value, axes)
+
+    @staticmethod
+    def _plan(out, data, pads, constant_value, axes):
+        x, width = _pad_widths(data, pads, axes)
+        if tuple(d + b + e for d, (b, e) in zip(x.shape, width)) != out.shape or np.may_share_memory(
+            out, data
+        ):
+            raise TypeError("not the declared type")
+        value = out.dtype.type(0 if _absent(constant_value) else _scalar(constant_value))
+        interior = tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, width))
+        slabs = []  # the border, once: axis k's two slabs span the interior of the axes before k
+        for k, (b, e) in enumerate(width):
+            for lo, hi in ((0, b), (out.shape[k] - e, out.shape[k])):
+                if hi > lo:
+                    slabs.append(out[(*interior[:k], slice(lo, hi))])
+        inner, copyto = out[interior], np.copyto
+
+        def run():
+            for slab in slabs:
+                slab.fill(value)
+            copyto(inner, x, casting="no")
+
+        return run
+
+
+@kernel("Pad")
+def pad(ctx, data, pads, constant_value=None, axes=None, *, mode):
+    if mode not in _PAD_MODES:
+        raise unsupported("Pad", f"mode '{mode}'")
+    x, width = _pad_widths(data, pads, axes)
     check_result([d + b + e for d, (b, e) in zip(x.shape, width)], data.dtype, "Pad")
     if mode == "constant":
         value = 0 if _absent(constant_value) else _scalar(constant_value)
