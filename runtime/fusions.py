@@ -30,8 +30,9 @@ def _fusion_context(m: MethodState, steps: list) -> tuple[dict[int, int], set[in
 
 
 def _fuse_epilogues(m: MethodState, steps: list) -> None:
-    """Pair a prepared Conv with the prepared elementwise op right after it (Relu, Clip,
-    HardSwish, HardSigmoid: ``conv._Epilogue``) where that op is the only reader of the conv's
+    """Pair a prepared Conv with the prepared elementwise ops right after it (Relu, Clip,
+    HardSwish, HardSigmoid, LeakyRelu, Max or Min with a 0-d operand: ``conv._Epilogue``; a chain
+    of them, as Conv → LeakyRelu → Max, one after another) where each op is the only reader of the conv's
     result, which is not a result of the method, and the op is no jump's target: the conv's
     plan applies the op to each part of its output as it writes it, into the op's arena view
     (``_ConvCall.with_epilogue``), and the op's own step runs nothing (``_FusedAway``). The
@@ -40,8 +41,13 @@ def _fuse_epilogues(m: MethodState, steps: list) -> None:
     constants, so that no arena view the conv writes is one they are read from. ``steps`` are the
     method's, or a shape specialization's (``_ShapeSpecialization``), changed in place."""
     readers, results, targets = _fusion_context(m, steps)
-    for pc in range(len(steps) - 1):
-        conv, op = steps[pc], steps[pc + 1]
+    pc = 0
+    while pc < len(steps) - 1:
+        q = pc + 1  # past the ops fused already: a fused step takes the op after them too
+        while q < len(steps) - 1 and type(steps[q]) is _FusedAway:
+            q += 1
+        conv, op = steps[pc], steps[q]
+        pc += 1
         if type(conv) is not _PreparedStep or type(op) is not _PreparedStep:
             continue
         with_epilogue = getattr(conv.call, "with_epilogue", None)
@@ -52,7 +58,7 @@ def _fuse_epilogues(m: MethodState, steps: list) -> None:
             or op.in_slots[0] != mid
             or readers.get(mid) != 1
             or mid in results
-            or pc + 1 in targets
+            or any(p in targets for p in range(pc, q + 1))
             or not all(i and m._planned[i] is None and type(m._initial[i]) is np.ndarray for i in extras)
         ):
             continue
@@ -67,9 +73,10 @@ def _fuse_epilogues(m: MethodState, steps: list) -> None:
         fused.call, fused.out_slot = call, op.out_slot
         fused.kernel = _KernelPair(conv.kernel, op.kernel)
         fused.in_slots = fused.kernel.in_slots
-        steps[pc] = fused
-        steps[pc + 1] = away = _FusedAway()
+        steps[pc - 1] = fused
+        steps[q] = away = _FusedAway()
         away.kernel = op.kernel
+        pc -= 1  # the fused step again: its result may have an op of its own after it
 
 
 def _fuse_depthwise_pointwise(m: MethodState, steps: list) -> None:

@@ -17,10 +17,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 from offload.errors import ShapeError
 
 from . import kernel, prepared
-from ._util import out_for, unsupported
+from ._util import filled, out_for, unsupported
 from .buffers import _arena_buffers, _KeptCalls, _scratch
 from .conv_recipe import _conv_by_recipe, _ConvRecipe
-from .elementwise import _CLIP, _hard_passes
+from .elementwise import _CLIP, _hard_passes, _PReluCall
 from .linalg import saturate, widened
 from .windows import _channel_bias, _columns, _Geom, _geometry, _ints, _padded, _scatter_windows, _windows
 
@@ -93,19 +93,37 @@ class _Epilogue(NamedTuple):
     The CPU executor pairs the two steps (runtime/fusions.py, ``_fuse_epilogues``); the graph
     keeps both ops, so the GPU backends see the graph unchanged."""
 
-    op: str  # Relu | Clip | HardSwish | HardSigmoid
+    op: str  # Relu | Clip | HardSwish | HardSigmoid | LeakyRelu | Max | Min
     alpha: float = 0.0
     beta: float = 0.0
+    then: _Epilogue | None = None  # the op after this one, reading its result alone
+    extras: int = 0  # how many of the extra inputs are this op's (the rest are ``then``'s)
 
     def calls(self, part, extras: tuple, buffers) -> list:
         """The op's calls on ``part`` of the output, its other inputs ``extras`` (Clip's 0-d
-        bounds)."""
+        bounds, Max's or Min's 0-d operand), then those of the ops after it."""
+        mine, rest = extras[: self.extras], extras[self.extras :]
+        calls = self._own(part, mine, buffers)
+        return calls if self.then is None else calls + self.then.calls(part, rest, buffers)
+
+    def followed_by(self, then: _Epilogue) -> _Epilogue:
+        """This op, then ``then`` on its result."""
+        last = then if self.then is None else self.then.followed_by(then)
+        return self._replace(then=last)
+
+    def _own(self, part, extras: tuple, buffers) -> list:
         if self.op == "Relu":  # a full operand of zeros, as the prepared Relu: numpy's fast loop
             zeros = buffers.get(("zeros",), part.shape, part.dtype)
             return [functools.partial(np.maximum, part, zeros, out=part)]
         if self.op == "Clip":
             lo, hi = extras
             return [functools.partial(_CLIP, part, lo, hi, part)]
+        if self.op in ("Max", "Min"):  # a 0-d constant as a full operand: numpy's fast loop
+            (other,) = extras
+            full = filled(other, part.dtype, part.shape)
+            return [functools.partial(np.maximum if self.op == "Max" else np.minimum, part, full, out=part)]
+        if self.op == "LeakyRelu":  # the prepared LeakyRelu's passes, bit for bit
+            return [_PReluCall().bind(part, part, np.array(self.alpha, part.dtype))]
         swish = self.op == "HardSwish"
         temp = buffers.get(("epilogue",), part.shape, part.dtype) if swish else None
         return [_hard_passes(part, part, self.alpha, self.beta, swish, temp)]
@@ -117,9 +135,13 @@ def _epilogue(op_type: str, attrs: dict, extras: list, dtype) -> _Epilogue | Non
     if op_type == "Relu" and not extras:
         return _Epilogue("Relu")
     if op_type == "Clip" and len(extras) == 2 and all(e == (dtype, ()) for e in extras):
-        return _Epilogue("Clip")
+        return _Epilogue("Clip", extras=2)
     if op_type in ("HardSwish", "HardSigmoid") and not extras:
         return _Epilogue(op_type, attrs.get("alpha", 1 / 6), attrs.get("beta", 0.5))
+    if op_type == "LeakyRelu" and not extras and np.dtype(dtype).kind == "f":
+        return _Epilogue("LeakyRelu", attrs.get("alpha", 0.01))
+    if op_type in ("Max", "Min") and len(extras) == 1 and extras[0] == (dtype, ()):
+        return _Epilogue(op_type, extras=1)
     return None
 
 
@@ -141,7 +163,11 @@ class _ConvCall(_KeptCalls):
         """This conv followed by ``op_type`` (its first input this conv's result, its others of
         specs ``extras``) as one call, or None where that op is not one a recipe applies."""
         epilogue = _epilogue(op_type, attrs, extras, self.recipe.dtype)
-        return None if epilogue is None else _ConvCall(self.recipe, epilogue, n_conv)
+        if epilogue is None:
+            return None
+        if self.epilogue is not None:  # an op after the one fused already: n_conv counts its inputs
+            return _ConvCall(self.recipe, self.epilogue.followed_by(epilogue), self.n_conv)
+        return _ConvCall(self.recipe, epilogue, n_conv)
 
     def _calls(self, out, args) -> tuple:
         buffers = _arena_buffers(out)  # another thread may run this set later, never two at once

@@ -103,7 +103,7 @@ class _BatchNormCall(_KeptCalls):
         """This op (its ``n_norm`` inputs) followed by ``op_type`` reading its result alone, as one
         call, or None."""
         epilogue = _epilogue(op_type, attrs, extras, self.dtype)
-        if epilogue is None or n_norm != 5:
+        if epilogue is None or n_norm != 5 or self.epilogue is not None:
             return None
         return _BatchNormCall(self.epsilon, self.shape, self.dtype, epilogue)
 

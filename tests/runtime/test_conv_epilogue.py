@@ -126,3 +126,44 @@ def test_a_fused_conv_lists_both_instructions_and_profiles_as_conv():
     method.run(_feeds(case, 1.0), profile=profile)
     ops = [e.args.get("op") for e in profile.events if e.cat == "kernel"]
     assert ops[-2:] == ["onnx::Conv", "onnx::Clip"]
+
+
+def _chain_model(case, ops: list[str]) -> bytes:
+    """x -> Neg -> Conv (bias) -> each of ``ops`` in turn -> y: LeakyRelu (alpha 0.2), Max or Min
+    with a 0-d constant (-0.4, 0.7), Relu."""
+    c, h, w, m, group, kernel, strides, pads, _ = case
+    rng = np.random.default_rng(sum(case[:5]) + 1)
+    inits = [
+        ("w", (rng.standard_normal((m, c // group, *kernel)) * 0.5).astype(np.float32)),
+        ("b", rng.standard_normal(m).astype(np.float32)),
+        ("floor", np.array(-0.4, np.float32)),
+        ("ceil", np.array(0.7, np.float32)),
+    ]
+    conv = dict(group=group, kernel_shape=kernel, strides=strides, pads=pads)
+    nodes = [helper.make_node("Neg", ["x"], ["r"]), helper.make_node("Conv", ["r", "w", "b"], ["v0"], **conv)]
+    for k, op in enumerate(ops):
+        args = {"Max": ["floor"], "Min": ["ceil"]}.get(op, [])
+        attrs = {"alpha": 0.2} if op == "LeakyRelu" else {}
+        out = "y" if k == len(ops) - 1 else f"v{k + 1}"
+        nodes.append(helper.make_node(op, [f"v{k}", *args], [out], **attrs))
+    return model_bytes(nodes, [("x", F32, [1, c, h, w])], [("y", F32, None)], inits, opset=17)
+
+
+@pytest.mark.parametrize("ops", [["LeakyRelu"], ["Max"], ["LeakyRelu", "Max"], ["Relu", "Min", "Max"]])
+@pytest.mark.parametrize("case", CONVS, ids=[c[-1] for c in CONVS])
+def test_a_chain_of_elementwise_ops_fuses_into_the_conv(case, ops, conv_loops):
+    """Conv -> LeakyRelu -> Max (a TFLite leaky ReLU with a floor) and longer chains: one fused
+    step, each op's own step running nothing; against onnxruntime, and bit for bit the ops apart."""
+    data = _chain_model(case, ops)
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    (step,) = _fused(method)
+    assert sum(isinstance(s, _FusedAway) for s in method._steps) == len(ops)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for scale in (1.0, 4.0):
+        feeds = _feeds(case, scale)
+        (want,) = session.run(None, feeds)
+        for _ in range(2):
+            got = method.run(feeds)["y"]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+            np.testing.assert_array_equal(got, offload.evaluate(program, feeds)["y"])
