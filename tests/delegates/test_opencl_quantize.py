@@ -185,7 +185,7 @@ def test_a_constant_dequantize_is_folded_at_init_not_run(tmp_path):
 def test_the_default_passes_keep_a_qdq_model_in_one_partition(tmp_path):
     p = _qdq_conv()
     x = RNG.uniform(-3, 3, (1, 3, 6, 6)).astype(np.float32)
-    lowered, got = run_on_opencl(p, {"x": x}, tmp_path, partitions=1, passes="default")
+    _lowered, got = run_on_opencl(p, {"x": x}, tmp_path, partitions=1, passes="default")
     cpu = offload.evaluate(offload.optimize(p), {"x": x})["y"]
     np.testing.assert_allclose(got["y"], cpu, atol=0.05 + 1e-6)
 
@@ -218,7 +218,7 @@ def test_a_constant_dequantize_folded_at_init_equals_onnxruntime(dtype, axis, tm
     ]
     p = model(nodes, [("x", [4, 5])], ["y"], inits)
     _exact(p, {"x": np.zeros((4, 5), np.float32)}, tmp_path)
-    plan, handle = plan_and_handle(p)
+    _plan, handle = plan_and_handle(p)
     try:
         kernels = [launch.kernel.function_name for launch in specialized(handle).launches]
         assert "dequantize" not in kernels and len(kernels) == 1, kernels

@@ -132,7 +132,7 @@ def _dequantize(b: Builder, step: dict) -> None:
     inputs, (out,) = step["inputs"], step["outputs"]
     known = [None if i is None else b.const(i) for i in inputs]
     if all(k is not None for i, k in zip(inputs, known) if i is not None):
-        n, inner, C = _layout(b, step)
+        _n, inner, C = _layout(b, step)
         zp = known[2] if len(known) > 2 else None
         b.constant(out, dequantized(known[0], known[1], zp, inner, C))
         return
