@@ -87,6 +87,47 @@ class _MatMulCall:
         return functools.partial(np.matmul, a, b, out=out)
 
 
+@prepared("Gemm")
+def _gemm_call(attrs, inputs, output):
+    """Gemm of float32 or float64 matrices of the output's type (C, if given, of it too): the
+    kernel's calls into the arena view, C · beta made once where C is a constant of the file."""
+    if len(inputs) not in (2, 3) or output is None or output[0] not in (np.float32, np.float64):
+        return None
+    if not all(i is not None and i[0] == output[0] for i in inputs):
+        return None
+    if len(inputs[0][1]) != 2 or len(inputs[1][1]) != 2:
+        return None
+    return _GemmCall(attrs["alpha"], attrs["beta"], attrs["transA"], attrs["transB"])
+
+
+class _GemmCall:
+    __slots__ = ("alpha", "beta", "trans_a", "trans_b")
+
+    def __init__(self, alpha, beta, trans_a, trans_b):
+        self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
+
+    def __call__(self, out, a, b, c=None):
+        self.bind(out, a, b, c)()
+
+    def bind(self, out, a, b, c=None):
+        a, b = a.T if self.trans_a else a, b.T if self.trans_b else b
+        if a.shape[-1] != b.shape[0] or (a.shape[0], b.shape[1]) != out.shape:
+            raise TypeError("not the declared shapes")
+        alpha, beta = self.alpha, self.beta
+        if c is not None and beta != 1.0 and not c.flags.writeable:  # a constant: scaled once
+            c, beta = c * beta, 1.0
+        matmul, multiply, add = np.matmul, np.multiply, np.add
+
+        def run():
+            matmul(a, b, out=out)
+            if alpha != 1.0:
+                multiply(out, alpha, out=out)
+            if c is not None:
+                add(out, c if beta == 1.0 else c * beta, out=out)
+
+        return run
+
+
 @kernel("Gemm")
 def gemm(ctx, A, B, C=None, *, alpha, beta, transA, transB):
     a = widened(A.T if transA else A)
