@@ -3,6 +3,7 @@ allocates them — by type inference for static shapes, by the shape-making kern
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -126,3 +127,26 @@ def test_windows_past_the_limit_are_refused_before_padding(node, inits):
     ):
         module.run({"x": np.ones((1, 4, 8, 8), np.float32)})
     assert time.monotonic() - start < 1
+
+
+@pytest.mark.parametrize(
+    "node, what",
+    [
+        (
+            helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[16, 16], pads=[8] * 4),
+            "MaxPool (the windows the indices are read from)",
+        ),
+        (helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[16, 16], pads=[8] * 4), "LpPool (its windows' powers)"),
+    ],
+    ids=["maxpool-indices", "lppool"],
+)
+def test_pools_that_copy_every_window_check_the_copy(node, what, monkeypatch):
+    """Window copies of 65 x 65 outputs x 256 taps (4.3 MB) under a 1 MiB limit; the padded input
+    (80 x 80) and the result fit it."""
+    outputs = [("y", TensorProto.FLOAT)] + [("i", TensorProto.INT64)] * (len(node.output) - 1)
+    data = _model([node], [("x", TensorProto.FLOAT, [1, 1, "H", "W"])], outputs)
+    module = offload.runtime.load(offload.save(offload.load(data)))
+    monkeypatch.setattr(_util, "MAX_RESULT_BYTES", 1 << 20)
+    shape = r"\(1, 1, 65, 65, 16, 16\)"
+    with pytest.raises(Exception, match=rf"{re.escape(what)}: a result of shape {shape} would take 4326400 bytes"):
+        module.run({"x": np.ones((1, 1, 64, 64), np.float32)})
