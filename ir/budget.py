@@ -120,6 +120,10 @@ def _size(n: int) -> str:
 TENSOR = machine_budget("OFFLOAD_MAX_TENSOR_BYTES", 16 * GIB, 4)
 # Everything read from one nnpackage (zip or folder), held in memory while it imports: half.
 PACKAGE = machine_budget("OFFLOAD_MAX_PACKAGE_BYTES", 8 * GIB, 2)
+# The arenas one run of a .pte plan uses (non_const_buffer_sizes), allocated when the plan loads
+# and again for each run that finds every set in use: half, beside the mapped file and the kernels'
+# own results.
+ARENAS = machine_budget("OFFLOAD_MAX_ARENA_BYTES", 64 * GIB, 2)
 # The element steps one pool may take (window taps times outputs, plus a numpy call's own cost
 # per tap; ir/window_cost.py): a pool's window is an attribute alone, so a file can ask for hours
 # of work over a small input. About 5-10 s of numpy on the 2-core test machine.

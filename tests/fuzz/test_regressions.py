@@ -111,6 +111,13 @@ EXPECTED = {
         "ModelFormatError",
         "Manifest.json is not JSON: Exceeds the limit (4300 digits)",
     ),
+    # a RecursionError inside the JSON parser, in each loader that reads JSON from the file
+    "nnpackage/manifest-nested-10000-deep.zip": ("ModelFormatError", "<bytes>: metadata/MANIFEST is not JSON"),
+    "coreml/manifest-nested-10000-deep.pkg": ("ModelFormatError", "Manifest.json is not JSON"),
+    "nnpackage/end-record-declares-65535-entries.zip": (  # refused before zipfile reads the directory
+        "ModelFormatError",
+        "the zip declares 65535 entries in a 100-byte central directory; a package has at most 4096",
+    ),
     "nnpackage/stored-model-entry-says-lzma.zip": (  # lzma's own error class
         "ModelFormatError",
         "entry 'model.tflite': cannot be read as zip compression method 14",
@@ -118,6 +125,10 @@ EXPECTED = {
     "nnpackage/one-model-listed-64-times.zip": (  # each listing was read and imported again
         "ModelFormatError",
         "model 'model.tflite' is listed twice",
+    ),
+    "pte/arena-of-a-petabyte.pte": (  # the arena budget, before np.zeros is asked
+        "ModelFormatError",
+        "plan 'forward': its arenas (non_const_buffer_sizes) take 1125899906842624 bytes, over the",
     ),
     "pte/input-names-nested-100000-deep.pte": (  # a RecursionError inside the JSON parser
         "ModelFormatError",
