@@ -14,7 +14,8 @@ Three things are bounded, from the input's size and the op's attributes:
 
 Type inference checks these from declared shapes at import (``check_declared``), before any
 pass or kernel runs; the CPU kernels check them again from the sizes a run brings
-(``check_window_cost``), where inference saw symbolic dims.
+(``check_window_cost``), where inference saw symbolic dims, and a GPU plan checks its pools'
+work when it specializes to new shapes (``check_pool_work``).
 """
 
 from __future__ import annotations
@@ -55,8 +56,13 @@ def check_window_cost(op: str, lead: tuple, padded: tuple, out: tuple, kernel: t
                 f"{op}{what}: a result of shape {shape} would take {nbytes} bytes, over the {limit}-byte "
                 f"limit ({budget.TENSOR.explain(limit)})"
             )
-    if not pool:
-        return
+    if pool:
+        check_pool_work(op, lead, out, kernel)
+
+
+def check_pool_work(op: str, lead: tuple, out: tuple, kernel: tuple) -> None:
+    """Refuse a pool whose windows (``kernel``) over ``lead`` x ``out`` outputs pass the
+    window-work budget (a GPU pool, which pads nothing, checks only this)."""
     taps, outputs = math.prod(kernel), math.prod((*lead, *out))
     work, limit = taps * (outputs + STEP_COST), budget.WINDOW_WORK.value
     if work > limit:
