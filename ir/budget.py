@@ -10,6 +10,7 @@ The machine is read once, when offload is imported (a limit set later is not see
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 from dataclasses import dataclass
@@ -41,10 +42,8 @@ def physical_memory() -> int | None:
     """Bytes of memory this process's machine has: the smaller of the physical memory and the
     control group's limit (a container's); None where neither can be read."""
     sizes = []
-    try:
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # no sysconf names here
         sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        pass
     for path in _CGROUP_LIMITS:
         try:
             with open(path) as f:
@@ -92,7 +91,9 @@ def fixed_budget(variable: str, constant: int, unit: str = "bytes", *, environ=o
     """``environ[variable]`` when set, ``constant`` otherwise: a bound the machine does not
     change (work, counted in ``unit``)."""
     given = _from_environ(variable, environ, unit)
-    return given if given is not None else Budget(constant, f"offload's default of {constant} {unit}", variable)
+    return (
+        given if given is not None else Budget(constant, f"offload's default of {constant} {unit}", variable)
+    )
 
 
 def _from_environ(variable: str, environ, unit: str = "bytes") -> Budget | None:

@@ -39,8 +39,8 @@ from .infer_control import _prepare_body
 from .infer_dims import _FOLDED, MAX_RANK
 from .infer_fold import _fold
 from .registry import lookup
-from .window_cost import check_declared
 from .types import DataType, OptionalType, SequenceType, TensorType, ValueType
+from .window_cost import check_declared
 
 __all__ = ["infer_op", "infer_types"]
 

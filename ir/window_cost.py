@@ -90,7 +90,9 @@ def check_declared(op, attrs: dict) -> None:
     if padded is None:
         return
     name = f"{op.op_type} '{op.name or op.outputs[0].name}'"
-    check_window_cost(name, tuple(x[:2]), padded, tuple(y.shape[2:]), kernel, entry[2], _types.MAX_TENSOR_BYTES)
+    check_window_cost(
+        name, tuple(x[:2]), padded, tuple(y.shape[2:]), kernel, entry[2], _types.MAX_TENSOR_BYTES
+    )
 
 
 def _static(op, i: int) -> tuple | None:
@@ -116,7 +118,8 @@ def _padded(size: tuple, kernel: tuple, attrs: dict) -> tuple | None:
         return None
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         return tuple(
-            max(i, (-(-i // s) - 1) * s + (k - 1) * d + 1) for i, k, s, d in zip(size, kernel, strides, dilations)
+            max(i, (-(-i // s) - 1) * s + (k - 1) * d + 1)
+            for i, k, s, d in zip(size, kernel, strides, dilations)
         )
     if auto_pad == "VALID":
         return tuple(size)

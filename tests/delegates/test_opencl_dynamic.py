@@ -297,7 +297,9 @@ def test_a_pool_window_past_the_work_budget_is_refused_when_it_specializes(tmp_p
         module = runtime.load(offload.save(lowered), strict=True)  # strict: no CPU fallback
         x = RNG.standard_normal((1, 2, 8, 8)).astype(np.float32)
         if k == 3:
-            np.testing.assert_allclose(module.run({"x": x})["y"], reference(program, {"x": x})["y"], rtol=1e-6)
+            np.testing.assert_allclose(
+                module.run({"x": x})["y"], reference(program, {"x": x})["y"], rtol=1e-6
+            )
             continue
         start = time.monotonic()
         with pytest.raises(ShapeError, match=r"MaxPool: a window of 4198401 taps .* over 128 outputs"):

@@ -112,7 +112,10 @@ EXPECTED = {
         "Manifest.json is not JSON: Exceeds the limit (4300 digits)",
     ),
     # a RecursionError inside the JSON parser, in each loader that reads JSON from the file
-    "nnpackage/manifest-nested-10000-deep.zip": ("ModelFormatError", "<bytes>: metadata/MANIFEST is not JSON"),
+    "nnpackage/manifest-nested-10000-deep.zip": (
+        "ModelFormatError",
+        "<bytes>: metadata/MANIFEST is not JSON",
+    ),
     "coreml/manifest-nested-10000-deep.pkg": ("ModelFormatError", "Manifest.json is not JSON"),
     "nnpackage/end-record-declares-65535-entries.zip": (  # refused before zipfile reads the directory
         "ModelFormatError",

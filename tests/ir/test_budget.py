@@ -30,7 +30,9 @@ GIB = 1 << 30
         (2 * GIB, 4 * GIB, GIB // 2, "a quarter of the 2 GiB memory"),
     ],
 )
-def test_the_tensor_budget_is_the_smallest_of_the_constant_and_the_shares(memory, address_space, value, source):
+def test_the_tensor_budget_is_the_smallest_of_the_constant_and_the_shares(
+    memory, address_space, value, source
+):
     got = budget.machine_budget(
         "OFFLOAD_MAX_TENSOR_BYTES", 16 * GIB, 4, environ={}, memory=memory, address_space=address_space
     )
@@ -41,10 +43,14 @@ def test_the_tensor_budget_is_the_smallest_of_the_constant_and_the_shares(memory
 
 def test_the_variable_overrides_the_machine():
     env = {"OFFLOAD_MAX_PACKAGE_BYTES": str(64 * GIB)}
-    got = budget.machine_budget("OFFLOAD_MAX_PACKAGE_BYTES", 8 * GIB, 2, environ=env, memory=GIB, address_space=GIB)
+    got = budget.machine_budget(
+        "OFFLOAD_MAX_PACKAGE_BYTES", 8 * GIB, 2, environ=env, memory=GIB, address_space=GIB
+    )
     assert got.value == 64 * GIB
     with pytest.raises(OffloadError, match=r"OFFLOAD_MAX_PACKAGE_BYTES='lots' is not a number of bytes"):
-        budget.machine_budget("OFFLOAD_MAX_PACKAGE_BYTES", 8 * GIB, 2, environ={"OFFLOAD_MAX_PACKAGE_BYTES": "lots"})
+        budget.machine_budget(
+            "OFFLOAD_MAX_PACKAGE_BYTES", 8 * GIB, 2, environ={"OFFLOAD_MAX_PACKAGE_BYTES": "lots"}
+        )
     assert budget.fixed_budget("W", 10, "steps", environ={}).value == 10
     assert budget.fixed_budget("W", 10, "steps", environ={"W": "3"}).value == 3
 
@@ -105,9 +111,14 @@ def test_a_dilated_depthwise_conv_of_static_size_is_refused_at_import():
 def test_same_padding_counts_toward_the_padded_input(monkeypatch):
     """auto_pad SAME_UPPER with a 20,001-wide window over 10 x 10, stride 3: out 4, padding
     (4 - 1) * 3 + 20,001 - 10 = 20,000, a padded input of 4 x 20,010² floats."""
-    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[20001, 20001], strides=[3, 3], auto_pad="SAME_UPPER")
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=[20001, 20001], strides=[3, 3], auto_pad="SAME_UPPER"
+    )
     monkeypatch.setattr(types, "MAX_TENSOR_BYTES", GIB)  # 6.4 GB: past it on every machine
-    _refused(_model(node, [1, 4, 10, 10]), r"MaxPool 'y' \(padded input\): a result of shape \(1, 4, 20010, 20010\)")
+    _refused(
+        _model(node, [1, 4, 10, 10]),
+        r"MaxPool 'y' \(padded input\): a result of shape \(1, 4, 20010, 20010\)",
+    )
 
 
 def test_a_pool_over_many_taps_is_refused_by_its_work():
@@ -119,7 +130,9 @@ def test_a_pool_over_many_taps_is_refused_by_its_work():
         rf"{taps * (128 + (1 << 14))} element steps, over the limit of {1 << 34} \(offload's default",
     )
     # the same window over a small map fits: it imports, and runs to numpy's answer
-    small = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1] * 4, count_include_pad=1)
+    small = helper.make_node(
+        "AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1] * 4, count_include_pad=1
+    )
     module = offload.runtime.load(offload.save(offload.load(_model(small, [1, 2, 8, 8]))))
     x = np.random.default_rng(0).standard_normal((1, 2, 8, 8)).astype(np.float32)
     padded = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (1, 1), (1, 1)])
@@ -131,7 +144,8 @@ def test_a_pool_of_symbolic_size_is_refused_by_its_work_when_it_runs():
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2049, 2049], pads=[1024] * 4)
     module = offload.runtime.load(offload.save(offload.load(_model(node, ["N", 2, "H", "W"]))))
     start = time.monotonic()
-    with pytest.raises(OffloadError, match=r"MaxPool: a window of 4198401 taps .* element steps, over the limit"):
+    with pytest.raises(
+        OffloadError, match=r"MaxPool: a window of 4198401 taps .* element steps, over the limit"
+    ):
         module.run({"x": np.ones((1, 2, 8, 8), np.float32)})
     assert time.monotonic() - start < 1
-

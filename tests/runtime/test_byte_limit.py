@@ -102,7 +102,7 @@ def test_the_limit_is_set_by_the_environment():
     assert (
         "ShapeError: X: a result of shape (100,) would take 400 bytes, over the 256-byte limit" in done.stderr
     )
-    assert _util.MAX_RESULT_BYTES == budget.TENSOR.value  # this process: the machine's budget
+    assert budget.TENSOR.value == _util.MAX_RESULT_BYTES  # this process: the machine's budget
 
 
 @pytest.mark.parametrize(
@@ -136,7 +136,10 @@ def test_windows_past_the_limit_are_refused_before_padding(node, inits):
             helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[16, 16], pads=[8] * 4),
             "MaxPool (the windows the indices are read from)",
         ),
-        (helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[16, 16], pads=[8] * 4), "LpPool (its windows' powers)"),
+        (
+            helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[16, 16], pads=[8] * 4),
+            "LpPool (its windows' powers)",
+        ),
     ],
     ids=["maxpool-indices", "lppool"],
 )
@@ -148,5 +151,25 @@ def test_pools_that_copy_every_window_check_the_copy(node, what, monkeypatch):
     module = offload.runtime.load(offload.save(offload.load(data)))
     monkeypatch.setattr(_util, "MAX_RESULT_BYTES", 1 << 20)
     shape = r"\(1, 1, 65, 65, 16, 16\)"
-    with pytest.raises(Exception, match=rf"{re.escape(what)}: a result of shape {shape} would take 4326400 bytes"):
+    with pytest.raises(
+        Exception, match=rf"{re.escape(what)}: a result of shape {shape} would take 4326400 bytes"
+    ):
         module.run({"x": np.ones((1, 1, 64, 64), np.float32)})
+
+
+def test_a_conv_transpose_whose_strides_make_a_huge_result_is_refused_before_allocating():
+    """Stride 65,536 over a symbolic 8 x 8: a result of 65,536 x 7 + 3 = 458,755 per axis."""
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[65536, 65536])
+    data = _model(
+        [node],
+        [("x", TensorProto.FLOAT, [1, 4, "H", "W"])],
+        [("y", TensorProto.FLOAT)],
+        [("w", np.ones((4, 4, 3, 3), np.float32))],
+    )
+    module = offload.runtime.load(offload.save(offload.load(data)))
+    start = time.monotonic()
+    with pytest.raises(
+        Exception, match=r"ConvTranspose: a result of shape \(1, 4, 458755, 458755\) would take"
+    ):
+        module.run({"x": np.ones((1, 4, 8, 8), np.float32)})
+    assert time.monotonic() - start < 1

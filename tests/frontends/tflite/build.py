@@ -619,7 +619,9 @@ def bounded_loop_model() -> bytes:
     return build([main, condition, step])
 
 
-def window_model(op: int, x_shape: list, y_shape: list, *, window=(1, 1), dilation=(1, 1), same=True) -> bytes:
+def window_model(
+    op: int, x_shape: list, y_shape: list, *, window=(1, 1), dilation=(1, 1), same=True
+) -> bytes:
     """``y = op(x)`` for MAX_POOL_2D / AVERAGE_POOL_2D (``window`` the filter's height and width)
     or DEPTHWISE_CONV_2D (a 3 x 3 filter, a bias, ``dilation`` its factors), stride 1, SAME or
     VALID padding, on float32 NHWC ``x_shape``; the file declares ``y_shape``."""
@@ -628,7 +630,10 @@ def window_model(op: int, x_shape: list, y_shape: list, *, window=(1, 1), dilati
     inputs = [0]
     if op == BuiltinOperator.DEPTHWISE_CONV_2D:
         weights = np.arange(9 * channels, dtype="<f4").reshape(1, 3, 3, channels) / 16 - 1
-        tensors += [T("w", [1, 3, 3, channels], data=weights), T("b", [channels], data=np.full(channels, 0.5, "<f4"))]
+        tensors += [
+            T("w", [1, 3, 3, channels], data=weights),
+            T("b", [channels], data=np.full(channels, 0.5, "<f4")),
+        ]
         inputs = [0, 2, 3]
 
     def options(b):
