@@ -114,18 +114,25 @@ def test_the_limit_is_set_by_the_environment():
         ),
         (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 60000, 60000]), []),
         (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[0, 0, 70000, 70000]), []),
+        (  # stride 65,536 over 8 x 8: a result of 65,536 x 7 + 3 = 458,755 per axis
+            helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[65536, 65536]),
+            [("w", np.ones((4, 4, 3, 3), np.float32))],
+        ),
     ],
-    ids=["conv-dilated", "maxpool", "averagepool"],
+    ids=["conv-dilated", "maxpool", "averagepool", "convtranspose-strided"],
 )
 def test_windows_past_the_limit_are_refused_before_padding(node, inits):
     """Symbolic input sizes: inference cannot refuse these; the kernel's geometry does, at once."""
     data = _model([node], [("x", TensorProto.FLOAT, ["N", 4, "H", "W"])], [("y", TensorProto.FLOAT)], inits)
     module = offload.runtime.load(offload.save(offload.load(data)))
     start = time.monotonic()
+    what = r"\(1, 4, 458755, 458755\)" if node.op_type == "ConvTranspose" else r"\(1, 4, \d+, \d+\)"
+    where = "" if node.op_type == "ConvTranspose" else r" \(padded input\)"
     with pytest.raises(
-        ShapeError, match=r"\(padded input\): a result of shape \(1, 4, \d+, \d+\) would take"
-    ):
+        Exception, match=rf"{node.op_type}{where}: a result of shape {what} would take"
+    ) as info:
         module.run({"x": np.ones((1, 4, 8, 8), np.float32)})
+    assert isinstance(info.value, ShapeError) or isinstance(info.value.__cause__, ShapeError)
     assert time.monotonic() - start < 1
 
 
@@ -155,21 +162,3 @@ def test_pools_that_copy_every_window_check_the_copy(node, what, monkeypatch):
         Exception, match=rf"{re.escape(what)}: a result of shape {shape} would take 4326400 bytes"
     ):
         module.run({"x": np.ones((1, 1, 64, 64), np.float32)})
-
-
-def test_a_conv_transpose_whose_strides_make_a_huge_result_is_refused_before_allocating():
-    """Stride 65,536 over a symbolic 8 x 8: a result of 65,536 x 7 + 3 = 458,755 per axis."""
-    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[65536, 65536])
-    data = _model(
-        [node],
-        [("x", TensorProto.FLOAT, [1, 4, "H", "W"])],
-        [("y", TensorProto.FLOAT)],
-        [("w", np.ones((4, 4, 3, 3), np.float32))],
-    )
-    module = offload.runtime.load(offload.save(offload.load(data)))
-    start = time.monotonic()
-    with pytest.raises(
-        Exception, match=r"ConvTranspose: a result of shape \(1, 4, 458755, 458755\) would take"
-    ):
-        module.run({"x": np.ones((1, 4, 8, 8), np.float32)})
-    assert time.monotonic() - start < 1
