@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError, VerificationError
+from offload.errors import ModelFormatError, OffloadError, ShapeError, UnsupportedOpError, VerificationError
 from offload.ir import Program, infer_types, verify
 
 
@@ -15,7 +15,8 @@ def typed_and_verified(
     """``program`` with its types inferred and verified. ``fix(program, origin)`` runs between the
     two (what a reference runtime accepts in a slightly malformed file). ``items`` names what the
     format calls its nodes, for the ModelFormatError when they do not fit what they read; None
-    keeps such an error's own type (a ShapeError stays one), the file named in front."""
+    keeps such an error's own type, the file named in front, and so does a ShapeError whatever
+    ``items`` (inference raises one only for a shape past a budget, ir/budget.py)."""
     try:
         infer_types(program)
         if fix is not None:
@@ -26,7 +27,7 @@ def typed_and_verified(
     except OffloadError as e:
         if isinstance(e, (ModelFormatError, UnsupportedOpError)):
             raise
-        if items is None:
+        if items is None or isinstance(e, ShapeError):  # a shape past a budget: not a format error
             raise type(e)(f"{origin}: {e}") from None
         raise ModelFormatError(f"{origin}: the {items} do not fit the values they read: {e}") from None
     return program

@@ -28,14 +28,16 @@ import zlib
 
 from offload.errors import ModelFormatError, OffloadError, UnsupportedOpError
 from offload.ir import Program
+from offload.ir.budget import PACKAGE as PACKAGE_BUDGET
 
 MANIFEST = "metadata/MANIFEST"
 MAX_ENTRIES = 4096
 MAX_DIRECTORY_BYTES = MAX_ENTRIES * 1024  # a zip's central directory: entries with long names
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_ENTRY_BYTES = 1 << 32  # one model file
-# Everything read from one package, zip or folder (OFFLOAD_MAX_PACKAGE_BYTES).
-MAX_TOTAL_BYTES = int(os.environ.get("OFFLOAD_MAX_PACKAGE_BYTES", 1 << 33))
+# Everything read from one package, zip or folder: the machine's package budget (ir/budget.py;
+# environment OFFLOAD_MAX_PACKAGE_BYTES).
+MAX_TOTAL_BYTES = PACKAGE_BUDGET.value
 MAX_RATIO = 100  # uncompressed / compressed, for entries over RATIO_FLOOR bytes
 RATIO_FLOOR = 1 << 20
 MODEL_TYPES = {"tflite": b"TFL3", "circle": b"CIR0"}
@@ -95,8 +97,7 @@ class _Zip:
         if info.flag_bits & 0x1:
             raise ModelFormatError(f"{where} is encrypted")
         size = info.file_size
-        if size > limit or self.read_total + size > MAX_TOTAL_BYTES:
-            raise ModelFormatError(f"{where}: {size} bytes is over the limit")
+        _check_budget(where, size, limit, self.read_total)
         if size > RATIO_FLOOR and size > MAX_RATIO * max(info.compress_size, 1):
             raise ModelFormatError(
                 f"{where}: compressed {MAX_RATIO}:1 or more ({info.compress_size} → {size} bytes); refused"
@@ -120,6 +121,18 @@ class _Zip:
             raise ModelFormatError(f"{where}: holds {len(data)} bytes, its header says {size}")
         self.read_total += size
         return data
+
+
+def _check_budget(where: str, size: int, limit: int, read_before: int) -> None:
+    """Refuse an entry of ``size`` bytes past its own ``limit`` or past the package budget with
+    what the package read before it, before any of it is read."""
+    if size > limit:
+        raise ModelFormatError(f"{where}: {size} bytes is over the limit of {limit} bytes for one file")
+    if read_before + size > MAX_TOTAL_BYTES:
+        raise ModelFormatError(
+            f"{where}: {size} bytes is over the limit: with the {read_before} bytes read before it, the "
+            f"package passes its {MAX_TOTAL_BYTES}-byte budget ({PACKAGE_BUDGET.explain(MAX_TOTAL_BYTES)})"
+        )
 
 
 def _check_directory(data: bytes, origin: str) -> None:
@@ -154,8 +167,7 @@ class _Folder:
         if not os.path.isfile(path):
             raise ModelFormatError(f"{self.origin}: {name!r} is not in the package")
         size = os.path.getsize(path)
-        if size > limit or self.read_total + size > MAX_TOTAL_BYTES:
-            raise ModelFormatError(f"{self.origin}: {name!r}: {size} bytes is over the limit")
+        _check_budget(f"{self.origin}: {name!r}", size, limit, self.read_total)
         with open(path, "rb") as f:
             data = f.read(size + 1)  # the size it has now, not the limit: no buffer of the limit
         if len(data) != size:

@@ -72,7 +72,13 @@ def _q(t) -> tuple[float, int]:
 
 
 def _in(node, i: int) -> tuple[float, int]:
-    return _q(node.inputs[i].type)
+    """Input ``i``'s scale and zero point; a constant input is not checked by ``_all_int8``."""
+    v = node.inputs[i] if i < len(node.inputs) else None
+    if v is None or not _per_tensor_int8(v.type):
+        raise node.fail(
+            f"input {i} is not an int8 tensor with one quantization scale, as its int8 operator needs"
+        )
+    return _q(v.type)
 
 
 def _out(node, i: int = 0) -> tuple[float, int]:

@@ -40,6 +40,7 @@ from .infer_dims import _FOLDED, MAX_RANK
 from .infer_fold import _fold
 from .registry import lookup
 from .types import DataType, OptionalType, SequenceType, TensorType, ValueType
+from .window_cost import check_declared
 
 __all__ = ["infer_op", "infer_types"]
 
@@ -129,7 +130,7 @@ def _check_size(op: Operation, out: Value) -> None:
     if nbytes > limit:
         raise ShapeError(
             f"{op.op_type} '{op.name or out.name}': output '{out.name}' of shape {list(t.shape)} would take "
-            f"{nbytes} bytes, over the {limit}-byte limit (OFFLOAD_MAX_TENSOR_BYTES)"
+            f"{nbytes} bytes, over the {limit}-byte limit ({_types.TENSOR_BUDGET.explain(limit)})"
         )
 
 
@@ -146,6 +147,7 @@ def _infer_block(block: Block, folded: dict) -> None:
             _check_size(op, out)
         schema = lookup(op.domain, op.op_type)
         if schema is not None:
+            check_declared(op, schema.with_defaults(op.attributes))
             try:
                 _fold(op, schema.with_defaults(op.attributes), folded)
             except Exception as e:  # folding is an optimization of inference, never an error

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import enum
-import os
 from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
 
+from .budget import TENSOR as TENSOR_BUDGET
+
 # The largest tensor (bytes) type inference accepts for a static shape and the CPU kernels make
-# from shape values (runtime/kernels/_util.check_result); environment OFFLOAD_MAX_TENSOR_BYTES.
-MAX_TENSOR_BYTES = int(os.environ.get("OFFLOAD_MAX_TENSOR_BYTES", 1 << 34))
+# from shape values (runtime/kernels/_util.check_result): the machine's tensor budget
+# (ir/budget.py; environment OFFLOAD_MAX_TENSOR_BYTES).
+MAX_TENSOR_BYTES = TENSOR_BUDGET.value
 
 
 class DataType(enum.IntEnum):

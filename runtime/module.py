@@ -32,6 +32,7 @@ from offload.errors import (
     UnsupportedOpError,
 )
 from offload.ir import TensorType
+from offload.ir.budget import ARENAS as ARENA_BUDGET
 from offload.profile import Profile, now, profiling
 from offload.schemas import pte as pte_format
 from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
@@ -74,6 +75,9 @@ from .steps import (
 
 MAX_FILE_BYTES = 1 << 40
 HOST, DEVICE = "host", "device"  # where a run's delegate results go (``Method.run``'s output_device)
+# The arenas one plan's run uses, all together: the machine's arena budget (ir/budget.py;
+# environment OFFLOAD_MAX_ARENA_BYTES).
+MAX_ARENA_BYTES = ARENA_BUDGET.value
 
 
 def load(source: str | os.PathLike | bytes | bytearray | memoryview, *, strict: bool = False) -> Module:
@@ -403,6 +407,12 @@ class Method:
         buffer_sizes = [int(s) for s in sizes] if sizes is not None else []
         if any(s < 0 for s in buffer_sizes):
             raise ModelFormatError(f"{self.where}: negative non_const_buffer_sizes {buffer_sizes}")
+        total, limit = sum(buffer_sizes[1:]), MAX_ARENA_BYTES
+        if total > limit:  # refused before any arena is allocated
+            raise ModelFormatError(
+                f"{self.where}: its arenas (non_const_buffer_sizes) take {total} bytes, over the {limit}-byte "
+                f"arena budget ({ARENA_BUDGET.explain(limit)})"
+            )
         for i, e in enumerate(self._values):
             if e is None or (e.val is None and e.valType != KernelTypes.Null):
                 raise ModelFormatError(f"{self.where}: value {i} is empty")

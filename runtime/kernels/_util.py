@@ -10,13 +10,13 @@ import warnings
 import numpy as np
 
 from offload.errors import ShapeError, UnsupportedOpError
-from offload.ir.types import MAX_TENSOR_BYTES
+from offload.ir.types import MAX_TENSOR_BYTES, TENSOR_BUDGET
 
 # The largest tensor a shape-making kernel (Tile, Expand, ConstantOfShape, Range, Pad, OneHot,
 # Resize, EyeLike, the random ops …) computes, and the largest static shape type inference
 # accepts; past it the shape is refused before numpy allocates, so a hostile repeat count or a
-# Reshape to 10¹² elements is a ShapeError, not a crash or an OOM kill. Environment variable
-# OFFLOAD_MAX_TENSOR_BYTES sets it (bytes) for the process.
+# Reshape to 10¹² elements is a ShapeError, not a crash or an OOM kill. It is the machine's
+# tensor budget (ir/budget.py); environment variable OFFLOAD_MAX_TENSOR_BYTES sets it (bytes).
 MAX_RESULT_BYTES = MAX_TENSOR_BYTES
 
 
@@ -103,7 +103,7 @@ def check_result(shape, dtype, op: str) -> tuple[int, ...]:
     if nbytes > MAX_RESULT_BYTES:
         raise ShapeError(
             f"{op}: a result of shape {shape} would take {nbytes} bytes, over the {MAX_RESULT_BYTES}-byte "
-            "limit (OFFLOAD_MAX_TENSOR_BYTES)"
+            f"limit ({TENSOR_BUDGET.explain(MAX_RESULT_BYTES)})"
         )
     return shape
 

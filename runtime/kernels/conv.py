@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from offload.errors import ShapeError
 
 from . import kernel, prepared
-from ._util import filled, out_for, unsupported
+from ._util import check_result, filled, out_for, unsupported
 from .buffers import _arena_buffers, _KeptCalls, _scratch
 from .conv_recipe import _conv_by_recipe, _ConvRecipe
 from .elementwise import _CLIP, _hard_passes, _PReluCall
@@ -557,8 +557,12 @@ def conv_transpose(
     begin, end = _transpose_pads(auto_pad, pads, output_shape, size, strides, full)
     if min(begin) < 0:
         raise unsupported("ConvTranspose", f"negative pads {tuple(pads)}")
-    # A negative end pad grows the result with zeros at the end.
-    buf = np.zeros((n, group * mg) + tuple(f + max(0, -e) for f, e in zip(full, end)), x.dtype)
+    # A negative end pad grows the result with zeros at the end. Strides and dilations are
+    # attributes: bounded before the buffer is made, as a window op's padded input.
+    shape = check_result(
+        (n, group * mg) + tuple(f + max(0, -e) for f, e in zip(full, end)), x.dtype, "ConvTranspose"
+    )
+    buf = np.zeros(shape, x.dtype)
     _scatter_windows(buf, cols, strides, dilations)
     y = buf[(slice(None), slice(None)) + tuple(slice(b, f - e) for b, f, e in zip(begin, full, end))]
     if B is not None:

@@ -13,7 +13,7 @@ import numpy as np
 from offload.errors import OffloadError
 
 from . import kernel, prepared
-from ._util import out_for, unsupported
+from ._util import check_result, out_for, unsupported
 from .buffers import _arena_buffers, _run_calls, _thread_buffers
 from .linalg import widened
 from .windows import _fold_windows, _Geom, _geometry, _ints, _pads, _windows
@@ -330,6 +330,7 @@ def max_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     if not ctx.output_wanted(1):
         return y
     win = _windows(x, g, _lowest(x.dtype))
+    check_result(win.shape, x.dtype, "MaxPool (the windows the indices are read from)")  # reshape copies
     first = win.reshape(win.shape[: 2 + len(g.out)] + (-1,)).argmax(-1)
     return y, _max_indices(first, g, x.shape, storage_order)
 
@@ -391,6 +392,7 @@ def lp_pool(ctx, X, *, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, st
     x = widened(X)
     g = _geometry("LpPool", x.shape, kernel_shape, auto_pad, dilations, pads, strides, ceil_mode)
     win = _windows(np.abs(x), g)
+    check_result(win.shape, x.dtype, "LpPool (its windows' powers)")  # win**p is one array of them all
     return (np.sum(win**p, axis=_window_axes(win)) ** (1.0 / p)).astype(X.dtype, copy=False)
 
 

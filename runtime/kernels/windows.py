@@ -9,8 +9,10 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from offload.errors import ShapeError
+from offload.ir.window_cost import check_window_cost
 
-from ._util import check_result, unsupported
+from . import _util
+from ._util import unsupported
 from .linalg import widened
 
 # ---------------------------------------------------------------------------- geometry
@@ -55,11 +57,11 @@ def _geometry(op, x_shape, kernel, auto_pad, dilations, pads, strides, ceil_mode
     """The windows of a conv or pool over an input of ``x_shape``, worked out once per shape and
     attributes (an exported model with symbolic sizes runs its convs unplanned: 8-10 us a call)."""
     key = (op, tuple(x_shape), *(tuple(a) if a else () for a in (kernel, dilations, pads, strides)))
-    return _geometry_of(*key, auto_pad, ceil_mode)
+    return _geometry_of(*key, auto_pad, ceil_mode, _util.MAX_RESULT_BYTES)
 
 
 @functools.lru_cache(maxsize=1024)
-def _geometry_of(op, x_shape, kernel, dilations, pads, strides, auto_pad, ceil_mode) -> _Geom:
+def _geometry_of(op, x_shape, kernel, dilations, pads, strides, auto_pad, ceil_mode, limit) -> _Geom:
     size = tuple(x_shape[2:])
     nd = len(size)
     kernel = tuple(int(k) for k in kernel)
@@ -86,13 +88,10 @@ def _geometry_of(op, x_shape, kernel, dilations, pads, strides, auto_pad, ceil_m
             o = span // s + 1
         out.append(o)
         ends.append(max(e, (o - 1) * s + (k - 1) * d + 1 - i - b))
-    # Bounded before anything is made: the padded input a kernel builds and the result, at four
-    # bytes an element, so that huge pads or dilations are refused at once, not attempted.
-    lead = tuple(x_shape[:2])
-    check_result(
-        (*lead, *(i + b + e for i, b, e in zip(size, begin, ends))), np.float32, f"{op} (padded input)"
-    )
-    check_result((*lead, *out), np.float32, op)
+    # Bounded before anything is made (ir/window_cost.py): the padded input a kernel builds, the
+    # result and a pool's work, so that huge pads, dilations or windows are refused at once.
+    padded = tuple(i + b + e for i, b, e in zip(size, begin, ends))
+    check_window_cost(op, tuple(x_shape[:2]), padded, tuple(out), kernel, op.endswith("Pool"), limit)
     return _Geom(kernel, strides, dilations, begin, tuple(ends), tuple(out))
 
 

@@ -7,6 +7,7 @@ met before among them) and is compared with onnxruntime on the same ONNX model.
 from __future__ import annotations
 
 import json
+import time
 import warnings
 
 import numpy as np
@@ -283,3 +284,24 @@ def test_evicting_a_specialization_keeps_the_weights_its_views_share(tmp_path):
     )
     assert _handle(module).specializations.stats.evicted == 3
     module.close()
+
+
+def test_a_pool_window_past_the_work_budget_is_refused_when_it_specializes(tmp_path):
+    """A 2,049 x 2,049 window over symbolic sizes: import cannot count its work, the plan does when
+    a run brings 8 x 8 (4.2 million taps over 128 outputs); a 3 x 3 window of the same model
+    specializes and matches onnxruntime."""
+    for k, pad in ((3, 1), (2049, 1024)):
+        node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[k, k], pads=[pad] * 4)
+        program = model([node], [("x", ["N", 2, "H", "W"])], ["y"])
+        lowered = offload.to_backend(program, "opencl", passes="none")
+        module = runtime.load(offload.save(lowered), strict=True)  # strict: no CPU fallback
+        x = RNG.standard_normal((1, 2, 8, 8)).astype(np.float32)
+        if k == 3:
+            np.testing.assert_allclose(
+                module.run({"x": x})["y"], reference(program, {"x": x})["y"], rtol=1e-6
+            )
+            continue
+        start = time.monotonic()
+        with pytest.raises(ShapeError, match=r"MaxPool: a window of 4198401 taps .* over 128 outputs"):
+            module.run({"x": x})
+        assert time.monotonic() - start < 1

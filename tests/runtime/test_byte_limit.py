@@ -3,6 +3,7 @@ allocates them — by type inference for static shapes, by the shape-making kern
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import offload
 from offload.errors import ShapeError
+from offload.ir import budget
 from offload.runtime.kernels import _util
 
 HUGE = 1 << 40  # elements
@@ -100,7 +102,7 @@ def test_the_limit_is_set_by_the_environment():
     assert (
         "ShapeError: X: a result of shape (100,) would take 400 bytes, over the 256-byte limit" in done.stderr
     )
-    assert _util.MAX_RESULT_BYTES == 1 << 34  # this process: the default
+    assert budget.TENSOR.value == _util.MAX_RESULT_BYTES  # this process: the machine's budget
 
 
 @pytest.mark.parametrize(
@@ -112,16 +114,51 @@ def test_the_limit_is_set_by_the_environment():
         ),
         (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 60000, 60000]), []),
         (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[0, 0, 70000, 70000]), []),
+        (  # stride 65,536 over 8 x 8: a result of 65,536 x 7 + 3 = 458,755 per axis
+            helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[65536, 65536]),
+            [("w", np.ones((4, 4, 3, 3), np.float32))],
+        ),
     ],
-    ids=["conv-dilated", "maxpool", "averagepool"],
+    ids=["conv-dilated", "maxpool", "averagepool", "convtranspose-strided"],
 )
 def test_windows_past_the_limit_are_refused_before_padding(node, inits):
     """Symbolic input sizes: inference cannot refuse these; the kernel's geometry does, at once."""
     data = _model([node], [("x", TensorProto.FLOAT, ["N", 4, "H", "W"])], [("y", TensorProto.FLOAT)], inits)
     module = offload.runtime.load(offload.save(offload.load(data)))
     start = time.monotonic()
+    what = r"\(1, 4, 458755, 458755\)" if node.op_type == "ConvTranspose" else r"\(1, 4, \d+, \d+\)"
+    where = "" if node.op_type == "ConvTranspose" else r" \(padded input\)"
     with pytest.raises(
-        ShapeError, match=r"\(padded input\): a result of shape \(1, 4, \d+, \d+\) would take"
-    ):
+        Exception, match=rf"{node.op_type}{where}: a result of shape {what} would take"
+    ) as info:
         module.run({"x": np.ones((1, 4, 8, 8), np.float32)})
+    assert isinstance(info.value, ShapeError) or isinstance(info.value.__cause__, ShapeError)
     assert time.monotonic() - start < 1
+
+
+@pytest.mark.parametrize(
+    "node, what",
+    [
+        (
+            helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[16, 16], pads=[8] * 4),
+            "MaxPool (the windows the indices are read from)",
+        ),
+        (
+            helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[16, 16], pads=[8] * 4),
+            "LpPool (its windows' powers)",
+        ),
+    ],
+    ids=["maxpool-indices", "lppool"],
+)
+def test_pools_that_copy_every_window_check_the_copy(node, what, monkeypatch):
+    """Window copies of 65 x 65 outputs x 256 taps (4.3 MB) under a 1 MiB limit; the padded input
+    (80 x 80) and the result fit it."""
+    outputs = [("y", TensorProto.FLOAT)] + [("i", TensorProto.INT64)] * (len(node.output) - 1)
+    data = _model([node], [("x", TensorProto.FLOAT, [1, 1, "H", "W"])], outputs)
+    module = offload.runtime.load(offload.save(offload.load(data)))
+    monkeypatch.setattr(_util, "MAX_RESULT_BYTES", 1 << 20)
+    shape = r"\(1, 1, 65, 65, 16, 16\)"
+    with pytest.raises(
+        Exception, match=rf"{re.escape(what)}: a result of shape {shape} would take 4326400 bytes"
+    ):
+        module.run({"x": np.ones((1, 1, 64, 64), np.float32)})

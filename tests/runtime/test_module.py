@@ -392,6 +392,11 @@ def _first_kernel(plan):
             lambda p: setattr(_first_planned(p).allocationInfo, "memoryOffsetLow", 1 << 30),
             r"value 13 .*outside arena",
         ),
+        (  # a petabyte of arenas: refused from the sizes, before any is allocated
+            lambda p: p.nonConstBufferSizes.append(1 << 50),
+            r"plan 'forward': its arenas \(non_const_buffer_sizes\) take \d+ bytes, over the \d+-byte "
+            r"arena budget \(.*; set OFFLOAD_MAX_ARENA_BYTES to change it\)",
+        ),
         (  # deeper than Python's JSON parser goes: a RecursionError inside it
             lambda p: setattr(p.containerMetaType, "encodedInpStr", "[" * 100_000 + "]" * 100_000),
             r"plan 'forward': the input names are not JSON",

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from offload.ir import DataType
+from offload.ir.window_cost import check_pool_work
 
 from ...backend import OpCapability, Support
 from ..api import MAX_RANK, Buf, Builder, float_options, options, source
@@ -54,6 +55,7 @@ def _pool(b: Builder, step: dict) -> None:
     (x,), (out,) = step["inputs"], step["outputs"]
     (N, C, *ins), (_, _, *outs) = b.shape(x), b.shape(out)
     ks = [int(k) for k in a["kernel_shape"]]
+    check_pool_work(kind, (N, C), tuple(outs), tuple(ks))  # shapes a run brings: not seen at import
     strides, dils, begin, end = geometry(a, ins, ks, outs)
     i32 = np.int32
     args = [Buf(x), Buf(out), i32(_MODE[kind]), np.float32(a.get("p", 2)), i32(N * C)]

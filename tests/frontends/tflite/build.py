@@ -12,12 +12,14 @@ import numpy as np
 from offload.schemas.generated.tflite import (
     Buffer,
     CallOnceOptions,
+    DepthwiseConv2DOptions,
     DimensionMetadata,
     IfOptions,
     Int32Vector,
     Model,
     Operator,
     OperatorCode,
+    Pool2DOptions,
     QuantizationParameters,
     SparsityParameters,
     StablehloWhileOptions,
@@ -32,6 +34,7 @@ from offload.schemas.generated.tflite import (
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator
 from offload.schemas.generated.tflite.BuiltinOptions import BuiltinOptions
 from offload.schemas.generated.tflite.BuiltinOptions2 import BuiltinOptions2
+from offload.schemas.generated.tflite.Padding import Padding
 from offload.schemas.generated.tflite.SparseIndexVector import SparseIndexVector
 from offload.schemas.generated.tflite.TensorType import TensorType
 
@@ -614,6 +617,46 @@ def bounded_loop_model() -> bytes:
         [6, 1, 8],
     )
     return build([main, condition, step])
+
+
+def window_model(
+    op: int, x_shape: list, y_shape: list, *, window=(1, 1), dilation=(1, 1), same=True
+) -> bytes:
+    """``y = op(x)`` for MAX_POOL_2D / AVERAGE_POOL_2D (``window`` the filter's height and width)
+    or DEPTHWISE_CONV_2D (a 3 x 3 filter, a bias, ``dilation`` its factors), stride 1, SAME or
+    VALID padding, on float32 NHWC ``x_shape``; the file declares ``y_shape``."""
+    channels = x_shape[3]
+    tensors = [T("x", x_shape), T("y", y_shape)]
+    inputs = [0]
+    if op == BuiltinOperator.DEPTHWISE_CONV_2D:
+        weights = np.arange(9 * channels, dtype="<f4").reshape(1, 3, 3, channels) / 16 - 1
+        tensors += [
+            T("w", [1, 3, 3, channels], data=weights),
+            T("b", [channels], data=np.full(channels, 0.5, "<f4")),
+        ]
+        inputs = [0, 2, 3]
+
+    def options(b):
+        padding = Padding.SAME if same else Padding.VALID
+        if op == BuiltinOperator.DEPTHWISE_CONV_2D:
+            DepthwiseConv2DOptions.Start(b)
+            DepthwiseConv2DOptions.AddPadding(b, padding)
+            DepthwiseConv2DOptions.AddStrideH(b, 1)
+            DepthwiseConv2DOptions.AddStrideW(b, 1)
+            DepthwiseConv2DOptions.AddDepthMultiplier(b, 1)
+            DepthwiseConv2DOptions.AddDilationHFactor(b, dilation[0])
+            DepthwiseConv2DOptions.AddDilationWFactor(b, dilation[1])
+            return BuiltinOptions.DepthwiseConv2DOptions, DepthwiseConv2DOptions.End(b)
+        Pool2DOptions.Start(b)
+        Pool2DOptions.AddPadding(b, padding)
+        Pool2DOptions.AddStrideH(b, 1)
+        Pool2DOptions.AddStrideW(b, 1)
+        Pool2DOptions.AddFilterHeight(b, window[0])
+        Pool2DOptions.AddFilterWidth(b, window[1])
+        return BuiltinOptions.Pool2DOptions, Pool2DOptions.End(b)
+
+    version = 2 if op == BuiltinOperator.DEPTHWISE_CONV_2D else 1  # dilation came with version 2
+    return build([Graph(tensors, [Op(op, inputs, [1], options, version=version)], [0], [1])])
 
 
 def lstm_model(
