@@ -21,7 +21,7 @@ from ._util import check_result, filled, out_for, unsupported
 from .buffers import _arena_buffers, _KeptCalls, _scratch
 from .conv_recipe import _conv_by_recipe, _ConvRecipe
 from .elementwise import _CLIP, _hard_passes, _PReluCall
-from .linalg import saturate, widened
+from .linalg import exact_float, saturate, shifted, widened
 from .windows import _channel_bias, _columns, _Geom, _geometry, _ints, _padded, _scatter_windows, _windows
 
 # ---------------------------------------------------------------------------- convolution
@@ -405,15 +405,16 @@ def conv(ctx, X, W, B=None, *, auto_pad, dilations, group, kernel_shape, pads, s
 def _integer_conv(
     op, x, w, x_zero_point, w_zero_point, auto_pad, dilations, group, kernel_shape, pads, strides
 ):
-    """Convolution of zero-point-shifted integers, exact in float64; padding reads the zero point."""
-    x = x.astype(np.float64)
-    w = w.astype(np.float64)
-    if x_zero_point is not None:
-        x = x - np.asarray(x_zero_point, np.float64)
-    if w_zero_point is not None:
-        zp = np.asarray(w_zero_point, np.float64)
-        w = w - (zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.ndim == 1 else zp)
-    return _conv(op, x, w, auto_pad, dilations, group, kernel_shape, pads, strides)
+    """Convolution of zero-point-shifted integers, exact: in float32 where the sums allow
+    (``linalg.exact_float``: every sum of the kernel's taps below 2**24), else float64; padding
+    reads the zero point."""
+    x = shifted(x, x_zero_point)
+    if w_zero_point is not None and np.ndim(w_zero_point) == 1:  # one per output channel
+        w_zero_point = np.asarray(w_zero_point).reshape((-1,) + (1,) * (np.ndim(w) - 1))
+    w = shifted(w, w_zero_point)
+    dtype = exact_float(prod(w.shape[1:]), x, w)
+    y = _conv(op, x.astype(dtype), w.astype(dtype), auto_pad, dilations, group, kernel_shape, pads, strides)
+    return y.astype(np.float64, copy=False)
 
 
 @kernel("ConvInteger")

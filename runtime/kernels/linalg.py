@@ -168,15 +168,77 @@ def _row_param(v, a):
     return v
 
 
+def exact_float(terms: int, *operands) -> type:
+    """float32 where every partial sum of ``terms`` products of the (zero-point-shifted) integer
+    operands is below 2**24 in magnitude (each product and each sum then exact, in whatever order
+    a product sums them), else float64 (exact for every sum of 8-bit products)."""
+    bound = float(terms)
+    for x in operands:
+        bound *= float(np.abs(x).max(initial=0))
+    return np.float32 if bound < 2**24 else np.float64
+
+
+def shifted(x, zero_point, per_row: bool = False) -> np.ndarray:
+    """8-bit integers less their zero point, as float32 (exact: |x - zp| <= 255)."""
+    x = np.asarray(x).astype(np.float32)
+    if zero_point is None:
+        return x
+    zp = _row_param(zero_point, x) if per_row else np.asarray(zero_point)
+    return x - zp.astype(np.float32)
+
+
+def exact_product(a: np.ndarray, w: np.ndarray, w_max: float) -> np.ndarray:
+    """``a @ w`` of integer-valued float32 operands (``w`` a matrix whose largest magnitude is
+    ``w_max``), exactly: float32 products over slices of the inner axis short enough that every
+    partial sum stays below 2**24 (any summation order is then exact), the slices' sums added in
+    float64. float32 operands read half the bytes of float64 ones."""
+    a_max = float(np.abs(a).max(initial=0))
+    k = a.shape[-1]
+    rows = k if a_max * w_max == 0 else max(1, int(2**24 // (a_max * w_max)))
+    if rows >= k:
+        return np.matmul(a, w).astype(np.float64)
+    total = None
+    for start in range(0, k, rows):
+        part = np.matmul(a[..., start : start + rows], w[start : start + rows])
+        total = part.astype(np.float64) if total is None else np.add(total, part, out=total)
+    return total
+
+
 def _integer_product(a, b, a_zero_point, b_zero_point):
-    """(a - a_zp) @ (b - b_zp), exact: float64 holds every sum of 8-bit products."""
-    a = a.astype(np.float64)
-    b = b.astype(np.float64)
-    if a_zero_point is not None:
-        a = a - _row_param(a_zero_point, a)
-    if b_zero_point is not None:
-        b = b - np.asarray(b_zero_point, np.float64)
-    return np.matmul(a, b)
+    """(a - a_zp) @ (b - b_zp), exact (``exact_product``), as float64."""
+    w = shifted(b, b_zero_point)
+    if w.ndim != 2:  # a stack of right operands: float64 holds every sum of 8-bit products
+        return np.matmul(shifted(a, a_zero_point, per_row=True).astype(np.float64), w.astype(np.float64))
+    return exact_product(shifted(a, a_zero_point, per_row=True), w, float(np.abs(w).max(initial=0)))
+
+
+@prepared("MatMulInteger")
+def _matmul_integer_call(attrs, inputs, output):
+    if len(inputs) < 2 or output is None or any(i is None for i in inputs[:2]) or len(inputs[1][1]) != 2:
+        return None
+    return _MatMulIntegerCall()
+
+
+class _MatMulIntegerCall:
+    """MatMulInteger into its int32 arena view; bound with B and its zero point constants of the
+    file, B less its zero point is made in float32 once (``exact_product`` reads it each run)."""
+
+    __slots__ = ()
+
+    def __call__(self, out, a, b, a_zero_point=None, b_zero_point=None):
+        np.copyto(out, _integer_product(a, b, a_zero_point, b_zero_point), casting="unsafe")
+
+    def bind(self, out, a, b, a_zero_point=None, b_zero_point=None):
+        if b.flags.writeable or (b_zero_point is not None and b_zero_point.flags.writeable):
+            return functools.partial(self, out, a, b, a_zero_point, b_zero_point)
+        w = shifted(b, b_zero_point)
+        w_max = float(np.abs(w).max(initial=0))
+
+        def run():
+            y = exact_product(shifted(a, a_zero_point, per_row=True), w, w_max)
+            np.copyto(out, y, casting="unsafe")
+
+        return run
 
 
 def saturate(y, dtype):
