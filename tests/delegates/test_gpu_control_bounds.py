@@ -5,8 +5,8 @@ another thread waiting for the same delegate is not held past its own deadline.
 
 ``control.run`` is tested alone on a model of an in-order queue; the opencl runs (PoCL) go to a
 child process with a time limit, so a run that does not stop fails the test instead of hanging
-pytest. The cuda runtime cannot run here: its control loop is checked to hand ``control.run`` the
-same fence and options."""
+pytest. Both runtimes are checked to hand ``control.run`` the run's fence and options; the same
+child runs on cuda where a CUDA device is (``-m cuda``, .ci/gpu-check)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from offload.delegates import registry
 from offload.delegates.backend import run_options
 from offload.delegates.gpu import control
 from offload.delegates.gpu.api import Buf
@@ -146,6 +147,7 @@ CHILD = textwrap.dedent(
     """
     import sys, threading, time
     import numpy as np
+    BACKEND = sys.argv[1]
     from onnx import TensorProto, helper
     import offload
     from offload import runtime
@@ -167,8 +169,8 @@ CHILD = textwrap.dedent(
         ["y"],
         [("one", np.float32(1))],
     )
-    module = runtime.load(offload.save(offload.to_backend(program, "opencl", passes="none")))
-    assert [d[:2] for d in module.method("forward").delegates] == [("opencl", "backend")]
+    module = runtime.load(offload.save(offload.to_backend(program, BACKEND, passes="none")))
+    assert [d[:2] for d in module.method("forward").delegates] == [(BACKEND, "backend")]
     x = np.zeros(N, np.float32)
     huge = np.array(10**9, np.int64)
 
@@ -210,17 +212,27 @@ CHILD = textwrap.dedent(
 )
 
 
-@needs_opencl
-def test_a_delegated_loop_stops_at_its_deadline_or_terminate_on_opencl():
+def _loop_stops_at_its_deadline_or_terminate(backend: str):
     done = subprocess.run(
-        [sys.executable, "-c", CHILD], capture_output=True, text=True, cwd=ROOT, timeout=120
+        [sys.executable, "-c", CHILD, backend], capture_output=True, text=True, cwd=ROOT, timeout=120
     )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = {line.split()[0]: line.split(maxsplit=1)[1] for line in done.stdout.splitlines()}
     took, grown_mib, why = lines["deadline"].split(maxsplit=2)
     assert 1.0 <= float(took) < 2.0, lines["deadline"]
-    assert "opencl backend: Loop 'Loop', iteration" in why and "1.0 s deadline" in why
+    assert f"{backend} backend: Loop 'Loop', iteration" in why and "1.0 s deadline" in why
     assert int(grown_mib) < 32, f"memory grew by {grown_mib} MiB in one second of iterations"
     took, why = lines["terminate"].split(maxsplit=1)
     assert 0.5 <= float(took) < 1.5 and "RunOptions.terminate" in why
     assert float(lines["other"]) < 2.0  # it waited for the stopped run, not for 10**9 iterations
+
+
+@needs_opencl
+def test_a_delegated_loop_stops_at_its_deadline_or_terminate_on_opencl():
+    _loop_stops_at_its_deadline_or_terminate("opencl")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not registry.get("cuda").runtime().is_available(), reason="no CUDA device")
+def test_a_delegated_loop_stops_at_its_deadline_or_terminate_on_cuda():
+    _loop_stops_at_its_deadline_or_terminate("cuda")
