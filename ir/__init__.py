@@ -16,6 +16,7 @@ from .registry import (
     computed_once,
     lookup,
     register,
+    shape_rules,
 )
 from .rewrite import (
     Namer,
@@ -61,6 +62,7 @@ __all__ = [
     "register",
     "remove_dead_ops",
     "replace_all_uses",
+    "shape_rules",
     "substitute",
     "toposort",
     "verify",

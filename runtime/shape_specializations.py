@@ -7,7 +7,7 @@ from math import prod
 
 import numpy as np
 
-from offload.ir import SHAPE_FROM_SHAPES, SHAPE_FROM_VALUES, computed_once
+from offload.ir import computed_once, shape_rules
 
 from . import kernels
 from .bound_runs import _bind_runs, _static_inputs
@@ -32,8 +32,8 @@ def _find_shape_steps(m: MethodState) -> None:
     """The kernel steps (prepared or not) whose results depend only on
     the input shapes (``_ShapeStep``). A value's *shape* is known from the input shapes when it
     is a method input no step writes, a constant, or the result of an op whose output shapes
-    follow from its inputs' shapes (``ir.SHAPE_FROM_SHAPES``), or from their shapes and the
-    values at some positions that are themselves known (``ir.SHAPE_FROM_VALUES``). A value is
+    follow from its inputs' shapes (``ir.shape_rules``: ``ir.SHAPE_FROM_SHAPES`` for ONNX), or from
+    their shapes and the values at some positions that are themselves known (``ir.SHAPE_FROM_VALUES``). A value is
     *known* from the input shapes when it is Shape or Size of such a value, or the result of a
     deterministic ONNX op (``ir.computed_once``) of constants and known values; a prepared step
     of known values stays one (a bound call costs less than storing a kept result), its results
@@ -47,14 +47,14 @@ def _find_shape_steps(m: MethodState) -> None:
         known.update(o for k in m._load_time for o in k.out_slots if o)
     shaped = known | {i for i in inputs if i not in writers}
     for pc, step, kernel, domain, op_type in _kernel_steps(m, _reach(m, limit)):
-        onnx_op = op_type if domain == "onnx" else None
+        from_shapes, from_values = shape_rules(domain)
         ins = [i for i in kernel.in_slots if i]
         outs = [o for o in kernel.out_slots if o]
         single = all(writers.get(o) == 1 and o not in inputs for o in outs)
-        if onnx_op in SHAPE_FROM_SHAPES:
+        if op_type in from_shapes:
             shape_follows = all(i in shaped for i in ins)
-        elif onnx_op in SHAPE_FROM_VALUES:
-            by_value = SHAPE_FROM_VALUES[onnx_op]
+        elif op_type in from_values:
+            by_value = from_values[op_type]
             shape_follows = all(
                 i == 0 or (i in known if k in by_value else i in shaped)
                 for k, i in enumerate(kernel.in_slots)

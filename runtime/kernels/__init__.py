@@ -61,6 +61,7 @@ _MODULES = (
     "random",
     "detection",
     "tflite_int8",
+    "tflite_int8_prepared",
     "plumbing",
     "delegate",
 )

@@ -14,6 +14,7 @@ from offload.ir import DataType
 
 from . import kernel, prepared
 from ._util import normalize_axis, unsupported
+from .elementwise import _CLIP
 
 _NARROW_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
 # Float types with no infinity encoding: out-of-range values always saturate.
@@ -172,15 +173,14 @@ class _QuantizeCall:
         temp = np.empty(out.shape, _F32)
         info = np.iinfo(out.dtype)
         lo, hi = float(info.min), float(info.max)
-        divide, rint, add, clip, copyto = np.divide, np.rint, np.add, np.clip, np.copyto
+        divide, rint, add, clip = np.divide, np.rint, np.add, _CLIP
 
         def run():
             divide(x, scale, temp)
             rint(temp, temp)
             if zero_point is not None:
                 add(temp, zero_point, temp)
-            clip(temp, lo, hi, out=temp)
-            copyto(out, temp, casting="unsafe")
+            clip(temp, lo, hi, out, casting="unsafe")  # clipped in float32, then converted
 
         return run
 

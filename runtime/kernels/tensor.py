@@ -603,8 +603,27 @@ def _transpose_call(attrs, inputs, output):
     if sorted(perm) != list(range(rank)) or tuple(shape[p] for p in perm) != tuple(output[1]):
         return None
     if [p for p in perm if shape[p] != 1] != [a for a in range(rank) if shape[a] != 1]:
-        return None
+        # A real transpose of integers or booleans is copied into the arena view: the kernel's
+        # strided view and the copy hold the same values, and whatever order a later kernel reads
+        # integers in gives the same results (a float result keeps the kernel's view: a sum over
+        # it adds in the view's order). int8 models transpose between every layout change.
+        return _TransposeCall(tuple(perm)) if np.dtype(output[0]).kind in "biu" else None
     return _ReshapeCall(tuple(output[1]))
+
+
+class _TransposeCall:
+    """The input's axes permuted, copied into the output's view."""
+
+    __slots__ = ("perm",)
+
+    def __init__(self, perm: tuple):
+        self.perm = perm
+
+    def __call__(self, out, x):
+        np.copyto(out, x.transpose(self.perm), casting="no")
+
+    def bind(self, out, x):
+        return functools.partial(np.copyto, out, x.transpose(self.perm))
 
 
 @prepared("Concat")
