@@ -126,7 +126,7 @@ def test_weights_the_graph_computes_are_read_at_every_call():
 
 
 @pytest.mark.parametrize("x_shape", [(1, 320), (3, 2, 48)])
-def test_prepared_int8_fully_connected_is_the_integer_reference(x_shape):
+def test_prepared_int8_fully_connected_is_the_integer_reference(x_shape, conv_loops):
     k, m = x_shape[-1], 7
     x = RNG.integers(-128, 128, x_shape).astype(np.int8)
     w = RNG.integers(-127, 128, (m, k)).astype(np.int8)
@@ -209,3 +209,17 @@ def test_int8_models_through_a_pte_take_the_prepared_calls_and_match_litert(name
     calls = {type(s.call) for s in [*method._steps, *steps] if isinstance(s, _PreparedStep)}
     assert {_Int8ConvCall, _Int8FullyConnectedCall} <= calls
     assert worst <= 1  # LiteRT's XNNPACK and builtin paths round a few values one unit apart
+
+
+def test_a_scale_that_is_not_finite_takes_the_numpy_calls_with_their_bits():
+    # a subnormal output scale makes the ratio inf: 0 · inf is NaN, whose int8 is numpy's cast
+    x = RNG.integers(-128, 128, (1, 3)).astype(np.int8)
+    w = np.array([[1, 0, -1], [0, 0, 0]], np.int8)
+    attrs = dict(x_scale=0.5, x_zero_point=0, w_scales=[1.0], y_scale=1e-45, y_zero_point=0, y_min=-128, y_max=127)
+    call = kernels.find_prepared("offload.tflite", "FullyConnected")(
+        attrs, [(x.dtype, x.shape), (w.dtype, w.shape)], (np.dtype(np.int8), (1, 2))
+    )
+    out = np.zeros((1, 2), np.int8)
+    with np.errstate(all="ignore"):
+        kernels.bind(call, out, [x, w])()
+        np.testing.assert_array_equal(out, tflite_int8.fully_connected(None, x, w, **attrs))
