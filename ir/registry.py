@@ -181,7 +181,9 @@ def shape_rules(domain: str) -> tuple[frozenset, dict[str, tuple[int, ...]]]:
     return _SHAPE_RULES.get("" if domain in ("onnx", "ai.onnx") else domain, (frozenset(), {}))
 
 
-def register_shape_rules(domain: str, from_shapes: frozenset, from_values: dict[str, tuple[int, ...]]) -> None:
+def register_shape_rules(
+    domain: str, from_shapes: frozenset, from_values: dict[str, tuple[int, ...]]
+) -> None:
     _SHAPE_RULES[domain] = (from_shapes, from_values)
 
 

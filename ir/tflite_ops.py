@@ -47,7 +47,9 @@ for _line in SCHEMAS.strip().splitlines():
 # sizes), as the inference functions below compute them.
 register_shape_rules(
     DOMAIN,
-    frozenset({"Conv", "FullyConnected", "Add", "Sub", "Mul", "Div", "SquaredDifference", "AveragePool", "Lookup"}),
+    frozenset(
+        {"Conv", "FullyConnected", "Add", "Sub", "Mul", "Div", "SquaredDifference", "AveragePool", "Lookup"}
+    ),
     {"Mean": (1,), "Sum": (1,), "ResizeBilinear": (1,)},
 )
 

@@ -589,6 +589,14 @@ class _ReshapeCall:
         return functools.partial(np.copyto, out, x.reshape(self.shape))
 
 
+@prepared("Identity", "Cast")
+def _identity_call(attrs, inputs, output):
+    # Identity, and Cast to the input's own type, return the input: its copy into the arena view
+    if not _moved(inputs, output) or len(inputs) != 1 or tuple(inputs[0][1]) != tuple(output[1]):
+        return None
+    return _ReshapeCall(tuple(output[1]))
+
+
 @prepared("Transpose")
 def _transpose_call(attrs, inputs, output):
     # A permutation that keeps the axes longer than 1 in their order (the exported recurrent

@@ -93,7 +93,11 @@ class _Int8ConvCall(_KeptCalls):
         xf = buffers.get(("int8 conv input",), recipe.x_shape, np.float64)
         acc = buffers.get(("int8 conv sums",), recipe.out_shape, np.float64)
         t32 = buffers.get(("int8 conv scaled",), recipe.out_shape, np.float32)
-        calls.append(functools.partial(np.subtract, x, np.float64(self.attrs["x_zero_point"] or 0), out=xf, dtype=np.float64))
+        calls.append(
+            functools.partial(
+                np.subtract, x, np.float64(self.attrs["x_zero_point"] or 0), out=xf, dtype=np.float64
+            )
+        )
         calls += recipe.calls(acc, xf, wf, bf, buffers)
         calls += _requantize_calls(acc, self.scale, self.attrs, t32, out)
         return tuple(calls)
@@ -154,7 +158,11 @@ class _Int8FullyConnectedCall(_KeptCalls):
         xf = buffers.get(("int8 fc input",), x.shape, np.float64)
         acc = buffers.get(("int8 fc sums",), out.shape, np.float64)
         t32 = buffers.get(("int8 fc scaled",), out.shape, np.float32)
-        calls.append(functools.partial(np.subtract, x, np.float64(self.attrs["x_zero_point"] or 0), out=xf, dtype=np.float64))
+        calls.append(
+            functools.partial(
+                np.subtract, x, np.float64(self.attrs["x_zero_point"] or 0), out=xf, dtype=np.float64
+            )
+        )
         calls.append(functools.partial(np.matmul, xf, wt, out=acc))
         if bf is not None:
             calls.append(functools.partial(np.add, acc, bf, out=acc))
@@ -168,7 +176,12 @@ def _int8_fully_connected_prepared(attrs, inputs, output):
     if not _int8_operands(inputs, output):
         return None
     x_shape, w_shape, y_shape = tuple(inputs[0][1]), tuple(inputs[1][1]), tuple(output[1])
-    if len(x_shape) < 1 or len(w_shape) != 2 or x_shape[-1] != w_shape[1] or y_shape != (*x_shape[:-1], w_shape[0]):
+    if (
+        len(x_shape) < 1
+        or len(w_shape) != 2
+        or x_shape[-1] != w_shape[1]
+        or y_shape != (*x_shape[:-1], w_shape[0])
+    ):
         return None
     if len(inputs) == 3 and tuple(inputs[2][1]) != (w_shape[0],):
         return None
@@ -208,6 +221,11 @@ def _lookup_prepared(attrs, inputs, output):
     if len(inputs) != 2 or any(s is None for s in inputs) or output is None:
         return None
     (x_dtype, x_shape), (t_dtype, t_shape) = inputs
-    if x_dtype != np.int8 or tuple(t_shape) != (256,) or t_dtype != output[0] or tuple(x_shape) != tuple(output[1]):
+    if (
+        x_dtype != np.int8
+        or tuple(t_shape) != (256,)
+        or t_dtype != output[0]
+        or tuple(x_shape) != tuple(output[1])
+    ):
         return None
     return _LookupCall()

@@ -358,3 +358,24 @@ def test_matmul_of_matrices_is_prepared_with_the_kernels_bits(a_shape, b_shape, 
         np.testing.assert_array_equal(got, offload.evaluate(program, {"a": a})["y"])
         want = np.maximum(np.matmul(a.astype(np.float64), b.astype(np.float64)), 0)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_identity_same_type_cast_and_float_pow_are_prepared():
+    """Identity and a Cast to the input's type return the input, Pow of floats is one ufunc:
+    prepared calls with numpy's values (Silero VAD's magnitude spectrum runs Cast, Pow, Pow)."""
+    data = model_bytes(
+        [
+            helper.make_node("Identity", ["x"], ["i"]),
+            helper.make_node("Cast", ["i"], ["c"], to=TensorProto.FLOAT),
+            helper.make_node("Pow", ["c", "two"], ["y"]),
+        ],
+        [("x", TensorProto.FLOAT, [3, 65])],
+        [("y", TensorProto.FLOAT, None)],
+        [("two", np.array(2.0, np.float32))],
+    )
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    ops = sorted(s.kernel.op_name for s in method._steps if isinstance(s, _PreparedStep))
+    assert ops == ["onnx::Cast", "onnx::Identity", "onnx::Pow"]
+    x = np.random.default_rng(9).standard_normal((3, 65)).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(method.run({"x": x})["y"], np.power(x, np.float32(2.0)))

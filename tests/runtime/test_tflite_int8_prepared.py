@@ -36,7 +36,7 @@ def _requantized(acc: np.ndarray, scale: np.ndarray, zero: int, lo: int, hi: int
 
 def _reference_conv(x, w, b, attrs) -> np.ndarray:
     """int64 convolution of x - zero point (the padding reads the zero point) by explicit windows."""
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     m, cg, kh, kw = w.shape
     (sh, sw), (dh, dw), (t, left, bottom, right) = attrs["strides"], attrs["dilations"], attrs["pads"]
     group = attrs["group"]
@@ -48,12 +48,19 @@ def _reference_conv(x, w, b, attrs) -> np.ndarray:
     for o in range(m):
         g = o // mg
         for i, j in np.ndindex(kh, kw):
-            window = xs[:, g * cg : (g + 1) * cg, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
+            window = xs[
+                :,
+                g * cg : (g + 1) * cg,
+                i * dh : i * dh + sh * (oh - 1) + 1 : sh,
+                j * dw : j * dw + sw * (ow - 1) + 1 : sw,
+            ]
             acc[:, o] += np.einsum("nchw,c->nhw", window, w[o, :, i, j].astype(np.int64))
     if b is not None:
         acc += b.astype(np.int64).reshape(1, m, 1, 1)
     scale = (
-        np.float32(attrs["x_scale"]) * np.asarray(attrs["w_scales"], np.float32) / np.float32(attrs["y_scale"])
+        np.float32(attrs["x_scale"])
+        * np.asarray(attrs["w_scales"], np.float32)
+        / np.float32(attrs["y_scale"])
     )
     return _requantized(acc, scale.reshape(-1, 1, 1), attrs["y_zero_point"], attrs["y_min"], attrs["y_max"])
 
@@ -161,9 +168,12 @@ def test_prepared_lookup_reads_the_table_at_x_plus_128():
     out = np.zeros(x.shape, np.int8)
     kernels.bind(call, out, [x, table])()
     np.testing.assert_array_equal(out, table[x.astype(np.int64) + 128])
-    assert kernels.find_prepared("offload.tflite", "Lookup")(
-        {}, [(x.dtype, x.shape), (table.dtype, (10,))], (np.dtype(np.int8), x.shape)
-    ) is None  # a table of another size: the kernel's error
+    assert (
+        kernels.find_prepared("offload.tflite", "Lookup")(
+            {}, [(x.dtype, x.shape), (table.dtype, (10,))], (np.dtype(np.int8), x.shape)
+        )
+        is None
+    )  # a table of another size: the kernel's error
 
 
 @pytest.mark.parametrize("dtype", [TensorProto.INT8, TensorProto.INT64, TensorProto.BOOL])
@@ -185,7 +195,9 @@ def test_integer_transposes_are_prepared_copies(dtype):
 
 @pytest.mark.parametrize("name", ["cnn_int8", "mobile_int8"])
 def test_int8_models_through_a_pte_take_the_prepared_calls_and_match_litert(name):
-    Interpreter = pytest.importorskip("ai_edge_litert.interpreter", reason="LiteRT is the reference").Interpreter
+    Interpreter = pytest.importorskip(
+        "ai_edge_litert.interpreter", reason="LiteRT is the reference"
+    ).Interpreter
     program = offload.load(HERE / f"{name}.tflite")
     method = offload.runtime.load(offload.save(program)).method("forward")
     interp = Interpreter(model_path=str(HERE / f"{name}.tflite"))
@@ -203,7 +215,9 @@ def test_int8_models_through_a_pte_take_the_prepared_calls_and_match_litert(name
             for k, w in want.items():
                 np.testing.assert_array_equal(got[k], w)  # the kernels' bits
         for d in interp.get_output_details():
-            worst = max(worst, int(np.abs(got[d["name"]].astype(np.int64) - interp.get_tensor(d["index"])).max()))
+            worst = max(
+                worst, int(np.abs(got[d["name"]].astype(np.int64) - interp.get_tensor(d["index"])).max())
+            )
     # a symbolic batch: the shape specialization for batch 1 holds the prepared calls
     steps = [s for entry in method._specializations.entries.values() for s in getattr(entry, "steps", [])]
     calls = {type(s.call) for s in [*method._steps, *steps] if isinstance(s, _PreparedStep)}
@@ -215,7 +229,9 @@ def test_a_scale_that_is_not_finite_takes_the_numpy_calls_with_their_bits():
     # a subnormal output scale makes the ratio inf: 0 · inf is NaN, whose int8 is numpy's cast
     x = RNG.integers(-128, 128, (1, 3)).astype(np.int8)
     w = np.array([[1, 0, -1], [0, 0, 0]], np.int8)
-    attrs = dict(x_scale=0.5, x_zero_point=0, w_scales=[1.0], y_scale=1e-45, y_zero_point=0, y_min=-128, y_max=127)
+    attrs = dict(
+        x_scale=0.5, x_zero_point=0, w_scales=[1.0], y_scale=1e-45, y_zero_point=0, y_min=-128, y_max=127
+    )
     call = kernels.find_prepared("offload.tflite", "FullyConnected")(
         attrs, [(x.dtype, x.shape), (w.dtype, w.shape)], (np.dtype(np.int8), (1, 2))
     )
