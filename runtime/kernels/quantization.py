@@ -160,9 +160,12 @@ def _quantize_prepared(attrs, inputs, output):
 
 class _QuantizeCall:
     """The kernel's float32 arithmetic into ``out`` through one float32 buffer: x / scale,
-    rounded half to even, plus the zero point, clipped to the type's range, converted."""
+    rounded half to even, plus the zero point, clipped to the type's range, converted. Each
+    element is rounded alone by correctly rounded operations, so an x of any layout (Split's
+    pieces) gives the kernel's bits (``any_layout``)."""
 
     __slots__ = ()
+    any_layout = True
 
     def __call__(self, out, x, scale, zero_point=None):
         self.bind(out, x, scale, zero_point)()
@@ -196,9 +199,10 @@ def _dequantize_prepared(attrs, inputs, output):
 
 class _DequantizeCall:
     """The kernel's arithmetic into ``out``: x (8-bit, so exact in float32) minus the zero point,
-    exact, times the scale, rounded once."""
+    exact, times the scale, rounded once; x of any layout (``any_layout``)."""
 
     __slots__ = ()
+    any_layout = True
 
     def __call__(self, out, x, scale, zero_point=None):
         self.bind(out, x, scale, zero_point)()
