@@ -10,7 +10,7 @@ import numpy as np
 from offload.errors import ShapeError
 from offload.ir import DataType
 
-from . import kernel, prepared
+from . import kernel, prepared, prepared_outputs
 from ._util import check_result, normalize_axes, normalize_axis, out_for, unsupported
 
 
@@ -232,6 +232,51 @@ def split(ctx, input, split=None, *, axis, num_outputs):
         raise unsupported("Split", f"split sizes {sizes} for a dimension of {dim}")
     bounds = np.cumsum(sizes)[:-1]
     return tuple(np.split(input, bounds, axis=axis))
+
+
+@prepared_outputs("Split")
+def _split_prepared(attrs, inputs, outputs):
+    if not inputs or inputs[0] is None or inputs[0][0].kind == "O":
+        return None
+    rank = len(inputs[0][1])
+    if not -rank <= int(attrs["axis"]) < rank:
+        return None
+    return _SplitCall(int(attrs["axis"]) % rank, attrs["num_outputs"], len(outputs))
+
+
+class _SplitCall:
+    """Split's pieces copied into their arena views: in a .pte run the kernel's pieces, views of
+    an input in the arena, are copied out of it anyway (``Module._detach``), as C-contiguous
+    arrays of the same values. The sizes are read at each call (a constant, or the kernel's
+    error where they do not add up)."""
+
+    __slots__ = ("axis", "count", "n_outputs")
+
+    def __init__(self, axis: int, count, n_outputs: int):
+        self.axis, self.count, self.n_outputs = axis, count, n_outputs
+
+    def __call__(self, outs, x, split=None):
+        dim = x.shape[self.axis]
+        if split is not None and split.size:
+            sizes = split.reshape(-1).tolist()
+        else:
+            n = self.count or self.n_outputs
+            chunk = -(-dim // n)
+            sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
+        if sum(sizes) != dim or len(sizes) != len(outs):
+            raise ValueError("the kernel's error")
+        lead = (slice(None),) * self.axis
+        start = 0
+        results = []
+        for size, out in zip(sizes, outs):
+            if out is not None:
+                piece = x[(*lead, slice(start, start + size))]
+                if piece.shape != out.shape or piece.dtype != out.dtype:
+                    raise TypeError("not the declared types")
+                np.copyto(out, piece)
+            results.append(out)
+            start += size
+        return tuple(results)
 
 
 # ---- slicing and padding ---------------------------------------------------------------------
