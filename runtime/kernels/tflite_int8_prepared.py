@@ -50,6 +50,16 @@ def _requantize_calls(acc: np.ndarray, scale: np.ndarray, attrs: dict, t32: np.n
     ]
 
 
+def _widen_calls(x: np.ndarray, zero_point, xf: np.ndarray) -> list:
+    """x - zero point into the float64 buffer ``xf``, exact: one compiled loop (``loops.widen``)
+    where numba is there, else numpy's copy and subtract."""
+    zero = np.float64(zero_point or 0)
+    loops = compiled_loops()
+    if loops is not None:
+        return [functools.partial(loops.widen, x, zero, xf)]
+    return [functools.partial(np.copyto, xf, x), functools.partial(np.subtract, xf, zero, out=xf)]
+
+
 def _as_float64(a: np.ndarray, calls: list) -> np.ndarray:
     """int8 weights or int32 biases as float64: converted once where they are constants
     (read-only), again by the first of ``calls`` at each run where the graph computes them."""
@@ -93,11 +103,7 @@ class _Int8ConvCall(_KeptCalls):
         xf = buffers.get(("int8 conv input",), recipe.x_shape, np.float64)
         acc = buffers.get(("int8 conv sums",), recipe.out_shape, np.float64)
         t32 = buffers.get(("int8 conv scaled",), recipe.out_shape, np.float32)
-        calls.append(
-            functools.partial(
-                np.subtract, x, np.float64(self.attrs["x_zero_point"] or 0), out=xf, dtype=np.float64
-            )
-        )
+        calls += _widen_calls(x, self.attrs["x_zero_point"], xf)
         calls += recipe.calls(acc, xf, wf, bf, buffers)
         calls += _requantize_calls(acc, self.scale, self.attrs, t32, out)
         return tuple(calls)
@@ -158,11 +164,7 @@ class _Int8FullyConnectedCall(_KeptCalls):
         xf = buffers.get(("int8 fc input",), x.shape, np.float64)
         acc = buffers.get(("int8 fc sums",), out.shape, np.float64)
         t32 = buffers.get(("int8 fc scaled",), out.shape, np.float32)
-        calls.append(
-            functools.partial(
-                np.subtract, x, np.float64(self.attrs["x_zero_point"] or 0), out=xf, dtype=np.float64
-            )
-        )
+        calls += _widen_calls(x, self.attrs["x_zero_point"], xf)
         calls.append(functools.partial(np.matmul, xf, wt, out=acc))
         if bf is not None:
             calls.append(functools.partial(np.add, acc, bf, out=acc))
