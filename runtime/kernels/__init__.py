@@ -44,6 +44,7 @@ _MODULES = (
     "normalization",
     "reduction",
     "tensor",
+    "pad_prepared",
     "indexing",
     "quantization",
     "recurrent",

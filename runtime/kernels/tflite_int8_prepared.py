@@ -20,16 +20,14 @@ import functools
 
 import numpy as np
 
-from offload.errors import ShapeError
 from offload.ir.tflite_ops import DOMAIN
 
 from . import prepared
 from ._util import compiled_loops
 from .buffers import _arena_buffers, _KeptCalls
-from .conv_recipe import _ConvRecipe
+from .conv_recipe import _ConvRecipe, _recipe_for
 from .elementwise import _CLIP
 from .tflite_int8 import _channel_scale
-from .windows import _geometry
 
 
 def _requantize_calls(acc: np.ndarray, scale: np.ndarray, attrs: dict, t32: np.ndarray, out) -> list:
@@ -48,6 +46,15 @@ def _requantize_calls(acc: np.ndarray, scale: np.ndarray, attrs: dict, t32: np.n
         functools.partial(np.add, t32, zero, out=t32),
         functools.partial(_CLIP, t32, lo, hi, out, casting="unsafe"),
     ]
+
+
+def _work_buffers(buffers, role: str, x_shape: tuple, out_shape: tuple) -> tuple:
+    """The float64 input and accumulator and the float32 requantization buffer of one call."""
+    return (
+        buffers.get((f"int8 {role} input",), x_shape, np.float64),
+        buffers.get((f"int8 {role} sums",), out_shape, np.float64),
+        buffers.get((f"int8 {role} scaled",), out_shape, np.float32),
+    )
 
 
 def _widen_calls(x: np.ndarray, zero_point, xf: np.ndarray) -> list:
@@ -100,9 +107,7 @@ class _Int8ConvCall(_KeptCalls):
         calls: list = []
         wf = _as_float64(w, calls)
         bf = None if b is None else _as_float64(b, calls)
-        xf = buffers.get(("int8 conv input",), recipe.x_shape, np.float64)
-        acc = buffers.get(("int8 conv sums",), recipe.out_shape, np.float64)
-        t32 = buffers.get(("int8 conv scaled",), recipe.out_shape, np.float32)
+        xf, acc, t32 = _work_buffers(buffers, "conv", x.shape, out.shape)
         calls += _widen_calls(x, self.attrs["x_zero_point"], xf)
         calls += recipe.calls(acc, xf, wf, bf, buffers)
         calls += _requantize_calls(acc, self.scale, self.attrs, t32, out)
@@ -117,21 +122,12 @@ def _int8_conv_prepared(attrs, inputs, output):
     x_shape, w_shape = tuple(inputs[0][1]), tuple(inputs[1][1])
     if len(x_shape) != 4 or len(w_shape) != 4:
         return None
-    try:
-        g = _geometry(
-            "offload.tflite::Conv",
-            x_shape,
-            attrs["kernel_shape"] or w_shape[2:],
-            attrs["auto_pad"],
-            attrs["dilations"],
-            attrs["pads"],
-            attrs["strides"],
-        )
-        recipe = _ConvRecipe(x_shape, w_shape, np.float64, g, attrs["group"])
-        with np.errstate(all="ignore"):  # a ratio past float32 is inf, as the kernel's
-            scale = _channel_scale(attrs["x_scale"], attrs["w_scales"], attrs["y_scale"]).reshape((-1, 1, 1))
-        np.broadcast_shapes(scale.shape, recipe.out_shape)
-    except (ShapeError, ValueError, TypeError):
+    recipe = _recipe_for("offload.tflite::Conv", attrs, x_shape, w_shape, np.float64)
+    if recipe is None:
+        return None
+    with np.errstate(all="ignore"):  # a ratio past float32 is inf, as the kernel's
+        scale = _channel_scale(attrs["x_scale"], attrs["w_scales"], attrs["y_scale"]).reshape((-1, 1, 1))
+    if scale.shape[0] not in (1, recipe.out_shape[1]):
         return None
     if recipe.out_shape != tuple(output[1]) or (len(inputs) == 3 and tuple(inputs[2][1]) != (w_shape[0],)):
         return None
@@ -161,9 +157,7 @@ class _Int8FullyConnectedCall(_KeptCalls):
         calls: list = []
         wt = _as_float64(w, calls).T
         bf = None if b is None else _as_float64(b, calls)
-        xf = buffers.get(("int8 fc input",), x.shape, np.float64)
-        acc = buffers.get(("int8 fc sums",), out.shape, np.float64)
-        t32 = buffers.get(("int8 fc scaled",), out.shape, np.float32)
+        xf, acc, t32 = _work_buffers(buffers, "fc", x.shape, out.shape)
         calls += _widen_calls(x, self.attrs["x_zero_point"], xf)
         calls.append(functools.partial(np.matmul, xf, wt, out=acc))
         if bf is not None:

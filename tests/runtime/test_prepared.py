@@ -405,3 +405,36 @@ def test_split_pieces_are_copied_into_their_views(sizes):
         got = method.run({"x": x})
         np.testing.assert_array_equal(got["ya"], a + a)
         np.testing.assert_array_equal(got["yb"], b + b)
+
+
+@pytest.mark.parametrize(
+    "shape, indices, axis",
+    [((2, 1, 128), np.array(1, np.int64), 0), ((2, 3, 4), np.array([[-1, 0], [2, 1]], np.int32), 2)],
+    ids=["state-row", "negative-2d"],
+)
+def test_gather_by_constant_indices_is_prepared(shape, indices, axis):
+    """Gather as np.take into its view: numpy's elements (negative indices from the end)."""
+    program = _model(
+        [helper.make_node("Gather", ["x", "i"], ["t"], axis=axis), helper.make_node("Neg", ["t"], ["y"])],
+        [("x", F32, list(shape))],
+        [("y", F32, None)],
+        [("i", indices)],
+    )
+    method = _method(program)
+    assert _kinds(method)["onnx::Gather"] == "prepared"
+    x = np.random.default_rng(14).standard_normal(shape).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(method.run({"x": x})["y"], -np.take(x, indices, axis=axis))
+
+
+def test_a_gather_index_out_of_range_is_the_kernels_error():
+    from offload.errors import KernelError
+
+    program = _model(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0)],
+        [("x", F32, [3, 2])],
+        [("y", F32, None)],
+        [("i", np.array([3], np.int64))],
+    )
+    with pytest.raises(KernelError, match="Gather"):
+        _method(program).run({"x": np.zeros((3, 2), np.float32)})
