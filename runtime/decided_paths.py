@@ -9,7 +9,9 @@ such run too: shape specializations (shape_specializations.py) may hold and prep
 what follows them, instead of stopping at the first If.
 
 ``_deciding_inputs`` finds the small inputs whose values only decide jumps (their values join
-the input shapes in the key of a shape specialization: ``run_key``); ``_branch_joins`` the values
+the input shapes in the key of a shape specialization: ``run_key``; such an input whose value
+changes at every run, a step counter, makes every run the first of its key, which runs the
+method's own steps and notes shapes, as a new input shape does); ``_branch_joins`` the values
 that several steps write where no step reads them between the first and last writer in the
 chain's order (an If's results: each branch writes them, the steps after the join read them).
 """
