@@ -19,6 +19,7 @@ from .registry import (
     computed_once,
     lookup,
     register,
+    shape_rules,
 )
 from .rewrite import (
     Namer,
@@ -64,6 +65,7 @@ __all__ = [
     "register",
     "remove_dead_ops",
     "replace_all_uses",
+    "shape_rules",
     "substitute",
     "toposort",
     "verify",

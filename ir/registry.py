@@ -168,6 +168,25 @@ SHAPE_FROM_VALUES: dict[str, tuple[int, ...]] = {
 }
 
 
+# The two tables above by op domain: other domains add theirs (ir/tflite_ops.py).
+_SHAPE_RULES: dict[str, tuple[frozenset, dict[str, tuple[int, ...]]]] = {
+    "": (SHAPE_FROM_SHAPES, SHAPE_FROM_VALUES)
+}
+
+
+def shape_rules(domain: str) -> tuple[frozenset, dict[str, tuple[int, ...]]]:
+    """The ops of ``domain`` whose output shapes follow from their input shapes, and those whose
+    output shapes follow from their input shapes and the values at the given input positions
+    (``SHAPE_FROM_SHAPES`` and ``SHAPE_FROM_VALUES`` for ONNX); empty for a domain with none."""
+    return _SHAPE_RULES.get("" if domain in ("onnx", "ai.onnx") else domain, (frozenset(), {}))
+
+
+def register_shape_rules(
+    domain: str, from_shapes: frozenset, from_values: dict[str, tuple[int, ...]]
+) -> None:
+    _SHAPE_RULES[domain] = (from_shapes, from_values)
+
+
 def all_schemas() -> list[OpSchema]:
     return list(_REGISTRY.values())
 

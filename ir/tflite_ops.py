@@ -15,7 +15,7 @@ import numpy as np
 from .infer_dims import _ints_value, _shape, broadcast_shapes
 from .infer_nn import _conv_shape, _pool_shape
 from .infer_reduction import _reduced
-from .registry import inference, parse_schema_line, register
+from .registry import inference, parse_schema_line, register, register_shape_rules
 from .types import DataType, QuantParams, TensorType
 
 DOMAIN = "offload.tflite"
@@ -42,6 +42,16 @@ Lookup(x, table) -> y  | function: str!, alpha: float = 0.0, x_scale: float!, x_
 
 for _line in SCHEMAS.strip().splitlines():
     register(parse_schema_line(DOMAIN, _line))
+
+# Output shapes from input shapes (and the values of Mean's and Sum's axes, ResizeBilinear's
+# sizes), as the inference functions below compute them.
+register_shape_rules(
+    DOMAIN,
+    frozenset(
+        {"Conv", "FullyConnected", "Add", "Sub", "Mul", "Div", "SquaredDifference", "AveragePool", "Lookup"}
+    ),
+    {"Mean": (1,), "Sum": (1,), "ResizeBilinear": (1,)},
+)
 
 
 def _int8(shape, attrs) -> TensorType:

@@ -40,6 +40,7 @@ from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTy
 from . import delegates as dl
 from . import kernels
 from .bound_runs import _bind_runs, _static_inputs
+from .decided_paths import run_key
 from .device_inputs import DeviceInput, place
 from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
 from .inputs import check_inputs
@@ -299,6 +300,8 @@ class Method:
         # Values whose shapes follow from the input shapes (_find_shape_steps), and the kernel steps
         # a shape specialization may prepare (_find_specializable_steps); the plans by input shapes.
         self._shaped: set[int] = set()
+        # positions of the inputs whose values join their shapes in a run's key (decided_paths)
+        self._deciding: tuple[int, ...] = ()
         self._specializable_steps: list[int] = []
         self._specialization_held: list[int] = []
         self._specialization_limit = 0
@@ -647,11 +650,7 @@ class Method:
             self._compute_load_time()
         self.allocated_results = 0
         # (a sequence input has no shape: no op that shape steps follow reads one)
-        shapes = (
-            tuple(getattr(a, "shape", None) for a in args)
-            if self._shape_steps or self._specializable_steps
-            else None
-        )
+        shapes = run_key(args, self._deciding) if self._shape_steps or self._specializable_steps else None
         plan, seen = self._specializations.find(self, shapes) if self._specializable_steps else (None, None)
         arena_set = plan.acquire() if plan is not None else self._acquire()
         planned, initial, bound = arena_set

@@ -7,14 +7,15 @@ from math import prod
 
 import numpy as np
 
-from offload.ir import SHAPE_FROM_SHAPES, SHAPE_FROM_VALUES, computed_once
+from offload.ir import computed_once, shape_rules
 
 from . import kernels
 from .bound_runs import _bind_runs, _static_inputs
+from .decided_paths import _branch_joins, _conditions, _deciding_inputs, _Joins
 from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
-from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _PreparedStep, _ShapeStep
+from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _MoveStep, _PreparedStep, _ShapeStep
 
 _SHAPE_OF = {"onnx::Shape", "onnx::Size"}
 
@@ -32,57 +33,100 @@ def _find_shape_steps(m: MethodState) -> None:
     """The kernel steps (prepared or not) whose results depend only on
     the input shapes (``_ShapeStep``). A value's *shape* is known from the input shapes when it
     is a method input no step writes, a constant, or the result of an op whose output shapes
-    follow from its inputs' shapes (``ir.SHAPE_FROM_SHAPES``), or from their shapes and the
-    values at some positions that are themselves known (``ir.SHAPE_FROM_VALUES``). A value is
-    *known* from the input shapes when it is Shape or Size of such a value, or the result of a
-    deterministic ONNX op (``ir.computed_once``) of constants and known values; a prepared step
-    of known values stays one (a bound call costs less than storing a kept result), its results
-    known all the same (the exported transformer's sizes are products of them). Known results
-    are neither inputs nor results of the method, and have one writer each. Steps are looked at
-    up to ``_reach``: past an If's forward jumps, a step that runs computes the same from the
-    same input shapes whichever runs take it. The values whose shape is known go to ``m._shaped`` (what shape specializations hold, ``_ShapeSpecialization``)."""
-    limit, writers, known = _straight_line(m)
+    follow from its inputs' shapes (``ir.shape_rules``: ``ir.SHAPE_FROM_SHAPES`` for ONNX), or
+    from their shapes and the values at some positions that are themselves known
+    (``ir.SHAPE_FROM_VALUES``). A value is *known* from the input shapes when it is Shape or Size
+    of such a value, or the result of a deterministic ONNX op (``ir.computed_once``) of constants
+    and known values; a prepared step of known values stays one (a bound call costs less than
+    storing a kept result), its results known all the same (the exported transformer's sizes are
+    products of them). Known results are neither inputs nor results of the method, and have one
+    writer each. Steps are looked at up to ``_reach``: past an If's forward jumps, a step that
+    runs computes the same from the same input shapes whichever runs take it.
+
+    Where every jump goes forward and every jump's condition is known once the small inputs
+    that only decide branches count as known (``decided_paths``: their values join the key of
+    a run, ``m._deciding``), each run with one key takes the same steps, and an If's results
+    (branch joins) follow from the input shapes where each branch's do. The values whose shape
+    is known go to ``m._shaped`` (what shape specializations hold, ``_ShapeSpecialization``)."""
+    limit, writers, constants = _straight_line(m)
+    reach = _reach(m, limit)
+    found = None
+    if reach == len(m._steps) and reach > limit:  # forward jumps only
+        deciding = _deciding_inputs(m, writers)
+        found = _shape_pass(m, reach, writers, constants, deciding, _branch_joins(m, writers))
+        # a condition no step writes and no run gives is a constant (an unconditional jump's)
+        conditions = {c for c in _conditions(m) if c in writers or c in m._input_slots}
+        if conditions <= found[1]:
+            m._deciding = tuple(k for k, slot in enumerate(m._input_slots) if slot in deciding)
+        else:
+            found = None
+    if found is None:
+        found = _shape_pass(m, reach, writers, constants, set(), set())
+    m._shaped, _, to_keep = found
+    for pc in to_keep:
+        m._steps[pc] = _ShapeStep(m._steps[pc])
+        m._shape_steps = True
+
+
+def _shape_pass(
+    m: MethodState, reach: int, writers: dict, constants: set, deciding: set, joins: set
+) -> tuple[set[int], set[int], list[int]]:
+    """(the values whose shape is known, those whose value is known, the kernel steps to keep
+    results of) for ``_find_shape_steps``, with the inputs ``deciding`` known and the writers
+    of the branch joins ``joins`` followed."""
     inputs, results = set(m._input_slots), set(m._output_slots)
+    known = set(constants) | deciding
     if m._load_time:
         known.update(o for k in m._load_time for o in k.out_slots if o)
     shaped = known | {i for i in inputs if i not in writers}
-    for pc, step, kernel, domain, op_type in _kernel_steps(m, _reach(m, limit)):
-        onnx_op = op_type if domain == "onnx" else None
+    joined = _Joins(joins, writers)
+    to_keep = []
+    for pc, step in enumerate(m._steps[:reach]):
+        if isinstance(step, _MoveStep):
+            if step.dst in joins:
+                joined.wrote(step.dst, step.src in shaped, step.src in known, shaped, known)
+            continue
+        kernel = step.kernel if isinstance(step, _PreparedStep) else step
+        if not isinstance(kernel, _KernelStep):
+            continue
+        domain, _, op_type = kernel.op_name.partition("::")
+        from_shapes, from_values = shape_rules(domain)
         ins = [i for i in kernel.in_slots if i]
         outs = [o for o in kernel.out_slots if o]
         single = all(writers.get(o) == 1 and o not in inputs for o in outs)
-        if onnx_op in SHAPE_FROM_SHAPES:
+        if op_type in from_shapes:
             shape_follows = all(i in shaped for i in ins)
-        elif onnx_op in SHAPE_FROM_VALUES:
-            by_value = SHAPE_FROM_VALUES[onnx_op]
+        elif op_type in from_values:
+            by_value = from_values[op_type]
             shape_follows = all(
                 i == 0 or (i in known if k in by_value else i in shaped)
                 for k, i in enumerate(kernel.in_slots)
             )
         else:
             shape_follows = False
+        if kernel.op_name in _SHAPE_OF:
+            derived = bool(ins) and ins[0] in shaped
+        else:
+            derived = (
+                bool(ins)
+                and all(i in known for i in ins)
+                and computed_once("" if domain == "onnx" else domain, op_type)
+            )
+        derived = derived and not any(isinstance(a, SubPlan) for a in kernel.attrs.values())
+        for o in outs:
+            if o in joins:
+                joined.wrote(o, shape_follows, derived, shaped, known)
         if shape_follows and single:
             shaped.update(outs)
         if type(step) not in (_KernelStep, _PreparedStep) or not ins or not outs or not single:
             continue
-        if kernel.op_name in _SHAPE_OF:
-            derived = ins[0] in shaped
-        else:
-            derived = all(i in known for i in ins) and computed_once(
-                "" if domain == "onnx" else domain, op_type
-            )
-        if (
-            not derived
-            or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
-            or any(o in results for o in outs)
-        ):
+        if not derived or any(o in results for o in outs):
             continue
         known.update(outs)
         shaped.update(outs)
         if type(step) is _KernelStep:
-            m._steps[pc] = _ShapeStep(kernel)
-            m._shape_steps = True
-    m._shaped = shaped
+            to_keep.append(pc)
+    return shaped, known, to_keep
 
 
 # ---- shape specializations -------------------------------------------------------------------
@@ -118,6 +162,16 @@ def _find_specializable_steps(m: MethodState) -> None:
     limit = _reach(m, limit)
     inputs, results = set(m._input_slots), set(m._output_slots)
     found, held = [], []
+    for step in m._steps[:limit]:  # branch joins (If results) the moves write: places to copy into
+        if (
+            isinstance(step, _MoveStep)
+            and step.dst in m._shaped
+            and m._planned[step.dst] is None
+            and step.dst not in inputs
+            and step.dst not in results
+            and step.dst not in held
+        ):
+            held.append(step.dst)
     for pc, step, kernel, domain, op_type in _kernel_steps(m, limit):
         if type(step) is _KernelStep:
             held.extend(
@@ -158,6 +212,7 @@ def _prepare_outputs_steps(m: MethodState) -> None:
     ``m._specialized_outputs`` (what a shape specialization may prepare, as _find_specializable_steps does for
     ops of one output)."""
     limit, writers, _ = _straight_line(m)
+    limit = _reach(m, limit)
     inputs = set(m._input_slots)
     m._read_slots = set(m._output_slots).union(*(step.info().reads for step in m._steps))
     found = []

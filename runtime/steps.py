@@ -153,8 +153,9 @@ class _KernelStep:
 
 class _PreparedStep:
     """A kernel call prepared at load (``kernels.prepared``): its inputs go straight into the
-    op's call writing into the output's arena view. An input that is not a C-contiguous array,
-    or not of the declared type (the call raises before writing), takes the kernel's way. Its
+    op's call writing into the output's arena view. An input that is not a C-contiguous array
+    (unless the call says ``any_layout``), or not of the declared type (the call raises before
+    writing), takes the kernel's way. Its
     result is always in the arena view, which bound calls read (``_bind_runs``); a kernel result
     of another type than declared unbinds the rest of the run."""
 
@@ -165,6 +166,8 @@ class _PreparedStep:
         out = frame.planned[self.out_slot]
         for a in args:
             if type(a) is not np.ndarray or not a.flags.c_contiguous:
+                if type(a) is np.ndarray and getattr(self.call, "any_layout", False):
+                    continue  # an elementwise call whose bits do not depend on the layout
                 return self._by_kernel(frame, out)
         try:
             self.call(out, *args)

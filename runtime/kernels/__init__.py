@@ -44,6 +44,7 @@ _MODULES = (
     "normalization",
     "reduction",
     "tensor",
+    "pad_prepared",
     "indexing",
     "quantization",
     "recurrent",
@@ -62,6 +63,7 @@ _MODULES = (
     "random",
     "detection",
     "tflite_int8",
+    "tflite_int8_prepared",
     "plumbing",
     "delegate",
 )

@@ -19,7 +19,7 @@ from offload.errors import ShapeError
 from . import kernel, prepared
 from ._util import check_result, filled, out_for, unsupported
 from .buffers import _arena_buffers, _KeptCalls, _scratch
-from .conv_recipe import _conv_by_recipe, _ConvRecipe
+from .conv_recipe import _conv_by_recipe, _ConvRecipe, _recipe_for
 from .elementwise import _CLIP, _hard_passes, _PReluCall
 from .linalg import exact_float, saturate, shifted, widened
 from .windows import _channel_bias, _columns, _Geom, _geometry, _ints, _padded, _scatter_windows, _windows
@@ -341,18 +341,8 @@ def _conv_prepared(attrs, inputs, output):
         return None
     if w_dtype != dtype or output[0] != dtype or (len(inputs) == 3 and inputs[2][0] != dtype):
         return None
-    try:
-        g = _geometry(
-            "Conv",
-            x_shape,
-            attrs["kernel_shape"] or w_shape[2:],
-            attrs["auto_pad"],
-            attrs["dilations"],
-            attrs["pads"],
-            attrs["strides"],
-        )
-        recipe = _ConvRecipe(x_shape, w_shape, dtype, g, attrs["group"])
-    except (ShapeError, ValueError, TypeError):
+    recipe = _recipe_for("Conv", attrs, x_shape, w_shape, dtype)
+    if recipe is None:
         return None
     if recipe.out_shape != tuple(output[1]) or (len(inputs) == 3 and tuple(inputs[2][1]) != (w_shape[0],)):
         return None

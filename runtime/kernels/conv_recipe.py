@@ -12,7 +12,7 @@ from offload.errors import ShapeError
 
 from ._util import compiled_loops as _loops
 from .buffers import _run_calls, _thread_buffers
-from .windows import _columns, _Geom
+from .windows import _columns, _Geom, _geometry
 
 # ---------------------------------------------------------------------------- convolution recipes
 #
@@ -530,6 +530,24 @@ def _phase_span(a: int, s: int, begin: int, size: int, count: int) -> tuple[int,
     r0 = max(0, -(-(begin - a) // s))
     r1 = min(count, (size - 1 + begin - a) // s + 1)
     return r0, r1
+
+
+def _recipe_for(op: str, attrs: dict, x_shape: tuple, w_shape: tuple, dtype) -> _ConvRecipe | None:
+    """The recipe of a 2-D convolution of these shapes, dtype and Conv attributes (kernel_shape,
+    auto_pad, dilations, pads, strides, group); None where they do not fit together."""
+    try:
+        g = _geometry(
+            op,
+            x_shape,
+            attrs["kernel_shape"] or w_shape[2:],
+            attrs["auto_pad"],
+            attrs["dilations"],
+            attrs["pads"],
+            attrs["strides"],
+        )
+        return _ConvRecipe(x_shape, w_shape, dtype, g, attrs["group"])
+    except (ShapeError, ValueError, TypeError):
+        return None
 
 
 @functools.lru_cache(maxsize=256)

@@ -253,6 +253,14 @@ def mod(ctx, A, B, *, fmod):
         return _same(A, np.remainder(a, b))
 
 
+@prepared("Pow")
+def _pow_prepared(attrs, inputs, output):
+    # floats of one type only: the kernel's integer powers treat negative exponents apart
+    if output is None or output[0].kind != "f":
+        return None
+    return _ufunc_call(np.power)(attrs, inputs, output)
+
+
 @kernel("Pow")
 def pow_(ctx, X, Y):
     x, y = _up(X), _up(Y)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from . import kernel
+from . import kernel, prepared
 from ._util import check_result, normalize_axis, unsupported
 
 
@@ -36,6 +38,40 @@ def _scatter(op: str, out: np.ndarray, where: tuple, updates: np.ndarray, reduct
 def gather(ctx, data, indices, *, axis):
     axis = normalize_axis(axis, data.ndim, "Gather")
     return np.take(data, _wrap(indices, data.shape[axis]), axis=axis)
+
+
+@prepared("Gather")
+def _gather_prepared(attrs, inputs, output):
+    if len(inputs) != 2 or any(s is None for s in inputs) or output is None:
+        return None
+    (dtype, shape), (idx_dtype, idx_shape) = inputs
+    rank = len(shape)
+    axis = int(attrs["axis"])
+    if dtype != output[0] or dtype.kind == "O" or idx_dtype.kind not in "iu" or not -rank <= axis < rank:
+        return None
+    axis %= rank
+    if (*shape[:axis], *idx_shape, *shape[axis + 1 :]) != tuple(output[1]):
+        return None
+    return _GatherCall(axis)
+
+
+class _GatherCall:
+    """Gather as the kernel's ``np.take`` of the wrapped indices, into the output's view; constant
+    indices are wrapped once, when the call is bound."""
+
+    __slots__ = ("axis",)
+
+    def __init__(self, axis: int):
+        self.axis = axis
+
+    def __call__(self, out, data, indices):
+        np.take(data, _wrap(indices, data.shape[self.axis]), axis=self.axis, out=out)
+
+    def bind(self, out, data, indices):
+        if indices.flags.writeable:  # computed by the graph: wrapped at each call
+            return functools.partial(self, out, data, indices)
+        wrapped = _wrap(indices, data.shape[self.axis])
+        return functools.partial(np.take, data, wrapped, axis=self.axis, out=out)
 
 
 @kernel("GatherElements")

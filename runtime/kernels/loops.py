@@ -295,3 +295,26 @@ def prelu(x, slope, out):  # pragma: no cover - compiled
             for k in range(m):
                 v = x[i, c, k]
                 out[i, c, k] = v * s if v < 0 else v
+
+
+@njit(cache=True, nogil=True)
+def requantize(acc, scale, zero, lo, hi, out):  # pragma: no cover - compiled
+    """XNNPACK's fp32 requantization in one pass (``tflite_int8.requantize_fp32``'s five numpy
+    passes): out[i] = int8(clamp(rint(float32(acc[i]) · scale[i]) + zero, lo, hi)), each step
+    rounded to float32 as numpy rounds it. acc (float64), scale (float32, one per element), out
+    (int8) C-contiguous of one size; zero, lo, hi float32. Finite scales only (a NaN has no int8)."""
+    a, s, o = acc.reshape(-1), scale.reshape(-1), out.reshape(-1)
+    for i in range(a.size):
+        v = np.rint(np.float32(a[i]) * s[i]) + zero
+        v = lo if v < lo else v
+        v = hi if v > hi else v
+        o[i] = np.int8(v)
+
+
+@njit(cache=True, nogil=True)
+def widen(x, zero, out):  # pragma: no cover - compiled
+    """out[i] = float64(x[i]) - zero: 8-bit integers less their zero point, exact in float64 (one
+    call, 0.6 us on 576 values, against 3.5 for numpy's casting subtract); x and out of one size."""
+    a, o = x.reshape(-1), out.reshape(-1)
+    for i in range(a.size):
+        o[i] = np.float64(a[i]) - zero

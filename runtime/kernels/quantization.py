@@ -14,6 +14,7 @@ from offload.ir import DataType
 
 from . import kernel, prepared
 from ._util import normalize_axis, unsupported
+from .elementwise import _CLIP
 
 _NARROW_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
 # Float types with no infinity encoding: out-of-range values always saturate.
@@ -159,9 +160,12 @@ def _quantize_prepared(attrs, inputs, output):
 
 class _QuantizeCall:
     """The kernel's float32 arithmetic into ``out`` through one float32 buffer: x / scale,
-    rounded half to even, plus the zero point, clipped to the type's range, converted."""
+    rounded half to even, plus the zero point, clipped to the type's range, converted. Each
+    element is rounded alone by correctly rounded operations, so an x of any layout (Split's
+    pieces) gives the kernel's bits (``any_layout``)."""
 
     __slots__ = ()
+    any_layout = True
 
     def __call__(self, out, x, scale, zero_point=None):
         self.bind(out, x, scale, zero_point)()
@@ -172,15 +176,14 @@ class _QuantizeCall:
         temp = np.empty(out.shape, _F32)
         info = np.iinfo(out.dtype)
         lo, hi = float(info.min), float(info.max)
-        divide, rint, add, clip, copyto = np.divide, np.rint, np.add, np.clip, np.copyto
+        divide, rint, add, clip = np.divide, np.rint, np.add, _CLIP
 
         def run():
             divide(x, scale, temp)
             rint(temp, temp)
             if zero_point is not None:
                 add(temp, zero_point, temp)
-            clip(temp, lo, hi, out=temp)
-            copyto(out, temp, casting="unsafe")
+            clip(temp, lo, hi, out, casting="unsafe")  # clipped in float32, then converted
 
         return run
 
@@ -196,9 +199,10 @@ def _dequantize_prepared(attrs, inputs, output):
 
 class _DequantizeCall:
     """The kernel's arithmetic into ``out``: x (8-bit, so exact in float32) minus the zero point,
-    exact, times the scale, rounded once."""
+    exact, times the scale, rounded once; x of any layout (``any_layout``)."""
 
     __slots__ = ()
+    any_layout = True
 
     def __call__(self, out, x, scale, zero_point=None):
         self.bind(out, x, scale, zero_point)()

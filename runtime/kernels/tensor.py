@@ -10,7 +10,7 @@ import numpy as np
 from offload.errors import ShapeError
 from offload.ir import DataType
 
-from . import kernel, prepared
+from . import kernel, prepared, prepared_outputs
 from ._util import check_result, normalize_axes, normalize_axis, out_for, unsupported
 
 
@@ -234,6 +234,51 @@ def split(ctx, input, split=None, *, axis, num_outputs):
     return tuple(np.split(input, bounds, axis=axis))
 
 
+@prepared_outputs("Split")
+def _split_prepared(attrs, inputs, outputs):
+    if not inputs or inputs[0] is None or inputs[0][0].kind == "O":
+        return None
+    rank = len(inputs[0][1])
+    if not -rank <= int(attrs["axis"]) < rank:
+        return None
+    return _SplitCall(int(attrs["axis"]) % rank, attrs["num_outputs"], len(outputs))
+
+
+class _SplitCall:
+    """Split's pieces copied into their arena views: in a .pte run the kernel's pieces, views of
+    an input in the arena, are copied out of it anyway (``Module._detach``), as C-contiguous
+    arrays of the same values. The sizes are read at each call (a constant, or the kernel's
+    error where they do not add up)."""
+
+    __slots__ = ("axis", "count", "n_outputs")
+
+    def __init__(self, axis: int, count, n_outputs: int):
+        self.axis, self.count, self.n_outputs = axis, count, n_outputs
+
+    def __call__(self, outs, x, split=None):
+        dim = x.shape[self.axis]
+        if split is not None and split.size:
+            sizes = split.reshape(-1).tolist()
+        else:
+            n = self.count or self.n_outputs
+            chunk = -(-dim // n)
+            sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
+        if sum(sizes) != dim or len(sizes) != len(outs):
+            raise ValueError("the kernel's error")
+        lead = (slice(None),) * self.axis
+        start = 0
+        results = []
+        for size, out in zip(sizes, outs):
+            if out is not None:
+                piece = x[(*lead, slice(start, start + size))]
+                if piece.shape != out.shape or piece.dtype != out.dtype:
+                    raise TypeError("not the declared types")
+                np.copyto(out, piece)
+            results.append(out)
+            start += size
+        return tuple(results)
+
+
 # ---- slicing and padding ---------------------------------------------------------------------
 
 
@@ -316,52 +361,6 @@ def _pad_widths(data, pads, axes) -> tuple[np.ndarray, list[tuple[int, int]]]:
     crop = tuple(slice(max(-b, 0), data.shape[a] - max(-e, 0)) for a, (b, e) in enumerate(zip(before, after)))
     width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
     return data[crop], width
-
-
-@prepared("Pad")
-def _pad_prepared(attrs, inputs, output):
-    if attrs.get("mode") != "constant" or output is None or not inputs or inputs[0] is None:
-        return None
-    return _PadCall() if inputs[0][0] == output[0] else None
-
-
-class _PadCall:
-    """A constant Pad into ``out``: each border slab filled with the value, the (cropped) input
-    copied into the interior; no allocation. Bound with pads, value and axes that are constants
-    of the file (read-only arrays), the slabs and the interior are found once."""
-
-    __slots__ = ()
-
-    def __call__(self, out, data, pads, constant_value=None, axes=None):
-        self._plan(out, data, pads, constant_value, axes)()
-
-    def bind(self, out, data, pads, constant_value=None, axes=None):
-        if any(v is not None and v.flags.writeable for v in (pads, constant_value, axes)):
-            return functools.partial(self, out, data, pads, constant_value, axes)
-        return self._plan(out, data, pads, constant_value, axes)
-
-    @staticmethod
-    def _plan(out, data, pads, constant_value, axes):
-        x, width = _pad_widths(data, pads, axes)
-        if tuple(d + b + e for d, (b, e) in zip(x.shape, width)) != out.shape or np.may_share_memory(
-            out, data
-        ):
-            raise TypeError("not the declared type")
-        value = out.dtype.type(0 if _absent(constant_value) else _scalar(constant_value))
-        interior = tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, width))
-        slabs = []  # the border, once: axis k's two slabs span the interior of the axes before k
-        for k, (b, e) in enumerate(width):
-            for lo, hi in ((0, b), (out.shape[k] - e, out.shape[k])):
-                if hi > lo:
-                    slabs.append(out[(*interior[:k], slice(lo, hi))])
-        inner, copyto = out[interior], np.copyto
-
-        def run():
-            for slab in slabs:
-                slab.fill(value)
-            copyto(inner, x, casting="no")
-
-        return run
 
 
 @kernel("Pad")
@@ -662,6 +661,14 @@ class _ReshapeCall:
         return functools.partial(np.copyto, out, x.reshape(self.shape))
 
 
+@prepared("Identity", "Cast")
+def _identity_call(attrs, inputs, output):
+    # Identity, and Cast to the input's own type, return the input: its copy into the arena view
+    if not _moved(inputs, output) or len(inputs) != 1 or tuple(inputs[0][1]) != tuple(output[1]):
+        return None
+    return _ReshapeCall(tuple(output[1]))
+
+
 @prepared("Transpose")
 def _transpose_call(attrs, inputs, output):
     # A permutation that keeps the axes longer than 1 in their order (the exported recurrent
@@ -676,8 +683,27 @@ def _transpose_call(attrs, inputs, output):
     if sorted(perm) != list(range(rank)) or tuple(shape[p] for p in perm) != tuple(output[1]):
         return None
     if [p for p in perm if shape[p] != 1] != [a for a in range(rank) if shape[a] != 1]:
-        return None
+        # A real transpose of integers or booleans is copied into the arena view: the kernel's
+        # strided view and the copy hold the same values, and whatever order a later kernel reads
+        # integers in gives the same results (a float result keeps the kernel's view: a sum over
+        # it adds in the view's order). int8 models transpose between every layout change.
+        return _TransposeCall(tuple(perm)) if np.dtype(output[0]).kind in "biu" else None
     return _ReshapeCall(tuple(output[1]))
+
+
+class _TransposeCall:
+    """The input's axes permuted, copied into the output's view."""
+
+    __slots__ = ("perm",)
+
+    def __init__(self, perm: tuple):
+        self.perm = perm
+
+    def __call__(self, out, x):
+        np.copyto(out, x.transpose(self.perm), casting="no")
+
+    def bind(self, out, x):
+        return functools.partial(np.copyto, out, x.transpose(self.perm))
 
 
 @prepared("Concat")

@@ -130,3 +130,48 @@ def test_other_shifts_or_a_shared_quantized_value_stay():
     )
     out = check(data, ZERO, X, rtol=0, atol=0)
     assert all(len([v for v in op.inputs if v is not None]) == 3 for op in out.main.body.operations)
+
+
+def _joined(q_scale=None, q_zp=None):
+    """Two int8 tensors dequantized alike, joined, requantized (a streaming model's state update)."""
+    nodes = [
+        node("DequantizeLinear", ["a", "s", "z"], ["fa"]),
+        node("DequantizeLinear", ["b", "s", "z"], ["fb"]),
+        node("Concat", ["fa", "fb"], ["f"], axis=1),
+        node("QuantizeLinear", ["f", "s2", "z2"], ["y"]),
+    ]
+    inits = {
+        "s": np.array(0.1019, np.float32),
+        "z": np.array(-128, np.int8),
+        "s2": np.array(0.1019 if q_scale is None else q_scale, np.float32),
+        "z2": np.array(-128 if q_zp is None else q_zp, np.int8),
+    }
+    return model(nodes, {"a": (I8, [1, 4, 32]), "b": (I8, [1, 1, 32])}, {"y": (I8, None)}, inits)
+
+
+def test_a_concat_of_values_dequantized_alike_runs_on_integers():
+    feeds = {"a": _ints(I8, (1, 4, 32), 1), "b": _ints(I8, (1, 1, 32), 2)}
+    out = check(_joined(), INT_OP, feeds, rtol=0, atol=0)
+    assert op_types(out) == {"Concat": 1}
+    for data in [_joined(q_scale=0.2), _joined(q_zp=3)]:  # another scale or zero point: it rounds
+        assert op_types(check(data, INT_OP, feeds, rtol=0, atol=0))["QuantizeLinear"] == 1
+
+
+def test_split_pieces_each_requantized_alike_run_on_integers():
+    nodes = [
+        node("DequantizeLinear", ["q", "s", "z"], ["f"]),
+        node("Split", ["f", "sizes"], ["f1", "f2"], axis=-1),
+        node("QuantizeLinear", ["f1", "s", "z"], ["y1"]),
+        node("QuantizeLinear", ["f2", "s", "z"], ["y2"]),
+    ]
+    inits = {"s": np.array(0.043, np.float32), "z": np.array(5, np.int8), "sizes": np.array([24, 40], I64)}
+    data = model(nodes, {"q": (I8, [1, 9, 1, 64])}, {"y1": (I8, None), "y2": (I8, None)}, inits)
+    out = check(data, INT_OP, {"q": _ints(I8, (1, 9, 1, 64), 3)}, rtol=0, atol=0)
+    assert op_types(out) == {"Split": 1}
+    # one piece read by something else as well: the floats stay
+    nodes.append(node("Relu", ["f2"], ["r"]))
+    data = model(
+        nodes, {"q": (I8, [1, 9, 1, 64])}, {"y1": (I8, None), "y2": (I8, None), "r": (F32, None)}, inits
+    )
+    out = check(data, INT_OP, {"q": _ints(I8, (1, 9, 1, 64), 3)}, rtol=0, atol=0)
+    assert op_types(out)["QuantizeLinear"] == 2

@@ -74,15 +74,15 @@ def test_elementwise_chain_is_prepared_and_bit_equal():
 
 
 def test_a_non_contiguous_input_takes_the_kernel(monkeypatch):
-    """Split's results are views of its input (column blocks) that the method does not copy into
-    its arena: Add gets a non-C-contiguous array and runs its kernel, with the same result."""
+    """A float Transpose's result is a view of its input that the method does not copy into its
+    arena: Add gets a non-C-contiguous array and runs its kernel, with the same result."""
     program = _model(
         [
-            helper.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2),
-            helper.make_node("Add", ["a", "b"], ["y"]),
+            helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+            helper.make_node("Add", ["t", "t"], ["y"]),
         ],
         [("x", F32, [4, 6])],
-        [("y", F32, [4, 3])],
+        [("y", F32, [6, 4])],
     )
     method = _method(program)
     assert _kinds(method)["onnx::Add"] == "prepared"
@@ -94,7 +94,7 @@ def test_a_non_contiguous_input_takes_the_kernel(monkeypatch):
         lambda step, frame, out: (took.append(step), by_kernel(step, frame, out))[1],
     )
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
-    np.testing.assert_array_equal(method.run({"x": x})["y"], x[:, :3] + x[:, 3:])
+    np.testing.assert_array_equal(method.run({"x": x})["y"], x.T + x.T)
     assert [step.kernel.op_name for step in took] == ["onnx::Add"]
 
 
@@ -358,3 +358,83 @@ def test_matmul_of_matrices_is_prepared_with_the_kernels_bits(a_shape, b_shape, 
         np.testing.assert_array_equal(got, offload.evaluate(program, {"a": a})["y"])
         want = np.maximum(np.matmul(a.astype(np.float64), b.astype(np.float64)), 0)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_identity_same_type_cast_and_float_pow_are_prepared():
+    """Identity and a Cast to the input's type return the input, Pow of floats is one ufunc:
+    prepared calls with numpy's values (Silero VAD's magnitude spectrum runs Cast, Pow, Pow)."""
+    data = model_bytes(
+        [
+            helper.make_node("Identity", ["x"], ["i"]),
+            helper.make_node("Cast", ["i"], ["c"], to=TensorProto.FLOAT),
+            helper.make_node("Pow", ["c", "two"], ["y"]),
+        ],
+        [("x", TensorProto.FLOAT, [3, 65])],
+        [("y", TensorProto.FLOAT, None)],
+        [("two", np.array(2.0, np.float32))],
+    )
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    ops = sorted(s.kernel.op_name for s in method._steps if isinstance(s, _PreparedStep))
+    assert ops == ["onnx::Cast", "onnx::Identity", "onnx::Pow"]
+    x = np.random.default_rng(9).standard_normal((3, 65)).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(method.run({"x": x})["y"], np.power(x, np.float32(2.0)))
+
+
+@pytest.mark.parametrize("sizes", [[3, 5], None], ids=["sizes", "equal-chunks"])
+def test_split_pieces_are_copied_into_their_views(sizes):
+    """Split as a prepared call of several outputs: each piece numpy's, through the bound Adds
+    after it."""
+    from offload.runtime.steps import _PreparedOutputsStep
+
+    inputs = ["x", "sizes"] if sizes is not None else ["x"]
+    attrs = {} if sizes is not None else {"num_outputs": 2}
+    nodes = [
+        helper.make_node("Split", inputs, ["a", "b"], axis=-1, **attrs),
+        helper.make_node("Add", ["a", "a"], ["ya"]),
+        helper.make_node("Add", ["b", "b"], ["yb"]),
+    ]
+    inits = [("sizes", np.array(sizes, np.int64))] if sizes is not None else []
+    method = _method(_model(nodes, [("x", F32, [4, 8])], [("ya", F32, None), ("yb", F32, None)], inits))
+    assert any(
+        isinstance(s, _PreparedOutputsStep) and s.kernel.op_name == "onnx::Split" for s in method._steps
+    )
+    x = np.random.default_rng(13).standard_normal((4, 8)).astype(np.float32)
+    a, b = np.split(x, [3 if sizes is not None else 4], axis=-1)
+    for _ in range(2):
+        got = method.run({"x": x})
+        np.testing.assert_array_equal(got["ya"], a + a)
+        np.testing.assert_array_equal(got["yb"], b + b)
+
+
+@pytest.mark.parametrize(
+    "shape, indices, axis",
+    [((2, 1, 128), np.array(1, np.int64), 0), ((2, 3, 4), np.array([[-1, 0], [2, 1]], np.int32), 2)],
+    ids=["state-row", "negative-2d"],
+)
+def test_gather_by_constant_indices_is_prepared(shape, indices, axis):
+    """Gather as np.take into its view: numpy's elements (negative indices from the end)."""
+    program = _model(
+        [helper.make_node("Gather", ["x", "i"], ["t"], axis=axis), helper.make_node("Neg", ["t"], ["y"])],
+        [("x", F32, list(shape))],
+        [("y", F32, None)],
+        [("i", indices)],
+    )
+    method = _method(program)
+    assert _kinds(method)["onnx::Gather"] == "prepared"
+    x = np.random.default_rng(14).standard_normal(shape).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(method.run({"x": x})["y"], -np.take(x, indices, axis=axis))
+
+
+def test_a_gather_index_out_of_range_is_the_kernels_error():
+    from offload.errors import KernelError
+
+    program = _model(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=0)],
+        [("x", F32, [3, 2])],
+        [("y", F32, None)],
+        [("i", np.array([3], np.int64))],
+    )
+    with pytest.raises(KernelError, match="Gather"):
+        _method(program).run({"x": np.zeros((3, 2), np.float32)})

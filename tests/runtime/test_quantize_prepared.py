@@ -58,3 +58,43 @@ def test_prepared_quantize_and_dequantize_match_onnxruntime(zp):
     want = dict(zip(["y", "z"], session.run(None, {"x": x})))
     np.testing.assert_array_equal(got["y"], want["y"])
     np.testing.assert_array_equal(got["z"], want["z"])
+
+
+def test_quantize_and_dequantize_of_split_pieces_take_their_prepared_calls(monkeypatch):
+    """Split's pieces along the last axis are strided views: QuantizeLinear and DequantizeLinear
+    take them as they are (each element is rounded alone, so the layout cannot change a bit),
+    without the kernel's way; the integers and floats are onnxruntime's."""
+    inits = [
+        numpy_helper.from_array(np.array(0.0371, np.float32), "s"),
+        numpy_helper.from_array(np.array(-7, np.int8), "zp"),
+        numpy_helper.from_array(np.array([3, 5], np.int64), "sizes"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=-1),
+            helper.make_node("QuantizeLinear", ["a", "s", "zp"], ["qa"]),
+            helper.make_node("DequantizeLinear", ["qa", "s", "zp"], ["da"]),
+            helper.make_node("QuantizeLinear", ["b", "s", "zp"], ["qb"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [
+            helper.make_tensor_value_info("da", TensorProto.FLOAT, [4, 3]),
+            helper.make_tensor_value_info("qb", TensorProto.INT8, [4, 5]),
+        ],
+        inits,
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    module = offload.runtime.load(offload.save(offload.load(data)))
+
+    def refuse(self, frame, out):
+        raise AssertionError(f"{self.kernel.op_name} took the kernel's way")
+
+    monkeypatch.setattr(_PreparedStep, "_by_kernel", refuse)
+    x = np.random.default_rng(12).uniform(-5, 5, (4, 8)).astype(np.float32)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    want = dict(zip(["da", "qb"], session.run(None, {"x": x})))
+    for _ in range(2):
+        got = module.run({"x": x})
+        np.testing.assert_array_equal(got["da"], want["da"])
+        np.testing.assert_array_equal(got["qb"], want["qb"])

@@ -10,6 +10,7 @@ import threading
 import tracemalloc
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
@@ -288,9 +289,12 @@ def _branchy_conv1d() -> bytes:
 def test_steps_past_an_if_are_prepared_per_shape_and_match_onnxruntime():
     """Shape specializations reach past the forward jumps of an If: the 1-D Convs inside the
     branch taken become prepared calls (the 2-D recipe at height 1) at a repeated shape, and
-    each run matches onnxruntime whichever branch it takes."""
+    each run matches onnxruntime whichever branch it takes. ``sr`` only decides the branch: its
+    value joins the input shapes in the key, so that each key takes one branch and the If's
+    result, and the Conv after it, have one shape a key (runtime/decided_paths.py)."""
     data = _branchy_conv1d()
     method = _method(data)
+    assert method._deciding == (1,)
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(4)
     for n, length, sr in [
@@ -305,11 +309,69 @@ def test_steps_past_an_if_are_prepared_per_shape_and_match_onnxruntime():
         got = method.run(feeds)["y"]
         (want,) = session.run(None, feeds)
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
-    plan = _plan(method, ((1, 2, 40), ()))
+    sr = np.array(16000, np.int64).tobytes()
+    assert _plan(method, ((1, 2, 40), ((), np.array(8000, np.int64).tobytes()))) is None  # run once
+    plan = _plan(method, ((1, 2, 40), ((), sr)))
     assert plan is not None
-    # the taken branch's Conv (with its Relu); the last Conv reads the If's result, which either
-    # branch may write, so its shape is not one the input shapes alone decide: it stays a kernel
-    assert _prepared_ops(plan.steps) == ["Conv", "Relu"]
+    # the taken branch's Conv with its Relu, and the last Conv, which reads the If's result
+    assert _prepared_ops(plan.steps) == ["Conv", "Conv", "Relu"]
+
+
+def test_an_input_that_is_data_as_well_does_not_decide_branches():
+    """``sr`` also scales the output: its value is data, not only a choice of branch, so it does
+    not join the key (each new value would make a specialization anew); the If's result then has
+    a shape the key does not decide, and the Conv after it stays a kernel."""
+    model = onnx.load_from_string(_branchy_conv1d())
+    graph = model.graph
+    graph.node.append(helper.make_node("Cast", ["sr"], ["srf"], to=F32))
+    graph.node[-2].output[0] = "y0"
+    graph.node.append(helper.make_node("Mul", ["y0", "srf"], ["y"]))
+    data = model.SerializeToString()
+    method = _method(data)
+    assert method._deciding == ()
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for sr in [16000, 16000, 8000, 8000]:
+        feeds = {"x": rng.standard_normal((1, 2, 40)).astype(np.float32), "sr": np.array(sr, np.int64)}
+        np.testing.assert_allclose(method.run(feeds)["y"], session.run(None, feeds)[0], rtol=RTOL, atol=5e-2)
+    plan = _plan(method, ((1, 2, 40), ()))
+    assert plan is not None and _prepared_ops(plan.steps) == ["Conv", "Relu"]
+
+
+def test_an_if_on_the_input_shapes_is_followed_by_prepared_steps():
+    """An exported model's If on what the shapes say (squeeze a batch of one): each key takes one
+    branch, the If's result has one shape a key, and the Relu after it is prepared; at batch 1
+    and 2 the results match onnxruntime."""
+    squeeze = helper.make_graph(
+        [helper.make_node("Squeeze", ["x", "zero"], ["s"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("s", F32, None)],
+    )
+    keep = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["k"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("k", F32, None)],
+    )
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["n"]),
+        helper.make_node("Equal", ["n", "one"], ["single"]),
+        helper.make_node("If", ["single"], ["t"], then_branch=squeeze, else_branch=keep),
+        helper.make_node("Relu", ["t"], ["y"]),
+    ]
+    inits = [("zero", np.array([0], np.int64)), ("one", np.array([1], np.int64))]
+    data = model_bytes(nodes, [("x", F32, ["n", 5])], [("y", F32, None)], inits)
+    method = _method(data)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(6)
+    for n in [1, 1, 2, 2, 1]:
+        x = rng.standard_normal((n, 5)).astype(np.float32)
+        np.testing.assert_array_equal(method.run({"x": x})["y"], session.run(None, {"x": x})[0])
+    for n in (1, 2):
+        plan = _plan(method, ((n, 5),))
+        assert plan is not None and "Relu" in _prepared_ops(plan.steps)
 
 
 @pytest.mark.parametrize(
