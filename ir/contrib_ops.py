@@ -10,7 +10,7 @@ DynamicQuantizeLSTM); the GPU backends take default-domain ops only and leave th
 from __future__ import annotations
 
 from .infer_nn import _recurrent
-from .registry import inference, parse_schema_line, register
+from .registry import inference, parse_schema_line, register, register_shape_rules
 
 DOMAIN = "com.microsoft"
 
@@ -25,6 +25,9 @@ DynamicQuantizeLSTM(X, W, R, B?, sequence_lens?, initial_h?, initial_c?, P?, W_s
 
 for _line in SCHEMAS.strip().splitlines():
     register(parse_schema_line(DOMAIN, _line))
+
+# Output shapes from input shapes alone (sequence_lens' values shape nothing), as for LSTM.
+register_shape_rules(DOMAIN, frozenset({"DynamicQuantizeLSTM"}), {})
 
 
 @inference("DynamicQuantizeLSTM", domain=DOMAIN)

@@ -193,15 +193,16 @@ def exact_product(a: np.ndarray, w: np.ndarray, w_max: float) -> np.ndarray:
     partial sum stays below 2**24 (any summation order is then exact), the slices' sums added in
     float64. float32 operands read half the bytes of float64 ones."""
     a_max = float(np.abs(a).max(initial=0))
-    k = a.shape[-1]
+    k, shape = a.shape[-1], a.shape[:-1] + w.shape[1:]
+    a = a.reshape(-1, k)  # a stack of rows as one product: each row alone would read all of w
     rows = k if a_max * w_max == 0 else max(1, int(2**24 // (a_max * w_max)))
     if rows >= k:
-        return np.matmul(a, w).astype(np.float64)
+        return np.matmul(a, w).astype(np.float64).reshape(shape)
     total = None
     for start in range(0, k, rows):
-        part = np.matmul(a[..., start : start + rows], w[start : start + rows])
+        part = np.matmul(a[:, start : start + rows], w[start : start + rows])
         total = part.astype(np.float64) if total is None else np.add(total, part, out=total)
-    return total
+    return total.reshape(shape)
 
 
 def _integer_product(a, b, a_zero_point, b_zero_point):
@@ -220,25 +221,36 @@ def _matmul_integer_call(attrs, inputs, output):
 
 
 class _MatMulIntegerCall:
-    """MatMulInteger into its int32 arena view; bound with B and its zero point constants of the
-    file, B less its zero point is made in float32 once (``exact_product`` reads it each run)."""
+    """MatMulInteger into its int32 arena view. With B and its zero point constants of the file
+    (read-only arrays), B less its zero point is made in float32 once and kept (``exact_product``
+    reads it each run), bound or called."""
 
-    __slots__ = ()
+    __slots__ = ("last",)
+
+    def __init__(self):
+        self.last = None  # (b, b_zero_point, w, w_max): one tuple, replaced whole (threads)
 
     def __call__(self, out, a, b, a_zero_point=None, b_zero_point=None):
-        np.copyto(out, _integer_product(a, b, a_zero_point, b_zero_point), casting="unsafe")
+        self.bind(out, a, b, a_zero_point, b_zero_point)()
 
     def bind(self, out, a, b, a_zero_point=None, b_zero_point=None):
         if b.flags.writeable or (b_zero_point is not None and b_zero_point.flags.writeable):
-            return functools.partial(self, out, a, b, a_zero_point, b_zero_point)
-        w = shifted(b, b_zero_point)
-        w_max = float(np.abs(w).max(initial=0))
+            return functools.partial(_into, out, a, b, a_zero_point, b_zero_point)
+        last = self.last
+        if last is None or last[0] is not b or last[1] is not b_zero_point:
+            w = shifted(b, b_zero_point)
+            last = self.last = (b, b_zero_point, w, float(np.abs(w).max(initial=0)))
+        w, w_max = last[2], last[3]
 
         def run():
             y = exact_product(shifted(a, a_zero_point, per_row=True), w, w_max)
             np.copyto(out, y, casting="unsafe")
 
         return run
+
+
+def _into(out, a, b, a_zero_point, b_zero_point) -> None:
+    np.copyto(out, _integer_product(a, b, a_zero_point, b_zero_point), casting="unsafe")
 
 
 def saturate(y, dtype):
