@@ -1,0 +1,167 @@
+"""com.microsoft::GroupQueryAttention (frontends/onnx_contrib_gqa.py) against onnxruntime's CPU
+kernel: prompts (right-padded rows), token generation over a ragged past, GQA and MHA, rotary
+embedding, local windows, softcap, packed QKV, sinks; refused forms; the .pte path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import offload
+from offload.errors import UnsupportedOpError
+from tests.frontends.contrib_support import SUMS, compare, contrib_model, node, normal, onnxruntime_run
+
+RNG = np.random.default_rng(2026)
+OUTPUTS = ["y", "present_key", "present_value"]
+
+
+def _case(
+    batch=2,
+    seq=5,
+    past=0,
+    lengths=None,
+    heads=4,
+    kv_heads=2,
+    head=8,
+    rotary=0,
+    packed=False,
+    bias=False,
+    sink=False,
+    **attrs,
+):
+    """A one-node model and its feeds. ``lengths``: each row's total length (past + new)."""
+    lengths = lengths or [past + seq] * batch
+    total = max(lengths + [seq])
+    q = normal(RNG, batch, seq, heads * head)
+    k, v = (normal(RNG, batch, seq, kv_heads * head) for _ in range(2))
+    feeds = {"q": np.concatenate([q, k, v], axis=2) if packed else q}
+    inputs = ["q", "", ""] if packed else ["q", "k", "v"]
+    if not packed:
+        feeds.update(k=k, v=v)
+    if past:
+        feeds["past_key"] = normal(RNG, batch, kv_heads, past, head)
+        feeds["past_value"] = normal(RNG, batch, kv_heads, past, head)
+        inputs += ["past_key", "past_value"]
+    else:
+        inputs += ["", ""]
+    feeds["seqlens_k"] = np.array(lengths, np.int32) - 1
+    feeds["total"] = np.array(total, np.int32)
+    inputs += ["seqlens_k", "total"]
+    inits = []
+    if rotary:
+        angles = np.arange(total + 4)[:, None] * (1e-2 ** (np.arange(rotary // 2) / (rotary // 2)))[None]
+        inits = [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32))]
+        inputs += ["cos", "sin"]
+        attrs["do_rotary"] = 1
+    if bias or sink:
+        inputs += [""] * (9 - len(inputs)) + ["", "", ""]
+        if bias:
+            feeds["bias"] = normal(RNG, 1, heads, seq, total)
+            inputs[10] = "bias"
+        if sink:
+            inits.append(("sink", normal(RNG, heads)))
+            inputs[11] = "sink"
+    while inputs[-1] == "":
+        inputs.pop()
+    n = node("GroupQueryAttention", inputs, OUTPUTS, num_heads=heads, kv_num_heads=kv_heads, **attrs)
+    return contrib_model([n], feeds, OUTPUTS, inits), feeds
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},  # prompt, GQA, every row full
+        {"lengths": [5, 3]},  # prompt, the second row right-padded
+        {"batch": 1, "heads": 2, "kv_heads": 2},  # MHA
+        {"heads": 4, "kv_heads": 1, "scale": 0.3},
+        {"seq": 1, "past": 6, "lengths": [7, 5]},  # token generation, ragged past
+        {"seq": 1, "past": 6, "lengths": [7, 4], "heads": 2, "kv_heads": 2},
+        {"batch": 1, "seq": 3, "past": 4},  # a later prompt chunk over a cache
+        {"head": 16, "rotary": 16, "lengths": [5, 2]},
+        {"head": 16, "rotary": 16, "rotary_interleaved": 1, "seq": 1, "past": 6, "lengths": [7, 3]},
+        {"head": 32, "rotary": 16, "seq": 1, "past": 5, "lengths": [6, 4]},  # partial rotary
+        {"local_window_size": 3},
+        {"local_window_size": 2, "seq": 1, "past": 6, "lengths": [7, 5]},
+        {"softcap": 2.0, "lengths": [5, 4]},
+        {"softcap": 1.5, "seq": 1, "past": 3, "scale": 0.5, "local_window_size": 2},
+        {"packed": True, "lengths": [5, 4]},
+        {"packed": True, "head": 16, "rotary": 16, "seq": 1, "past": 4, "lengths": [5, 3]},
+        {"bias": True, "lengths": [5, 4]},
+        {"sink": True, "seq": 1, "past": 4, "lengths": [5, 2]},
+        {"smooth_softmax": 1, "local_window_size": 2},
+    ],
+    ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "prompt",
+)
+def test_group_query_attention(kwargs):
+    data, feeds = _case(**kwargs)
+    compare(data, feeds, **SUMS)
+
+
+def test_group_query_attention_decodes_step_by_step():
+    """A prompt, then tokens fed one at a time with the present of each step as the next past."""
+    heads, kv_heads, head, prompt = 4, 2, 16, 4
+    angles = np.arange(16)[:, None] * (1e-2 ** (np.arange(8) / 8))[None]
+    inits = [("cos", np.cos(angles).astype(np.float32)), ("sin", np.sin(angles).astype(np.float32))]
+    attrs = {"num_heads": heads, "kv_num_heads": kv_heads, "do_rotary": 1, "local_window_size": 3}
+    feeds = {"q": normal(RNG, 1, prompt, heads * head), "k": normal(RNG, 1, prompt, kv_heads * head)}
+    feeds.update(v=normal(RNG, 1, prompt, kv_heads * head), seqlens_k=np.array([prompt - 1], np.int32))
+    feeds["total"] = np.array(prompt, np.int32)
+    inputs = ["q", "k", "v", "", "", "seqlens_k", "total", "cos", "sin"]
+    first = contrib_model([node("GroupQueryAttention", inputs, OUTPUTS, **attrs)], feeds, OUTPUTS, inits)
+    got = compare(first, feeds, **SUMS)
+    inputs[3:5] = ["past_key", "past_value"]
+    for step in range(prompt, prompt + 3):
+        feeds = {
+            "q": normal(RNG, 1, 1, heads * head),
+            "k": normal(RNG, 1, 1, kv_heads * head),
+            "v": normal(RNG, 1, 1, kv_heads * head),
+            "past_key": got["present_key"],
+            "past_value": got["present_value"],
+            "seqlens_k": np.array([step], np.int32),
+            "total": np.array(step + 1, np.int32),
+        }
+        n = node("GroupQueryAttention", inputs, OUTPUTS, **attrs)
+        got = compare(contrib_model([n], feeds, OUTPUTS, inits), feeds, **SUMS)
+        assert got["present_key"].shape == (1, kv_heads, step + 1, head)
+
+
+def test_group_query_attention_through_pte(tmp_path):
+    data, feeds = _case(seq=1, past=6, lengths=[7, 5], head=16, rotary=16, local_window_size=4)
+    want = onnxruntime_run(data, feeds)
+    path = tmp_path / "gqa.pte"
+    offload.save(offload.load(data), str(path))
+    got = offload.runtime.load(str(path)).run(feeds)
+    for name in OUTPUTS:
+        np.testing.assert_allclose(got[name], want[name], err_msg=name, **SUMS)
+
+
+@pytest.mark.parametrize(
+    "attrs,extra,what",
+    [
+        ({"causal": 0}, {}, "causal=0"),
+        ({"local_window_size": 0}, {}, "local_window_size=0"),
+        ({"sliding_window_cache": 1, "local_window_size": 4}, {}, "sliding_window_cache=1"),
+        ({"k_quant_type": "PER_TENSOR"}, {}, "k_quant_type"),
+        ({}, {9: "position_ids"}, "input position_ids"),
+        ({}, {16: "query_seqlens"}, "input query_seqlens"),
+    ],
+)
+def test_group_query_attention_refuses(attrs, extra, what):
+    feeds = {
+        "q": normal(RNG, 1, 2, 16),
+        "k": normal(RNG, 1, 2, 8),
+        "v": normal(RNG, 1, 2, 8),
+        "seqlens_k": np.array([1], np.int32),
+        "total": np.array(2, np.int32),
+    }
+    inputs = ["q", "k", "v", "", "", "seqlens_k", "total"]
+    for i, name in extra.items():
+        inputs += [""] * (i - len(inputs)) + [name]
+        feeds[name] = np.zeros((1, 2), np.int64 if name == "position_ids" else np.int32)[
+            :, : 2 if i == 9 else 1
+        ]
+        if name == "query_seqlens":
+            feeds[name] = np.array([2], np.int32)
+    n = node("GroupQueryAttention", inputs, ["y"], num_heads=2, kv_num_heads=1, **attrs)
+    with pytest.raises(UnsupportedOpError, match=f"GroupQueryAttention with {what}"):
+        offload.load(contrib_model([n], feeds, ["y"]))
