@@ -10,17 +10,20 @@ kv_num_heads Nk key / value heads, head size H, caches B x Nk x length x H, "BNS
 - present (length ``max(total_sequence_length, past length)``) holds past rows [0, P_b), the S
   new rows at [P_b, P_b + S), zeros elsewhere.
 - Query row s sees keys ``t <= last = min(P_b + s, T_b - 1)`` (a padded prompt row sees every
-  valid key) and, with ``local_window_size`` W > 0, only the W newest of them (``t > last - W``).
+  valid key; with causal=0 every row does) and, with ``local_window_size`` W > 0, only the W
+  newest of them (``t > last - W``).
 - scores = scale * Q K' (scale 1/sqrt(H) unless given), then ``softcap * tanh(scores / softcap)``
   where softcap > 0, then attention_bias added; softmax over the visible keys, with an extra
-  logit (0 for ``smooth_softmax``, ``head_sink[h]`` per head) in the denominator only.
+  logit (0 for ``smooth_softmax``, ``head_sink[h]`` per head) in the denominator only. Scores,
+  softmax and the product with V are float32 for float16 / bfloat16 inputs too, as onnxruntime's
+  CPU kernel computes them; rotary embedding and the caches stay in the input type.
 
 The rewrite: Q, K, V (or packed QKV Split) to BNSH; RotaryEmbedding with position ids
 ``P_b + s``; present as the past Padded to its length, rows from P_b on zeroed (Where), the new
 rows ScatterElements'd at ``P_b + s``; Q grouped as B x Nk x (N/Nk * S) x H so that each K / V
 head serves its query heads in one MatMul; the mask as a Where to -inf; Softmax (a sink column
 Concatenated and Sliced off). Refused: quantized caches, q/k norms, position_ids, query_seqlens,
-the window-sized cache, causal=0, output_qk, local_window_size 0.
+the window-sized cache, output_qk, local_window_size 0 (or a window with causal=0).
 """
 
 from __future__ import annotations
@@ -43,10 +46,11 @@ _REFUSED_INPUTS = {
 }
 
 
-def _check_attributes(n: _Node) -> int:
-    """The local window (-1: none); refuses the attribute values this rewrite does not implement."""
-    if int(n.attr("causal", 1)) != 1:
-        raise n.refuse("with causal=0")
+def _check_attributes(n: _Node) -> tuple[int, int]:
+    """The local window (-1: none) and causal; refuses the values this rewrite does not implement."""
+    causal = int(n.attr("causal", 1))
+    if causal not in (0, 1):
+        raise n.refuse(f"with causal={causal}")
     if int(n.attr("sliding_window_cache", 0)):
         raise n.refuse("with sliding_window_cache=1")
     if int(n.attr("qk_output", 0)) or n.wants(3):
@@ -55,17 +59,22 @@ def _check_attributes(n: _Node) -> int:
         if n.attr(name, "NONE") not in ("NONE", b"NONE"):
             raise n.refuse(f"with {name}={n.attr(name)!r} (a quantized KV cache)")
     window = int(n.attr("local_window_size", -1))
-    if window == 0 or window < -1:
-        raise n.refuse(f"with local_window_size={window}")
+    if window == 0 or window < -1 or (window > 0 and not causal):
+        raise n.refuse(f"with local_window_size={window}" + ("" if causal else " and causal=0"))
     for i, name in _REFUSED_INPUTS.items():
         if n.input(i) is not None:
             raise n.refuse(f"with input {name}")
-    return window
+    return window, causal
 
 
 def _to_heads(n: _Node, x, heads: int, head: int):
     """B x S x (heads * head) -> B x heads x S x head."""
     return n.one("Transpose", [n.one("Reshape", [x, n.const([0, 0, heads, head])])], {"perm": [0, 2, 1, 3]})
+
+
+def _float(n: _Node, x):
+    """``x`` in float32."""
+    return x if n.dtype(x) == DataType.FLOAT else n.one("Cast", [x], {"to": int(DataType.FLOAT)})
 
 
 def _pad_to(n: _Node, x, axis: int, length):
@@ -88,9 +97,9 @@ def _softmax(n: _Node, scores, head_sink, heads: int):
     """Softmax over the last axis; with a sink (``head_sink[h]``, or 0 for ``smooth_softmax``) its
     logit joins the denominator as one more column, whose weight is then dropped."""
     if head_sink is not None:
-        sink = n.one("Reshape", [head_sink, n.const([1, heads, 1, 1])])
+        sink = n.one("Reshape", [_float(n, head_sink), n.const([1, heads, 1, 1])])
     elif int(n.attr("smooth_softmax", 0)):
-        sink = n.like(np.zeros((1, 1, 1, 1)), scores)
+        sink = n.const(np.zeros((1, 1, 1, 1)), np.float32)
     else:
         return n.one("Softmax", [scores], {"axis": -1})
     leading = n.one("Slice", [n.one("Shape", [scores]), n.const([0]), n.const([3])])
@@ -103,7 +112,7 @@ def _softmax(n: _Node, scores, head_sink, heads: int):
 def _group_query_attention(n: _Node):
     q, k, v, past_key, past_value, seqlens_k, total, cos, sin = (n.input(i) for i in range(9))
     bias, head_sink = n.input(10), n.input(11)
-    window = _check_attributes(n)
+    window, causal = _check_attributes(n)
     heads, kv_heads = int(n.attr("num_heads")), int(n.attr("kv_num_heads"))
     if heads % kv_heads:
         raise n.refuse(f"with num_heads={heads} not a multiple of kv_num_heads={kv_heads}")
@@ -157,31 +166,36 @@ def _group_query_attention(n: _Node):
     present_key = _present(n, past_key, kh, where, length, kept)
     present_value = _present(n, past_value, vh, where, length, kept)
 
-    # scores of each query head against the keys of its group: B x N x S x L
-    group = n.one("Reshape", [qh, n.const([0, kv_heads, -1, head])])
-    scores = n.one("MatMul", [group, n.one("Transpose", [present_key], {"perm": [0, 1, 3, 2]})])
+    # in float32, as onnxruntime computes float16 / bfloat16 attention: scores B x N x S x L of
+    # each query head against the keys of its group
+    group = _float(n, n.one("Reshape", [qh, n.const([0, kv_heads, -1, head])]))
+    keys_t = n.one("Transpose", [_float(n, present_key)], {"perm": [0, 1, 3, 2]})
     scale = float(n.attr("scale", 0.0)) or 1.0 / float(np.sqrt(head))
-    scores = n.one("Reshape", [n.one("Mul", [scores, n.like(scale, q)]), n.const([0, heads, -1, 0])])
+    scores = n.one("Mul", [n.one("MatMul", [group, keys_t]), n.const(scale, np.float32)])
+    scores = n.one("Reshape", [scores, n.const([0, heads, -1, 0])])
     softcap = float(n.attr("softcap", 0.0))
     if softcap > 0.0:
-        scores = n.one(
-            "Mul", [n.one("Tanh", [n.one("Div", [scores, n.like(softcap, q)])]), n.like(softcap, q)]
-        )
+        cap = n.const(softcap, np.float32)
+        scores = n.one("Mul", [n.one("Tanh", [n.one("Div", [scores, cap])]), cap])
     if bias is not None:  # B|1 x N|1 x S x total_sequence_length, zero-padded to L columns
-        scores = n.one("Add", [scores, _pad_to(n, bias, 3, length)])
+        scores = n.one("Add", [scores, _float(n, _pad_to(n, bias, 3, length))])
 
-    # which keys each query row sees: B x 1 x S x L
-    last = n.one("Min", [positions, n.one("Sub", [n.one("Unsqueeze", [keys, n.const([1])]), n.const(1)])])
+    # which keys each query row sees (B x 1 x S|1 x L): up to its own position (causal) or every
+    # valid key, the last W of them with a local window
+    last = n.one("Sub", [n.one("Unsqueeze", [keys, n.const([1])]), n.const(1)])
+    if causal:
+        last = n.one("Min", [positions, last])
     last = n.one("Unsqueeze", [last, n.const([1, 3])])
     columns = n.one("Reshape", [slots, n.const([1, 1, 1, -1])])
     visible = n.one("LessOrEqual", [columns, last])
     if window > 0:
         visible = n.one("And", [visible, n.one("Greater", [columns, n.one("Sub", [last, n.const(window)])])])
-    scores = n.one("Where", [visible, scores, n.like(-np.inf, q)])
-
+    scores = n.one("Where", [visible, scores, n.const(-np.inf, np.float32)])
     probs = _softmax(n, scores, head_sink, heads)
     grouped = n.one("Reshape", [probs, n.const([0, kv_heads, -1, 0])])
-    y = n.one("MatMul", [grouped, present_value])  # B x Nk x (N/Nk * S) x H
+    y = n.one("MatMul", [grouped, _float(n, present_value)])  # B x Nk x (N/Nk * S) x H
     y = n.one("Transpose", [n.one("Reshape", [y, n.const([0, heads, -1, head])])], {"perm": [0, 2, 1, 3]})
     y = n.one("Reshape", [y, n.const([0, 0, heads * head])])
+    if n.dtype(q) != DataType.FLOAT:
+        y = n.one("Cast", [y], {"to": int(n.dtype(q))})
     return [y, present_key, present_value]
