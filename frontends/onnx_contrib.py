@@ -10,8 +10,9 @@ node, the op and what it holds; an operator of the domain without a rewrite impo
 fails to run with the usual "no CPU kernel for com.microsoft::<Op>".
 
 This module holds the registry (``contrib``, ``handles``, ``rewrite``) and the activation,
-product and normalization ops; ``onnx_contrib_attention.py`` and ``onnx_contrib_quant.py``
-register theirs with the same decorator, and ``onnx.py`` imports the three.
+product and normalization ops; ``onnx_contrib_attention.py``, ``onnx_contrib_gqa.py``
+(GroupQueryAttention) and ``onnx_contrib_quant.py`` register theirs with the same decorator, and
+``onnx.py`` imports them.
 """
 
 from __future__ import annotations

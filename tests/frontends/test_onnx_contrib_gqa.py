@@ -1,6 +1,7 @@
 """com.microsoft::GroupQueryAttention (frontends/onnx_contrib_gqa.py) against onnxruntime's CPU
 kernel: prompts (right-padded rows), token generation over a ragged past, GQA and MHA, rotary
-embedding, local windows, softcap, packed QKV, sinks; refused forms; the .pte path."""
+embedding, local windows, softcap, packed QKV, sinks, float16, symbolic dims; refused forms; the
+.pte path; on `opencl`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from onnx import TensorProto, helper
 
 import offload
 from offload.errors import UnsupportedOpError
+from tests.delegates.opencl_support import needs_opencl, run_on_opencl
 from tests.frontends.contrib_support import SUMS, compare, contrib_model, node, normal, onnxruntime_run
 
 RNG = np.random.default_rng(2026)
@@ -207,6 +209,16 @@ def test_group_query_attention_through_pte(tmp_path):
     got = offload.runtime.load(str(path)).run(feeds)
     for name in OUTPUTS:
         np.testing.assert_allclose(got[name], want[name], err_msg=name, **SUMS)
+
+
+@needs_opencl
+def test_group_query_attention_runs_on_opencl(tmp_path):
+    data, feeds = _case(seq=1, past=6, lengths=[7, 5], head=16, rotary=16, local_window_size=4)
+    want = onnxruntime_run(data, feeds)
+    lowered, got = run_on_opencl(offload.load(data), feeds, tmp_path)
+    assert [op.op_type for op in lowered.main.body.operations] == ["Delegate"]
+    for name in OUTPUTS:
+        np.testing.assert_allclose(got[name], want[name], err_msg=name, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(
