@@ -34,8 +34,7 @@ from offload.ir import DataType
 
 from .onnx_contrib import _Node, contrib
 
-# Inputs past total_sequence_length / cos / sin / attention_bias / head_sink, by position, that
-# this rewrite does not take.
+# The optional inputs (by position) this rewrite does not take.
 _REFUSED_INPUTS = {
     9: "position_ids",
     12: "k_scale",
@@ -46,8 +45,9 @@ _REFUSED_INPUTS = {
 }
 
 
-def _check_attributes(n: _Node) -> tuple[int, int]:
-    """The local window (-1: none) and causal; refuses the values this rewrite does not implement."""
+def _refuse_unsupported(n: _Node) -> tuple[int, int]:
+    """The local window (-1: none) and causal; refuses the attribute values and inputs this
+    rewrite does not implement."""
     causal = int(n.attr("causal", 1))
     if causal not in (0, 1):
         raise n.refuse(f"with causal={causal}")
@@ -93,6 +93,20 @@ def _present(n: _Node, past, new, rows_at, length, kept):
     return n.one("ScatterElements", [base, rows_at, new], {"axis": 2})
 
 
+def _visible(n: _Node, slots, positions, keys, causal: int, window: int):
+    """Which keys each query row sees (B x 1 x S|1 x L): up to its own position (causal) or every
+    valid key (``keys``: T_b), the last ``window`` of them with a local window."""
+    last = n.one("Sub", [n.one("Unsqueeze", [keys, n.const([1])]), n.const(1)])
+    if causal:
+        last = n.one("Min", [positions, last])
+    last = n.one("Unsqueeze", [last, n.const([1, 3])])
+    columns = n.one("Reshape", [slots, n.const([1, 1, 1, -1])])
+    visible = n.one("LessOrEqual", [columns, last])
+    if window > 0:
+        visible = n.one("And", [visible, n.one("Greater", [columns, n.one("Sub", [last, n.const(window)])])])
+    return visible
+
+
 def _softmax(n: _Node, scores, head_sink, heads: int):
     """Softmax over the last axis; with a sink (``head_sink[h]``, or 0 for ``smooth_softmax``) its
     logit joins the denominator as one more column, whose weight is then dropped."""
@@ -112,7 +126,7 @@ def _softmax(n: _Node, scores, head_sink, heads: int):
 def _group_query_attention(n: _Node):
     q, k, v, past_key, past_value, seqlens_k, total, cos, sin = (n.input(i) for i in range(9))
     bias, head_sink = n.input(10), n.input(11)
-    window, causal = _check_attributes(n)
+    window, causal = _refuse_unsupported(n)
     heads, kv_heads = int(n.attr("num_heads")), int(n.attr("kv_num_heads"))
     if heads % kv_heads:
         raise n.refuse(f"with num_heads={heads} not a multiple of kv_num_heads={kv_heads}")
@@ -128,6 +142,8 @@ def _group_query_attention(n: _Node):
         )
     else:
         head = width // heads
+    if head * (heads if n.input(1) is not None else heads + 2 * kv_heads) != width:
+        raise n.refuse(f"with a query width {width} that is not a whole number of heads")
     qh, kh, vh = (
         _to_heads(n, q, heads, head),
         _to_heads(n, k, kv_heads, head),
@@ -161,10 +177,10 @@ def _group_query_attention(n: _Node):
     slots = n.one("Range", [n.const(0), n.one("Reshape", [length, n.const([])]), n.const(1)])  # L
     at = n.one("Unsqueeze", [start, n.const([1, 2, 3])])  # B x 1 x 1 x 1
     kept = n.one("Less", [n.one("Reshape", [slots, n.const([1, 1, -1, 1])]), at])  # B x 1 x L x 1
-    where = n.one("Unsqueeze", [positions, n.const([1, 3])])  # B x 1 x S x 1
-    where = n.one("Expand", [where, n.one("Shape", [kh])])
-    present_key = _present(n, past_key, kh, where, length, kept)
-    present_value = _present(n, past_value, vh, where, length, kept)
+    rows_at = n.one("Unsqueeze", [positions, n.const([1, 3])])  # B x 1 x S x 1
+    rows_at = n.one("Expand", [rows_at, n.one("Shape", [kh])])
+    present_key = _present(n, past_key, kh, rows_at, length, kept)
+    present_value = _present(n, past_value, vh, rows_at, length, kept)
 
     # in float32, as onnxruntime computes float16 / bfloat16 attention: scores B x N x S x L of
     # each query head against the keys of its group
@@ -180,16 +196,7 @@ def _group_query_attention(n: _Node):
     if bias is not None:  # B|1 x N|1 x S x total_sequence_length, zero-padded to L columns
         scores = n.one("Add", [scores, _float(n, _pad_to(n, bias, 3, length))])
 
-    # which keys each query row sees (B x 1 x S|1 x L): up to its own position (causal) or every
-    # valid key, the last W of them with a local window
-    last = n.one("Sub", [n.one("Unsqueeze", [keys, n.const([1])]), n.const(1)])
-    if causal:
-        last = n.one("Min", [positions, last])
-    last = n.one("Unsqueeze", [last, n.const([1, 3])])
-    columns = n.one("Reshape", [slots, n.const([1, 1, 1, -1])])
-    visible = n.one("LessOrEqual", [columns, last])
-    if window > 0:
-        visible = n.one("And", [visible, n.one("Greater", [columns, n.one("Sub", [last, n.const(window)])])])
+    visible = _visible(n, slots, positions, keys, causal, window)
     scores = n.one("Where", [visible, scores, n.const(-np.inf, np.float32)])
     probs = _softmax(n, scores, head_sink, heads)
     grouped = n.one("Reshape", [probs, n.const([0, kv_heads, -1, 0])])
