@@ -1,21 +1,23 @@
 // C = alpha * op(A) @ op(B) + beta * bias, float32 values (stored as stype, see common.h), for MatMul, Gemm and the GEMM part of Conv.
 // A element (m, k) lives at A[a_off + m*sam + k*sak], B element (k, n) at B[b_off + k*sbk + n*sbn]:
 // strides express transA / transB and batch offsets. C is row-major M x N at c_off.
-// bias element (m, n) is bias[m*scm + n*scn] (strides 0 where it broadcasts); has_bias = 0: no bias.
+// bias element (m, n) is bias[m*scm + n*scn] (strides 0 where it broadcasts). epilogue: bit 0 adds the
+// bias, bit 1 then applies Relu (a Conv's fused activation, as elementwise Relu: x < 0 ? 0 : x).
 // Every variant sums k = 0, 1, ..., K-1 in order into one float per output, so they agree.
 
 #define GEMM_ARGS const int M, const int N, const int K, \
     __global const stype* A, const int a_off, const int sam, const int sak, \
     __global const stype* B, const int b_off, const int sbk, const int sbn, \
     __global stype* C, const int c_off, \
-    __global const stype* bias, const int has_bias, const int scm, const int scn, \
+    __global const stype* bias, const int epilogue, const int scm, const int scn, \
     const float alpha, const float beta
 
 inline void gemm_store(__global stype* C, const int c_off, const int N, const int row, const int col,
-                       const float acc, __global const stype* bias, const int has_bias,
+                       const float acc, __global const stype* bias, const int epilogue,
                        const int scm, const int scn, const float alpha, const float beta) {
     float r = alpha * acc;
-    if (has_bias) r += beta * LOADF(bias, row * scm + col * scn);
+    if (epilogue & 1) r += beta * LOADF(bias, row * scm + col * scn);
+    if (epilogue & 2) r = r < 0.0f ? 0.0f : r;
     STOREF(C, c_off + row * N + col, r);
 }
 
@@ -26,7 +28,7 @@ __kernel void gemm_naive(GEMM_ARGS) {
     if (row >= M || col >= N) return;
     float acc = 0.0f;
     for (int k = 0; k < K; ++k) acc += LOADF(A, a_off + row * sam + k * sak) * LOADF(B, b_off + k * sbk + col * sbn);
-    gemm_store(C, c_off, N, row, col, acc, bias, has_bias, scm, scn, alpha, beta);
+    gemm_store(C, c_off, N, row, col, acc, bias, epilogue, scm, scn, alpha, beta);
 }
 
 #ifndef TS
@@ -50,7 +52,7 @@ __kernel void gemm(GEMM_ARGS) {
         for (int k = 0; k < TS; ++k) acc += As[ty][k] * Bs[k][tx];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (row < M && col < N) gemm_store(C, c_off, N, row, col, acc, bias, has_bias, scm, scn, alpha, beta);
+    if (row < M && col < N) gemm_store(C, c_off, N, row, col, acc, bias, epilogue, scm, scn, alpha, beta);
 }
 
 // Register blocking: a work-group of 16 x 16 work-items computes a BM x BN block of C, each
@@ -99,7 +101,7 @@ __kernel void gemm_blocked(GEMM_ARGS) {
         const int row = row0 + ty + i * RTS;
         for (int j = 0; j < WPT; ++j) {
             const int col = col0 + tx + j * RTS;
-            if (row < M && col < N) gemm_store(C, c_off, N, row, col, acc[i][j], bias, has_bias, scm, scn, alpha, beta);
+            if (row < M && col < N) gemm_store(C, c_off, N, row, col, acc[i][j], bias, epilogue, scm, scn, alpha, beta);
         }
     }
 }
@@ -165,7 +167,7 @@ __kernel void gemm_pack_b(const int N, const int K, __global const stype* B, con
 
 __kernel void gemm_packed(const int M, const int N, const int K, __global const float* Ap,
                           __global const float* Bp, __global stype* C, const int c_off,
-                          __global const stype* bias, const int has_bias, const int scm, const int scn,
+                          __global const stype* bias, const int epilogue, const int scm, const int scn,
                           const float alpha, const float beta) {
     // neighbouring work-groups share the A panel (RM * K floats, in L1), not the 16 * K of B:
     // 1.2-1.5x faster on PoCL at 1024³
@@ -187,7 +189,7 @@ __kernel void gemm_packed(const int M, const int N, const int K, __global const 
         for (int j = 0; j < NR; ++j) {
             const int col = col0 + j;
             if (row < M && col < N)
-                gemm_store(C, c_off, N, row, col, out[i * NR + j], bias, has_bias, scm, scn, alpha, beta);
+                gemm_store(C, c_off, N, row, col, out[i * NR + j], bias, epilogue, scm, scn, alpha, beta);
         }
     }
 }

@@ -75,11 +75,20 @@ class Gemm:
                 if self.bias is not None:
                     r += self.bias.astype(np.float32) * beta
                 self.c[...] = r  # float32 → half: CuPy rounds to nearest even
+            if self.call.relu:
+                _relu(self.c)
             return
         if alpha != 1.0:
             self.c *= alpha
         if self.bias is not None:
             self.c += self.bias * beta
+        if self.call.relu:
+            _relu(self.c)
+
+
+def _relu(c) -> None:
+    """``c`` through Relu in place as matmul.cl's epilogue computes it (x < 0 ? 0 : x: NaN stays)."""
+    cp.copyto(c, 0, where=c < 0)
 
 
 DLPACK_CUDA = 2  # DLPack's kDLCUDA device type

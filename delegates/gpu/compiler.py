@@ -17,6 +17,7 @@ from offload.ir.rewrite import reads
 
 from ..backend import BackendCompiler, CompileSpec, CompileSpecError, PreprocessResult, Support
 from . import control, ops
+from .epilogue import EPILOGUES, epilogues
 from .host import host_inputs
 from .ops import ELEMENTWISE
 from .plan import FORMAT, MAX_ELEMENTS, PRECISIONS
@@ -82,7 +83,8 @@ def _fusion_groups(body) -> list[list[int]]:
     An elementwise op joins the group of the elementwise op producing one of its inputs when that
     value is used by this op alone (a branch or loop body reading it counts as a use) and is not a
     result of the block: each group is then a tree whose intermediates are read only inside it,
-    and it is emitted at its root (its last op).
+    and it is emitted at its root (its last op). An op that runs as its producer's epilogue
+    (``epilogue.py``: a Conv's Relu) forms a group of two with that producer instead.
     """
     ops = body.operations
     users: dict[int, set[int]] = {}
@@ -91,15 +93,18 @@ def _fusion_groups(body) -> list[list[int]]:
             users.setdefault(id(v), set()).add(s)
     outputs = {id(v) for v in body.outputs}
     producer = {id(v): s for s, op in enumerate(ops) for v in op.outputs if v is not None}
+    fused = epilogues(ops, users, outputs)
     group_of: dict[int, list[int]] = {}  # step → its group (shared list)
     for s, op in enumerate(ops):
         group = [s]
-        if op.op_type in ELEMENTWISE:
+        if s in fused:
+            group = [fused[s], s]
+        elif op.op_type in ELEMENTWISE:
             for v in op.inputs:
                 if v is None or id(v) in outputs or users.get(id(v)) != {s}:
                     continue
                 p = producer.get(id(v))
-                if p is None or ops[p].op_type not in ELEMENTWISE or group_of[p] is group:
+                if p is None or p in fused or ops[p].op_type not in ELEMENTWISE or group_of[p] is group:
                     continue
                 group = sorted({*group_of[p], *group})
         for t in group:
@@ -111,6 +116,19 @@ def _fusion_groups(body) -> list[list[int]]:
             seen.add(id(g))
             result.append(g)
     return result
+
+
+def _with_epilogue(ops: list[Operation], vid) -> dict:
+    """One plan step for a producer and the op fused into it as its epilogue (``epilogue.py``)."""
+    producer, consumer = ops
+    return {
+        "type": producer.op_type,
+        "name": producer.name,
+        "attributes": _attrs(producer),
+        "inputs": [vid(v) for v in producer.inputs],
+        "outputs": [vid(consumer.outputs[0])],
+        "epilogue": consumer.op_type,
+    }
 
 
 def _fused(ops: list[Operation], vid) -> dict:
@@ -254,6 +272,9 @@ class GPUCompiler(BackendCompiler):
                 for op in ops:
                     for v in op.inputs:
                         register(v)
+                if len(ops) == 2 and ops[1].op_type in EPILOGUES.get(ops[0].op_type, ()):
+                    out.append((group, _with_epilogue(ops, vid)))
+                    continue
                 if len(ops) > 1:
                     out.append((group, _fused(ops, vid)))
                     continue

@@ -16,6 +16,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -199,9 +200,25 @@ def tuning_choice(device: Device, key: str, candidates: list, trial):
 # ---- allocator: device buffers, copy in / out ---------------------------------------------------
 
 
+@dataclass
+class Traffic:
+    """What a device has been asked to do since it opened, for counting what one run costs: kernel
+    launches, waits of the host for the device (a blocking copy, a finish), and bytes copied
+    between host and device each way."""
+
+    launches: int = 0
+    syncs: int = 0
+    to_device: int = 0
+    to_host: int = 0
+
+    def snapshot(self) -> Traffic:
+        return Traffic(self.launches, self.syncs, self.to_device, self.to_host)
+
+
 class Allocator:
     def __init__(self, context, queue):
         self.context, self.queue = context, queue
+        self.traffic = Traffic()
 
     def alloc(self, nbytes: int):
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 4))
@@ -214,6 +231,8 @@ class Allocator:
                 array = array.astype(storage)
         if array.size:
             cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=True)
+            self.traffic.syncs += 1
+            self.traffic.to_device += array.nbytes
 
     def copyout(self, buffer, shape, dtype, storage=None, offset: int = 0) -> np.ndarray:
         """``buffer`` from byte ``offset`` as an array of ``dtype``, read as ``storage`` (the device
@@ -221,6 +240,8 @@ class Allocator:
         out = np.empty(shape, storage if storage is not None else dtype)
         if out.size:
             cl.enqueue_copy(self.queue, out, buffer, src_offset=offset, is_blocking=True)
+            self.traffic.syncs += 1
+            self.traffic.to_host += out.nbytes
         return out.astype(dtype, copy=False)
 
 

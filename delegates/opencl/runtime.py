@@ -208,6 +208,7 @@ class OpenCLRuntime(GPURuntime):
 
     def synchronize(self, handle: CLHandle) -> None:
         handle.device.queue.finish()
+        handle.device.allocator.traffic.syncs += 1
 
     def builder(self, handle: CLHandle, host: dict[int, np.ndarray], shapes: dict) -> CLBuilder:
         return CLBuilder(handle.device, handle.plan, host, handle.tuning, shapes)
@@ -277,6 +278,7 @@ class OpenCLRuntime(GPURuntime):
     # -- launches --
     def enqueue(self, handle: CLHandle, launch: Launch) -> None:
         cl.enqueue_nd_range_kernel(handle.device.queue, launch.kernel, launch.global_size, launch.local_size)
+        handle.device.allocator.traffic.launches += 1
 
     def launch_profiled(self, handle: CLHandle, spec: Specialized, run) -> None:
         """The launches on the device's profiling queue, each kernel's device time an event of
@@ -293,6 +295,7 @@ class OpenCLRuntime(GPURuntime):
             for launch in spec.launches
         ]
         queue.finish()
+        device.allocator.traffic.launches += len(events)
         if not events:
             return
         origin = events[0][1].profile.queued
@@ -310,10 +313,15 @@ class OpenCLRuntime(GPURuntime):
     def read_condition(self, handle: CLHandle, spec: Specialized, v: int) -> bool:
         flag = np.zeros(1, np.uint8)
         cl.enqueue_copy(handle.device.queue, flag, spec.buffers[v], is_blocking=True)
+        handle.device.allocator.traffic.syncs += 1
+        handle.device.allocator.traffic.to_host += 1
         return bool(flag[0])
 
     def write_value(self, handle: CLHandle, spec: Specialized, v: int, value: np.ndarray) -> None:
-        cl.enqueue_copy(handle.device.queue, spec.buffers[v], np.ascontiguousarray(value), is_blocking=True)
+        value = np.ascontiguousarray(value)
+        cl.enqueue_copy(handle.device.queue, spec.buffers[v], value, is_blocking=True)
+        handle.device.allocator.traffic.syncs += 1
+        handle.device.allocator.traffic.to_device += value.nbytes
 
     def fence(self, handle: CLHandle):
         return cl.enqueue_marker(handle.device.queue).wait

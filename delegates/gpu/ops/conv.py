@@ -22,6 +22,8 @@ GEMM side (cuBLAS) only gains, hence the low threshold.
 The GEMMs are ``linalg.GemmCall``s run by the builder's ``gemm`` when it has one (cuBLAS on CUDA),
 else by the matmul.cl kernel ``linalg.variant_for`` picks for the device's kind; the bias rides on the GEMM (strides scm=1, scn=0) when the conv
 has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no offset).
+A Relu the plan fused into the Conv (step key ``epilogue``, ``gpu/epilogue.py``) is applied where
+the result is stored: by conv_direct, by the GEMM after its bias, or by ``add_bias``.
 ConvTranspose is a gather kernel: each output element sums the inputs that scatter onto it.
 """
 
@@ -128,8 +130,10 @@ def _conv(b: Builder, step: dict) -> None:
     blas = getattr(b, "gemm", None)
     kind = "cpu" if blas is None and getattr(b, "device_kind", "gpu") == "cpu" else "gpu"
     how = _strategy(cg, ks, strides, begin, end, kind)
+    relu = step.get("epilogue") == "Relu"
     if how == "direct":
-        args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(bias is not None)]
+        flags = int(bias is not None) | int(relu) << 1
+        args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(flags)]
         args += [i32(N), i32(C), i32(M), i32(G), *geo]
         program = b.program(source("conv.cl"), float_options(b))
         if kind == "cpu":  # depthwise, the only direct conv on a CPU device
@@ -182,10 +186,11 @@ def _conv(b: Builder, step: dict) -> None:
                     1.0,
                     1.0,
                     b_packed=packed,
+                    relu=relu and (G == 1 or bias is None),
                 )
             )
     if bias is not None and G > 1:
-        args = [Buf(out), Buf(bias), i32(N * M), i32(M), i32(P)]
+        args = [Buf(out), Buf(bias), i32(N * M), i32(M), i32(P), i32(int(relu) << 1)]
         b.launch(b.program(source("conv.cl"), float_options(b)), "add_bias", (P, N * M), None, args)
 
 

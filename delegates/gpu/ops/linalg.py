@@ -121,6 +121,13 @@ class GemmCall:
     # ``b`` holds B already in the packed kernels' panels (``im2col_packed``); only a packed
     # variant runs such a call
     b_packed: bool = False
+    # Relu applied to C after the bias: the activation of a Conv whose Relu the plan fused
+    relu: bool = False
+
+    @property
+    def epilogue(self) -> int:
+        """matmul.cl's ``epilogue`` flags: bit 0 adds the bias, bit 1 then applies Relu."""
+        return int(self.bias is not None) | int(self.relu) << 1
 
 
 def calls(b: Builder, step: dict) -> list[GemmCall]:
@@ -231,7 +238,7 @@ def _packed_launches(b: Builder, g: GemmCall, rm: int, program) -> list[tuple]:
         launches.append((program, "gemm_pack_b", (g.K, q), None, args))
     bias = _operand(g.bias) if g.bias is not None else _operand(g.c)
     args = [i32(g.M), i32(g.N), i32(g.K), a_panels, b_panels, _operand(g.c), i32(g.c_off)]
-    args += [bias, i32(g.bias is not None), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
+    args += [bias, i32(g.epilogue), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
     launches.append((program, "gemm_packed", (q, p), (1, 1), args))
     return launches
 
@@ -247,7 +254,7 @@ def _gemm_launches(b: Builder, g: GemmCall, variant: str) -> list[tuple]:
     bias = _operand(g.bias) if g.bias is not None else _operand(g.c)
     args = [i32(g.M), i32(g.N), i32(g.K), _operand(g.a), i32(g.a_off), i32(g.sam), i32(g.sak)]
     args += [_operand(g.b), i32(g.b_off), i32(g.sbk), i32(g.sbn), _operand(g.c), i32(g.c_off)]
-    args += [bias, i32(g.bias is not None), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
+    args += [bias, i32(g.epilogue), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
     if kernel == "gemm_naive":
         return [(program, kernel, (g.N, g.M), None, args)]
     up = lambda n: -(-n // ts) * ts  # noqa: E731
