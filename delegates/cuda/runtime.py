@@ -55,12 +55,15 @@ class Gemm:
 
     def bind(self, buffers, view) -> None:
         g, t = self.call, self.storage
-        self.a = view(buffers[g.a], (g.M, g.K), t, g.a_off, (g.sam, g.sak))
-        self.b = view(buffers[g.b], (g.K, g.N), t, g.b_off, (g.sbk, g.sbn))
-        self.c = view(buffers[g.c], (g.M, g.N), t, g.c_off, (g.N, 1))
+        # a batch of GEMMs (a grouped Conv's groups) as 3-D views: one strided batched cuBLAS call
+        lead, n = ((g.batch,), lambda s: (s,)) if g.batch > 1 else ((), lambda s: ())
+        self.a = view(buffers[g.a], (*lead, g.M, g.K), t, g.a_off, (*n(g.sab), g.sam, g.sak))
+        self.b = view(buffers[g.b], (*lead, g.K, g.N), t, g.b_off, (*n(g.sbb), g.sbk, g.sbn))
+        self.c = view(buffers[g.c], (*lead, g.M, g.N), t, g.c_off, (*n(g.scb), g.N, 1))
         # Kept when beta is 0, as matmul.cl keeps it: 0 * inf is NaN there too.
         bias = g.bias is not None
-        self.bias = view(buffers[g.bias], (g.M, g.N), t, 0, (g.scm, g.scn)) if bias else None
+        shape, strides = (*lead, g.M, g.N), (*n(g.sbias), g.scm, g.scn)
+        self.bias = view(buffers[g.bias], shape, t, 0, strides) if bias else None
 
     def run(self, stream) -> None:  # on the current stream, which execute sets
         # On float16 views CuPy's matmul calls cublasGemmEx with CUBLAS_COMPUTE_32F (its default

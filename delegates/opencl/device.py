@@ -223,16 +223,22 @@ class Allocator:
     def alloc(self, nbytes: int):
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 4))
 
-    def copyin(self, buffer, array: np.ndarray, storage=None) -> None:
+    def copyin(self, buffer, array: np.ndarray, storage=None, wait: bool = True):
         """``array`` into ``buffer``, converted to the device dtype ``storage`` when one is given
-        (float32 → float16 under precision=fp16: round to nearest even, overflow to ±inf)."""
+        (float32 → float16 under precision=fp16: round to nearest even, overflow to ±inf).
+
+        ``wait=False`` returns as soon as the copy is enqueued, with its event (None when there
+        is nothing to copy): the event holds the host array until the copy is done, and dropping
+        it waits for that, so the caller keeps it until a later wait on the queue."""
         if storage is not None and array.dtype != storage:
             with np.errstate(over="ignore"):
                 array = array.astype(storage)
-        if array.size:
-            cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=True)
-            self.traffic.syncs += 1
-            self.traffic.to_device += array.nbytes
+        if not array.size:
+            return None
+        event = cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=wait)
+        self.traffic.syncs += int(wait)
+        self.traffic.to_device += array.nbytes
+        return None if wait else event
 
     def copyout(self, buffer, shape, dtype, storage=None, offset: int = 0) -> np.ndarray:
         """``buffer`` from byte ``offset`` as an array of ``dtype``, read as ``storage`` (the device

@@ -6,14 +6,16 @@ plan step's launcher (``gpu.ops``) records its launches through ``CLBuilder``; t
 buffers are assigned from a pool by lifetime (a buffer is reused once the last launch reading its
 value has been enqueued) and every kernel's arguments are bound once (``set_args``), so ``execute``
 only finds its specialization, copies inputs in, enqueues and copies outputs out. Intermediates
-never leave the device; every copy between host and device blocks.
+never leave the device. The inputs' copies are enqueued without waiting (in order with the
+launches on the one queue); the outputs' blocking reads are where a call waits for the device,
+once for a call with one output (a profiled call waits for each copy, to time it).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -93,6 +95,9 @@ class CLTensor(GPUTensor):
 @dataclass
 class CLHandle(Handle):
     tuning: str = "none"  # compile spec tuning: how GEMM variants are chosen (``CLBuilder.tuned``)
+    # the events of a call's input copies, enqueued without waiting: kept until its outputs are
+    # copied out (a blocking read on the same in-order queue), so a call waits for the device once
+    pending: list = field(default_factory=list)
 
 
 class CLBuilder(PlanValues):
@@ -163,7 +168,7 @@ class OpenCLRuntime(GPURuntime):
     launch_types = (Launch,)
     import_error = IMPORT_ERROR
     launch_errors = (cl.Error,) if cl is not None else ()
-    timed_copies = True  # copies block: their host time is their time
+    timed_copies = True  # a profiled call's copies block: their host time is their time
 
     def is_available(self) -> Availability:
         if cl is None:
@@ -228,7 +233,11 @@ class OpenCLRuntime(GPURuntime):
 
     def copy_in(self, handle: CLHandle, spec: Specialized, k: int, x: np.ndarray) -> None:
         i = spec.inputs[k]
-        handle.device.allocator.copyin(spec.buffers[i], x, handle.storage.get(i))
+        # a profiled call waits for each copy, so that its time is the copy's
+        wait = profile.active() is not None
+        event = handle.device.allocator.copyin(spec.buffers[i], x, handle.storage.get(i), wait=wait)
+        if event is not None:
+            handle.pending.append(event)
 
     def copy_tensor(self, handle: CLHandle, spec: Specialized, k: int, x: CLTensor) -> None:
         queue = handle.device.queue
@@ -254,12 +263,15 @@ class OpenCLRuntime(GPURuntime):
 
     def copy_out(self, handle: CLHandle, spec: Specialized, keep: list[bool] | None) -> list:
         alloc = handle.device.allocator
-        return [
-            self._kept(handle, spec, i)
-            if keep and keep[k]
-            else alloc.copyout(spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i))
-            for k, i in enumerate(spec.outputs)
-        ]
+        try:
+            return [
+                self._kept(handle, spec, i)
+                if keep and keep[k]
+                else alloc.copyout(spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i))
+                for k, i in enumerate(spec.outputs)
+            ]
+        finally:
+            handle.pending.clear()  # each event waits for its copy (done by now after a read)
 
     @staticmethod
     def _kept(handle: CLHandle, spec: Specialized, i: int) -> CLTensor:

@@ -6,7 +6,8 @@ Every conv runs as a 3-D one (missing leading spatial dims have size 1, kernel 1
 - ``direct`` (``conv_direct``, one work-item per output) for depthwise convs (one input channel
   per group): a GEMM per channel would have one row.
 - ``gemm`` when the kernel is all ones with stride 1 and no padding: one image of one group is
-  already the GEMM's [C/G, spatial] operand, so the conv is one GEMM per (image, group).
+  already the GEMM's [C/G, spatial] operand, so the conv is one GEMM per image, its groups a
+  batch of GEMMs in one launch (``GemmCall.batch``) with the bias and a fused Relu in it.
 - ``direct`` when each output sums fewer than ``DIRECT_MAX_K[kind]`` = C/G * prod(kernel)
   products, by the device's kind: on a GPU the GEMM's K loop is then one to three tiles, and
   im2col's extra pass over memory dominates. On a CPU device never (see below).
@@ -30,6 +31,7 @@ ConvTranspose is a gather kernel: each output element sums the inputs that scatt
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -143,6 +145,12 @@ def _conv(b: Builder, step: dict) -> None:
         return
     run = blas or (lambda g: linalg.gemm_kernel(b, g))
     mg, K, P, IP = M // G, cg * math.prod(ks), math.prod(outs), math.prod(ins)
+    if how == "gemm" and G > 1:  # the groups as one batch of GEMMs, the bias and Relu in it
+        for n in range(N):
+            batch = dict(batch=G, sab=mg * K, sbb=cg * IP, scb=mg * P, sbias=mg if bias is not None else 0)
+            call = linalg.GemmCall(mg, P, K, w, 0, K, 1, x, n * C * IP, P, 1, out, n * M * P, bias, 1, 0, 1.0, 1.0)
+            run(replace(call, relu=relu, **batch))
+        return
     gemm_bias = bias if G == 1 else None
     # on a CPU device the columns go straight into the packed GEMM's B panels (one pass)
     packed = how == "im2col" and kind == "cpu"
