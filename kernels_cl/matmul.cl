@@ -5,7 +5,8 @@
 // reads A from a_off + t*sab, B from b_off + t*sbb, the bias from t*sbias and writes C at
 // c_off + t*scb (GEMM_BATCH; the packed kernels' panels follow one another per batch).
 // bias element (m, n) is bias[m*scm + n*scn] (strides 0 where it broadcasts). epilogue: bit 0 adds the
-// bias, bit 1 then applies Relu (a Conv's fused activation, as elementwise Relu: x < 0 ? 0 : x).
+// bias, bit 2 then adds what C holds (a Conv's fused residual Add, written in place), bit 1 then
+// applies Relu (a Conv's fused activation, as elementwise Relu: x < 0 ? 0 : x).
 // Every variant sums k = 0, 1, ..., K-1 in order into one float per output, so they agree.
 
 #define GEMM_ARGS const int M, const int N, const int K, \
@@ -26,6 +27,7 @@ inline void gemm_store(__global stype* C, const int c_off, const int N, const in
                        const int scm, const int scn, const float alpha, const float beta) {
     float r = alpha * acc;
     if (epilogue & 1) r += beta * LOADF(bias, bias_off + row * scm + col * scn);
+    if (epilogue & 4) r += LOADF(C, c_off + row * N + col);
     if (epilogue & 2) r = r < 0.0f ? 0.0f : r;
     STOREF(C, c_off + row * N + col, r);
 }

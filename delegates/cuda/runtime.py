@@ -66,17 +66,21 @@ class Gemm:
         self.bias = view(buffers[g.bias], shape, t, 0, strides) if bias else None
 
     def run(self, stream) -> None:  # on the current stream, which execute sets
+        # a residual Add in place: what C holds, added after the bias (matmul.cl's order)
+        previous = self.c.copy() if self.call.accumulate else None
         # On float16 views CuPy's matmul calls cublasGemmEx with CUBLAS_COMPUTE_32F (its default
         # compute type for half): products and sums in float32, C rounded to half once.
         cp.matmul(self.a, self.b, out=self.c)
         alpha, beta = np.float32(self.call.alpha), np.float32(self.call.beta)
         if self.storage == "float16":
-            if alpha != 1.0 or self.bias is not None:
+            if alpha != 1.0 or self.bias is not None or previous is not None:
                 # the epilogue in float32, rounded to half once more (matmul.cl rounds once: C
                 # here differs from it by at most that first rounding of the product)
                 r = self.c.astype(np.float32) * alpha
                 if self.bias is not None:
                     r += self.bias.astype(np.float32) * beta
+                if previous is not None:
+                    r += previous.astype(np.float32)
                 self.c[...] = r  # float32 → half: CuPy rounds to nearest even
             if self.call.relu:
                 _relu(self.c)
@@ -85,6 +89,8 @@ class Gemm:
             self.c *= alpha
         if self.bias is not None:
             self.c += self.bias * beta
+        if previous is not None:
+            self.c += previous
         if self.call.relu:
             _relu(self.c)
 

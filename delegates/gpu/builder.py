@@ -70,6 +70,7 @@ class PlanValues:
         self.kept = {int(i) for i in plan.get("fp32", {})}
         self.host = host  # weights, then init-time constants: uploaded once
         self.alias_of: dict[int, int] = {}
+        self.written_in_place: set[int] = set()  # Conv outputs aliased to their residual (ops/conv.py)
         self.step = 0  # counts the steps recorded (nested ones too): scratch buffers are per step
         self.pinned: set[int] = set()  # values a control step keeps in buffers of their own
         self._scratch: dict[tuple[int, str], int] = {}

@@ -17,7 +17,7 @@ from offload.ir.rewrite import reads
 
 from ..backend import BackendCompiler, CompileSpec, CompileSpecError, PreprocessResult, Support
 from . import control, ops
-from .epilogue import EPILOGUES, epilogues
+from .epilogue import ADDS, epilogues, residual
 from .host import host_inputs
 from .ops import ELEMENTWISE
 from .plan import FORMAT, MAX_ELEMENTS, PRECISIONS
@@ -77,14 +77,15 @@ def _attrs(op: Operation) -> dict:
     return {k: _attr(a) for k, a in attrs.items() if _attr(a) is not None}
 
 
-def _fusion_groups(body) -> list[list[int]]:
+def _fusion_groups(body, residuals: bool = True) -> list[list[int]]:
     """The partition's ops as groups of step indices, in plan order.
 
     An elementwise op joins the group of the elementwise op producing one of its inputs when that
     value is used by this op alone (a branch or loop body reading it counts as a use) and is not a
     result of the block: each group is then a tree whose intermediates are read only inside it,
     and it is emitted at its root (its last op). An op that runs as its producer's epilogue
-    (``epilogue.py``: a Conv's Relu) forms a group of two with that producer instead.
+    (``epilogue.py``: a Conv's residual Add and Relu; the Add only where values are stored as
+    float32, ``residuals``) joins that producer's group instead, a Conv first.
     """
     ops = body.operations
     users: dict[int, set[int]] = {}
@@ -93,12 +94,12 @@ def _fusion_groups(body) -> list[list[int]]:
             users.setdefault(id(v), set()).add(s)
     outputs = {id(v) for v in body.outputs}
     producer = {id(v): s for s, op in enumerate(ops) for v in op.outputs if v is not None}
-    fused = epilogues(ops, users, outputs)
+    fused = epilogues(ops, users, outputs, residuals)
     group_of: dict[int, list[int]] = {}  # step → its group (shared list)
     for s, op in enumerate(ops):
         group = [s]
         if s in fused:
-            group = [fused[s], s]
+            group = sorted({*group_of[fused[s]], s})
         elif op.op_type in ELEMENTWISE:
             for v in op.inputs:
                 if v is None or id(v) in outputs or users.get(id(v)) != {s}:
@@ -119,16 +120,22 @@ def _fusion_groups(body) -> list[list[int]]:
 
 
 def _with_epilogue(ops: list[Operation], vid) -> dict:
-    """One plan step for a producer and the op fused into it as its epilogue (``epilogue.py``)."""
-    producer, consumer = ops
-    return {
-        "type": producer.op_type,
-        "name": producer.name,
-        "attributes": _attrs(producer),
-        "inputs": [vid(v) for v in producer.inputs],
-        "outputs": [vid(consumer.outputs[0])],
-        "epilogue": consumer.op_type,
+    """One plan step for a Conv and the ops fused into it as its epilogue (``epilogue.py``)."""
+    conv, *chain = ops
+    step = {
+        "type": conv.op_type,
+        "name": conv.name,
+        "attributes": _attrs(conv),
+        "inputs": [vid(v) for v in conv.inputs],
+        "outputs": [vid(chain[-1].outputs[0])],
+        "epilogue": ["Add" if op.op_type in ADDS else op.op_type for op in chain],
     }
+    prev = conv.outputs[0]
+    for op in chain:
+        if op.op_type in ADDS:
+            step["residual"] = vid(residual(op, prev))
+        prev = op.outputs[0]
+    return step
 
 
 def _fused(ops: list[Operation], vid) -> dict:
@@ -267,12 +274,12 @@ class GPUCompiler(BackendCompiler):
         def steps(block) -> list[tuple[list[int], dict]]:
             """The block's plan steps, each with the indices of the ops it runs."""
             out = []
-            for group in _fusion_groups(block):
+            for group in _fusion_groups(block, residuals=stored == "fp32"):
                 ops = [block.operations[s] for s in group]
                 for op in ops:
                     for v in op.inputs:
                         register(v)
-                if len(ops) == 2 and ops[1].op_type in EPILOGUES.get(ops[0].op_type, ()):
+                if len(ops) > 1 and ops[0].op_type == "Conv":
                     out.append((group, _with_epilogue(ops, vid)))
                     continue
                 if len(ops) > 1:

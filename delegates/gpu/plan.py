@@ -155,6 +155,8 @@ def parse(processed: bytes | dict, backend: str) -> dict:
                 and isinstance(step.get("inputs"), list)
                 and isinstance(step.get("outputs"), list)
                 and all(known(v, optional=True) for v in step["inputs"] + step["outputs"])
+                and known(step.get("residual"), optional=True)
+                and isinstance(step.get("epilogue", []), list)
             ):
                 raise bad(f"{where}step {k} is not a step of known values")
             if step["type"] == "Fused" and not isinstance(step.get("nodes"), list):

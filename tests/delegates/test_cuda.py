@@ -643,7 +643,7 @@ def test_a_grouped_1x1_conv_with_relu_is_one_batched_cublas_call(monkeypatch):
     p = model(nodes, [("x", [2, 9, 3, 5])], ["y"], [("w", w), ("b", bias)])
     feeds = {"x": RNG.standard_normal((2, 9, 3, 5)).astype(np.float32)}
     plan, host, b = _host_builder(p, monkeypatch)
-    assert [s["type"] for s in plan["ops"]] == ["Conv"] and plan["ops"][0]["epilogue"] == "Relu"
+    assert [s["type"] for s in plan["ops"]] == ["Conv"] and plan["ops"][0]["epilogue"] == ["Relu"]
     assert [(g.call.batch, g.call.relu) for g in b.launches] == [(3, True)] * 2  # one call per image
     _, got = _run_gemms_on_numpy(plan, host, b, feeds["x"], monkeypatch)
     np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=1e-5, atol=1e-5)

@@ -1,8 +1,8 @@
 """Launches, waits and copies of one run of a small conv net on the GPU backends, and its values.
 
 The net: a 3x3 Conv + bias + Relu, a grouped 1x1 Conv + Relu, a depthwise Conv + Relu, a 1x1 Conv
-and a residual Add + Relu. Each Relu after a Conv runs in that Conv's kernel (``gpu/epilogue.py``),
-the grouped Conv's groups run as one batch of GEMMs. Counts are structural: what the shared
+and a residual Add + Relu. Each Relu and the residual Add after a Conv run in that Conv's kernel
+(``gpu/epilogue.py``), the grouped Conv's groups run as one batch of GEMMs. Counts are structural: what the shared
 launchers record for a GPU device without a BLAS (opencl), with cuBLAS (cuda), and what PoCL's
 opencl device really ran (its ``Traffic`` counters); values against onnxruntime.
 """
@@ -57,11 +57,19 @@ def _plan_and_host(program):
     return plan, {int(i): constants[n].const_value for i, n in plan["weights"].items()}
 
 
-def test_each_relu_after_a_conv_is_its_epilogue_and_the_residual_relu_is_not():
+def test_each_relu_and_the_residual_add_after_a_conv_are_its_epilogue():
     plan, _ = _plan_and_host(_net())
     steps = [(s["type"], s.get("epilogue")) for s in plan["ops"]]
-    assert steps == [("Conv", "Relu")] * 3 + [("Conv", None), ("Fused", None)]
-    assert [n["type"] for n in plan["ops"][-1]["nodes"]] == ["Add", "Relu"]
+    assert steps == [("Conv", ["Relu"])] * 3 + [("Conv", ["Add", "Relu"])]
+    assert plan["ops"][-1]["residual"] == plan["ops"][0]["outputs"][0]
+
+
+def test_under_fp16_storage_the_residual_add_stays_a_step_of_its_own():
+    lowered = offload.to_backend(_net(), "opencl", {"opencl": {"precision": "fp16"}}, passes="none")
+    (d,) = [op for op in lowered.main.body.operations if op.op_type == "Delegate"]
+    plan = json.loads(d.attributes["processed"])
+    steps = [(s["type"], s.get("epilogue")) for s in plan["ops"]]
+    assert steps == [("Conv", ["Relu"])] * 3 + [("Conv", None), ("Fused", None)]
 
 
 @pytest.mark.parametrize("blas", [False, True], ids=["opencl-gpu", "cuda"])
@@ -69,9 +77,9 @@ def test_a_gpu_runs_the_net_within_the_launch_target(blas):
     plan, host = _plan_and_host(_net())
     b = record(plan, host, blas=blas, device_kind="gpu")
     launches = len(b.launches) + len(b.gemms)
-    # 3x3: im2col + GEMM; grouped 1x1: one batched GEMM; depthwise: one; 1x1: one; Add + Relu: one
-    assert launches == 6 <= TARGET * CONVS, [r.kernel for r in b.launches]
-    assert "add_bias" not in {r.kernel for r in b.launches}
+    # 3x3: im2col + GEMM; grouped 1x1: one batched GEMM; depthwise: one; 1x1 + Add + Relu: one
+    assert launches == 5 <= TARGET * CONVS, [r.kernel for r in b.launches]
+    assert {"add_bias", "add_residual", "ew"}.isdisjoint(r.kernel for r in b.launches)
 
 
 @needs_opencl
@@ -117,7 +125,57 @@ def test_a_conv_whose_output_is_read_elsewhere_keeps_its_relu_apart(extra_output
     program = _conv_relu(extra_output)
     plan, _ = _plan_and_host(program)
     types = [(s["type"], s.get("epilogue")) for s in plan["ops"]]
-    assert types == ([("Conv", None), ("Relu", None)] if extra_output else [("Conv", "Relu")])
+    assert types == ([("Conv", None), ("Relu", None)] if extra_output else [("Conv", ["Relu"])])
     feeds = {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}
     check(program, feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
 
+
+
+def _blocks(residual_read_later: bool, residual_a_view: bool = False):
+    """Two ResNet identity blocks in a row, two 3x3 Convs each (the second block adds into the
+    buffer the first wrote in place); ``residual_read_later``: the first block's input is also added to the output, after the
+    blocks (so no Conv may write into it); ``residual_a_view``: the first residual is a Reshape of
+    a value read after the blocks."""
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c0"], ["r0"])]
+    first = "r0"
+    if residual_a_view:
+        nodes += [helper.make_node("Reshape", ["r0", "shape"], ["v0"])]
+        first = "v0"
+    for k, src in enumerate([first, "z0"]):
+        nodes += [
+            helper.make_node("Conv", [src, f"a{k}"], [f"p{k}"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", [f"p{k}"], [f"q{k}"]),
+            helper.make_node("Conv", [f"q{k}", f"w{k + 1}", f"b{k + 1}"], [f"c{k + 1}"], pads=[1, 1, 1, 1]),
+            helper.make_node("Sum" if k else "Add", [src, f"c{k + 1}"], [f"s{k}"]),
+            helper.make_node("Relu", [f"s{k}"], [f"z{k}"]),
+        ]
+    out = "z1"
+    if residual_read_later or residual_a_view:
+        nodes.append(helper.make_node("Add", ["z1", "r0"], ["y"]))
+        out = "y"
+    else:
+        nodes.append(helper.make_node("Identity", ["z1"], ["y"]))
+    init = [("w0", _w(8, 4, 3, 3)), ("w1", _w(8, 8, 3, 3)), ("b1", _w(8, 1)[:, 0])]
+    init += [("w2", _w(8, 8, 3, 3)), ("b2", _w(8, 1)[:, 0]), ("shape", np.array([1, 8, 6, 6], np.int64))]
+    init += [("a0", _w(8, 8, 3, 3)), ("a1", _w(8, 8, 3, 3))]
+    return model(nodes, [("x", [1, 4, 6, 6])], [out], init)
+
+
+@needs_opencl
+@pytest.mark.parametrize(
+    "read_later,view,fused,kernel",
+    [
+        (False, False, 2, None),  # chained in place: no launch but the Convs'
+        (True, False, 1, None),  # r0 read after the blocks: its Add stays a step
+        (False, True, 2, "add_residual"),  # r0's buffer is shared by a view: added by one launch
+    ],
+    ids=["in-place-chain", "residual-read-later", "residual-a-view"],
+)
+def test_residual_blocks_match_onnxruntime(read_later, view, fused, kernel, tmp_path):
+    program = _blocks(read_later, view)
+    plan, host = _plan_and_host(program)
+    assert sum(s.get("epilogue") == ["Add", "Relu"] for s in plan["ops"]) == fused
+    kernels = {r.kernel for r in record(plan, host, device_kind=device_kind()).launches}
+    assert (kernel in kernels) if kernel else "add_residual" not in kernels
+    feeds = {"x": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    check(program, feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)

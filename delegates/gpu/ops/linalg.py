@@ -125,6 +125,8 @@ class GemmCall:
     b_packed: bool = False
     # Relu applied to C after the bias: the activation of a Conv whose Relu the plan fused
     relu: bool = False
+    # C's previous contents added after the bias, before Relu: a Conv's residual Add in place
+    accumulate: bool = False
     # ``batch`` such GEMMs in one launch: GEMM t reads A from a_off + t*sab, B from b_off + t*sbb
     # and the bias from t*sbias, and writes C from c_off + t*scb (a grouped Conv's groups)
     batch: int = 1
@@ -135,8 +137,9 @@ class GemmCall:
 
     @property
     def epilogue(self) -> int:
-        """matmul.cl's ``epilogue`` flags: bit 0 adds the bias, bit 1 then applies Relu."""
-        return int(self.bias is not None) | int(self.relu) << 1
+        """matmul.cl's ``epilogue`` flags: bit 0 adds the bias, bit 2 then C's previous contents,
+        bit 1 then applies Relu."""
+        return int(self.bias is not None) | int(self.relu) << 1 | int(self.accumulate) << 2
 
 
 def calls(b: Builder, step: dict) -> list[GemmCall]:
