@@ -59,7 +59,9 @@ def count(path: str, device: str | None) -> dict:
         "to_device": after.to_device - before.to_device,
         "to_host": after.to_host - before.to_host,
         "input_bytes": sum(np.asarray(x).nbytes for x in feeds.values()),
-        "output_bytes": sum(np.asarray(x).nbytes for x in (outputs.values() if isinstance(outputs, dict) else outputs)),
+        "output_bytes": sum(
+            np.asarray(x).nbytes for x in (outputs.values() if isinstance(outputs, dict) else outputs)
+        ),
         "ratio": launches / max(ops, 1),
     }
 

@@ -29,11 +29,14 @@ from __future__ import annotations
 ADDS = frozenset({"Add", "Sum"})
 
 
-def epilogues(ops: list, users: dict[int, set[int]], outputs: set[int], residuals: bool = True) -> dict[int, int]:
+def epilogues(
+    ops: list, users: dict[int, set[int]], outputs: set[int], residuals: bool = True
+) -> dict[int, int]:
     """Step index of each op fused into a Conv's epilogue → the step it follows in the chain.
     ``users``: value id → the steps reading it (branch and loop bodies included); ``outputs``: the
     ids of the block's results; ``residuals``: whether rules 2 and 3 may apply."""
     producer = {id(v): s for s, op in enumerate(ops) for v in op.outputs if v is not None}
+    context = (users, outputs, producer)
     fused: dict[int, int] = {}
     chain: dict[int, tuple[int, tuple[str, ...]]] = {}  # step → (its Conv, the epilogue so far)
     for s, op in enumerate(ops):
@@ -50,9 +53,8 @@ def epilogues(ops: list, users: dict[int, set[int]], outputs: set[int], residual
             conv, done = chain[prev]
             if op.op_type == "Relu" and "Relu" not in done and len(ins) == 1:
                 fused[s], chain[s] = prev, (conv, (*done, "Relu"))
-            elif op.op_type in ADDS and not done and residuals:
-                if _residual_ok(ops, conv, s, y, users, outputs, producer):
-                    fused[s], chain[s] = prev, (conv, ("Add",))
+            elif op.op_type in ADDS and not done and residuals and _residual_ok(ops, conv, s, y, context):
+                fused[s], chain[s] = prev, (conv, ("Add",))
             if s in fused:
                 break
     return fused
@@ -64,8 +66,10 @@ def residual(op, y):
     return r
 
 
-def _residual_ok(ops, conv: int, s: int, y, users, outputs, producer) -> bool:
-    """Rule 2's conditions on the residual of the Add at step ``s`` (module docstring)."""
+def _residual_ok(ops, conv: int, s: int, y, context) -> bool:
+    """Rule 2's conditions on the residual of the Add at step ``s`` (module docstring);
+    ``context``: the users, block results and producers of ``epilogues``."""
+    users, outputs, producer = context
     op = ops[s]
     if len(op.inputs) != 2 or sum(v is y for v in op.inputs) != 1:
         return False

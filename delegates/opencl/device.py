@@ -15,8 +15,8 @@ import os
 import threading
 import time
 import warnings
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 

@@ -639,7 +639,10 @@ def test_a_grouped_1x1_conv_with_relu_is_one_batched_cublas_call(monkeypatch):
     """The groups as one strided batched GEMM (3-D views), its bias and the fused Relu after it:
     ONNX's Conv then Relu."""
     w, bias = RNG.standard_normal((6, 3, 1, 1)), RNG.standard_normal(6)
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=3), helper.make_node("Relu", ["c"], ["y"])]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], group=3),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
     p = model(nodes, [("x", [2, 9, 3, 5])], ["y"], [("w", w), ("b", bias)])
     feeds = {"x": RNG.standard_normal((2, 9, 3, 5)).astype(np.float32)}
     plan, host, b = _host_builder(p, monkeypatch)

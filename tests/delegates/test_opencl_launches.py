@@ -44,7 +44,12 @@ def _net():
         helper.make_node("Add", ["c4", "r1"], ["s"]),
         helper.make_node("Relu", ["s"], ["y"]),
     ]
-    init = [("w1", _w(16, 8, 3, 3)), ("b1", _w(16, 1)[:, 0]), ("w2", _w(16, 4, 1, 1)), ("b2", _w(16, 1)[:, 0])]
+    init = [
+        ("w1", _w(16, 8, 3, 3)),
+        ("b1", _w(16, 1)[:, 0]),
+        ("w2", _w(16, 4, 1, 1)),
+        ("b2", _w(16, 1)[:, 0]),
+    ]
     init += [("w3", _w(16, 1, 3, 3)), ("b3", _w(16, 1)[:, 0]), ("w4", _w(16, 16, 1, 1))]
     return model(nodes, [("x", [1, 8, 12, 12])], ["y"], init)
 
@@ -130,13 +135,15 @@ def test_a_conv_whose_output_is_read_elsewhere_keeps_its_relu_apart(extra_output
     check(program, feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
 
 
-
 def _blocks(residual_read_later: bool, residual_a_view: bool = False):
     """Two ResNet identity blocks in a row, two 3x3 Convs each (the second block adds into the
     buffer the first wrote in place); ``residual_read_later``: the first block's input is also added to the output, after the
     blocks (so no Conv may write into it); ``residual_a_view``: the first residual is a Reshape of
     a value read after the blocks."""
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c0"], ["r0"])]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+    ]
     first = "r0"
     if residual_a_view:
         nodes += [helper.make_node("Reshape", ["r0", "shape"], ["v0"])]

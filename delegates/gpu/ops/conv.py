@@ -158,7 +158,9 @@ def _conv(b: Builder, step: dict) -> None:
     if how == "gemm" and G > 1:  # the groups as one batch of GEMMs, the bias and Relu in it
         for n in range(N):
             batch = dict(batch=G, sab=mg * K, sbb=cg * IP, scb=mg * P, sbias=mg if bias is not None else 0)
-            call = linalg.GemmCall(mg, P, K, w, 0, K, 1, x, n * C * IP, P, 1, out, n * M * P, bias, 1, 0, 1.0, 1.0)
+            call = linalg.GemmCall(
+                mg, P, K, w, 0, K, 1, x, n * C * IP, P, 1, out, n * M * P, bias, 1, 0, 1.0, 1.0
+            )
             run(replace(call, relu=relu, **batch))
         _add_residual(b, step, out, residual, in_place, "Relu" in epilogue)
         return
@@ -228,7 +230,11 @@ def _writable_in_place(b: Builder, residual: int, out: int, reads) -> bool:
     root = b.root(residual)
     views = [v for v, r in b.alias_of.items() if r == root]
     own = root not in b.host and root not in b.pinned and root not in b.alias_of
-    return own and all(v in b.written_in_place for v in views) and all(v is None or b.root(v) != root for v in reads)
+    return (
+        own
+        and all(v in b.written_in_place for v in views)
+        and all(v is None or b.root(v) != root for v in reads)
+    )
 
 
 def _add_residual(b: Builder, step: dict, out: int, residual: int | None, in_place: bool, relu: bool) -> None:
