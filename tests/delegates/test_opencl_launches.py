@@ -17,6 +17,7 @@ from onnx import helper
 
 import offload
 from offload.delegates.cuda.record import record
+from offload.delegates.gpu.plan import parse
 from offload.delegates.opencl.runtime import OpenCLRuntime
 
 from .opencl_support import check, device_kind, model, needs_opencl, plan_and_handle, reference
@@ -186,3 +187,15 @@ def test_residual_blocks_match_onnxruntime(read_later, view, fused, kernel, tmp_
     assert (kernel in kernels) if kernel else "add_residual" not in kernels
     feeds = {"x": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)}
     check(program, feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"epilogue": ["Sigmoid"]}, {"epilogue": ["Add", "Relu"]}, {"residual": 0}, {"type": "Relu"}],
+    ids=["unknown-activation", "add-without-residual", "residual-without-add", "not-a-conv"],
+)
+def test_a_damaged_epilogue_is_a_model_format_error(change):
+    plan, _ = _plan_and_host(_net())
+    plan["ops"][0].update(change)
+    with pytest.raises(offload.errors.ModelFormatError, match="epilogue"):
+        parse(json.dumps(plan).encode(), "opencl")
