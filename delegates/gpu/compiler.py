@@ -85,7 +85,9 @@ def _fusion_groups(body, residuals: bool = True) -> list[list[int]]:
     result of the block: each group is then a tree whose intermediates are read only inside it,
     and it is emitted at its root (its last op). An op that runs as its producer's epilogue
     (``epilogue.py``: a Conv's residual Add and Relu; the Add only where values are stored as
-    float32, ``residuals``) joins that producer's group instead, a Conv first.
+    float32, ``residuals``) joins that producer's group instead, a Conv first. Such a group runs
+    where its last op stood; a residual Add is left out of it when a group that reads the residual
+    would then run after it (the Conv overwrites the residual).
     """
     ops = body.operations
     users: dict[int, set[int]] = {}
@@ -94,8 +96,31 @@ def _fusion_groups(body, residuals: bool = True) -> list[list[int]]:
             users.setdefault(id(v), set()).add(s)
     outputs = {id(v) for v in body.outputs}
     producer = {id(v): s for s, op in enumerate(ops) for v in op.outputs if v is not None}
-    fused = epilogues(ops, users, outputs, residuals)
-    group_of: dict[int, list[int]] = {}  # step → its group (shared list)
+    kept: set[int] = set()  # residual Adds left unfused: a reader of the residual would run late
+    while True:
+        fused = epilogues(ops, users, outputs, residuals, kept)
+        group_of = _grouped(ops, users, outputs, producer, fused)
+        late = set()
+        for a in fused:
+            if ops[a].op_type in ADDS:  # the Conv writes into the residual when its group runs
+                r = residual(ops[a], ops[fused[a]].outputs[0])
+                if any(group_of[t][-1] > group_of[a][-1] for t in users[id(r)] if t != a):
+                    late.add(a)
+        if not late:
+            break
+        kept |= late
+    seen, result = set(), []
+    for s in range(len(ops)):
+        g = group_of[s]
+        if g[-1] == s and id(g) not in seen:
+            seen.add(id(g))
+            result.append(g)
+    return result
+
+
+def _grouped(ops, users, outputs, producer, fused) -> dict[int, list[int]]:
+    """Each step's group (a list shared by its members), by ``_fusion_groups``' rule."""
+    group_of: dict[int, list[int]] = {}
     for s, op in enumerate(ops):
         group = [s]
         if s in fused:
@@ -110,13 +135,7 @@ def _fusion_groups(body, residuals: bool = True) -> list[list[int]]:
                 group = sorted({*group_of[p], *group})
         for t in group:
             group_of[t] = group
-    seen, result = set(), []
-    for s in range(len(ops)):
-        g = group_of[s]
-        if g[-1] == s and id(g) not in seen:
-            seen.add(id(g))
-            result.append(g)
-    return result
+    return group_of
 
 
 def _with_epilogue(ops: list[Operation], vid) -> dict:

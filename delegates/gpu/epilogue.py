@@ -30,11 +30,12 @@ ADDS = frozenset({"Add", "Sum"})
 
 
 def epilogues(
-    ops: list, users: dict[int, set[int]], outputs: set[int], residuals: bool = True
+    ops: list, users: dict[int, set[int]], outputs: set[int], residuals: bool = True, kept=frozenset()
 ) -> dict[int, int]:
     """Step index of each op fused into a Conv's epilogue → the step it follows in the chain.
     ``users``: value id → the steps reading it (branch and loop bodies included); ``outputs``: the
-    ids of the block's results; ``residuals``: whether rules 2 and 3 may apply."""
+    ids of the block's results; ``residuals``: whether rules 2 and 3 may apply; ``kept``: Add
+    steps not to fuse (the caller found a reader of their residual running after them)."""
     producer = {id(v): s for s, op in enumerate(ops) for v in op.outputs if v is not None}
     context = (users, outputs, producer)
     fused: dict[int, int] = {}
@@ -53,7 +54,13 @@ def epilogues(
             conv, done = chain[prev]
             if op.op_type == "Relu" and "Relu" not in done and len(ins) == 1:
                 fused[s], chain[s] = prev, (conv, (*done, "Relu"))
-            elif op.op_type in ADDS and not done and residuals and _residual_ok(ops, conv, s, y, context):
+            elif (
+                op.op_type in ADDS
+                and not done
+                and residuals
+                and s not in kept
+                and _residual_ok(ops, conv, s, y, context)
+            ):
                 fused[s], chain[s] = prev, (conv, ("Add",))
             if s in fused:
                 break

@@ -199,3 +199,26 @@ def test_a_damaged_epilogue_is_a_model_format_error(change):
     plan["ops"][0].update(change)
     with pytest.raises(offload.errors.ModelFormatError, match="epilogue"):
         parse(json.dumps(plan).encode(), "opencl")
+
+
+@needs_opencl
+def test_a_residual_read_by_an_elementwise_tree_that_runs_later_is_not_overwritten(tmp_path):
+    """r0 is read by a Mul whose fused tree runs at the last Add, after the block: the block's Add
+    stays out of its Conv (which would have written into r0 first)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Mul", ["r0", "k"], ["m"]),
+        helper.make_node("Conv", ["r0", "a0"], ["p"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["p"], ["q"]),
+        helper.make_node("Conv", ["q", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["r0", "c1"], ["s"]),
+        helper.make_node("Relu", ["s"], ["z"]),
+        helper.make_node("Add", ["m", "z"], ["y"]),
+    ]
+    init = [("w0", _w(8, 4, 3, 3)), ("a0", _w(8, 8, 3, 3)), ("w1", _w(8, 8, 3, 3)), ("b1", _w(8, 1)[:, 0])]
+    program = model(nodes, [("x", [1, 4, 6, 6])], ["y"], init + [("k", np.float32(0.5))])
+    plan, _ = _plan_and_host(program)
+    assert [s.get("epilogue") for s in plan["ops"] if s["type"] == "Conv"] == [["Relu"], ["Relu"], None]
+    feeds = {"x": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    check(program, feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
