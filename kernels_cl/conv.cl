@@ -22,10 +22,20 @@
         }                                                                               \
     }
 
-// Direct Conv: one work-item per output element. Wt: M x (C/G) x KD x KH x KW; B: M
-// (has_bias = 0: none); Y: N x M x OD x OH x OW. Used for depthwise (C/G == 1) and tiny convs.
+// Direct Conv: one work-item per output element. Wt: M x (C/G) x KD x KH x KW; B: M; epilogue: bit 0
+// adds B, bit 2 then adds what Y holds (a residual Add written in place), bit 1 then applies Relu
+// (conv_epilogue, matmul.cl's order); Y: N x M x OD x OH x OW. Used for depthwise (C/G == 1) and
+// tiny convs.
+inline float conv_epilogue(float acc, __global const stype* B, const int m, __global const stype* Y,
+                           const size_t k, const int epilogue)
+{
+    if (epilogue & 1) acc += LOADF(B, m);
+    if (epilogue & 4) acc += LOADF(Y, k);
+    return (epilogue & 2) && acc < 0.0f ? 0.0f : acc;
+}
+
 __kernel void conv_direct(__global const stype* X, __global const stype* Wt, __global const stype* B,
-                          __global stype* Y, const int has_bias,
+                          __global stype* Y, const int epilogue,
                           const int N, const int C, const int M, const int G,
                           CONV_GEOMETRY)
 {
@@ -48,7 +58,7 @@ __kernel void conv_direct(__global const stype* X, __global const stype* Wt, __g
         __global const stype* wp = Wt + ((size_t)m * cg + c) * ksize;
         CONV_TAPS(acc, xp, wp, od, oh, ow);
     }
-    STOREF(Y, gid, has_bias ? acc + LOADF(B, m) : acc);
+    STOREF(Y, gid, conv_epilogue(acc, B, m, Y, gid, epilogue));
 }
 
 // Depthwise Conv (C/G == 1) for a CPU device: a work-item per output row (n, m, od, oh) computes
@@ -56,7 +66,7 @@ __kernel void conv_direct(__global const stype* X, __global const stype* Wt, __g
 // agree bit for bit. Consecutive outputs read neighbouring inputs in one work-item, where a
 // work-item per output made PoCL gather across work-items. Launch: global (N * M * OD * OH).
 __kernel void conv_depthwise_rows(__global const stype* X, __global const stype* Wt, __global const stype* B,
-                                  __global stype* Y, const int has_bias,
+                                  __global stype* Y, const int epilogue,
                                   const int N, const int C, const int M, const int G,
                                   CONV_GEOMETRY)
 {
@@ -70,22 +80,33 @@ __kernel void conv_depthwise_rows(__global const stype* X, __global const stype*
     __global const stype* xp = X + ((size_t)n * C + g) * plane;
     __global const stype* wp = Wt + (size_t)m * KD * KH * KW;
     __global stype* yp = Y + (size_t)r * OW;
-    const float bias = has_bias ? LOADF(B, m) : 0.0f;
     for (int ow = 0; ow < OW; ++ow) {
         float acc = 0.0f;
         CONV_TAPS(acc, xp, wp, od, oh, ow);
-        STOREF(yp, ow, has_bias ? acc + bias : acc);
+        STOREF(yp, ow, conv_epilogue(acc, B, m, yp, ow, epilogue));
     }
 }
 
-// Y[n, m, p] += B[m] over Y: N x M x P (the bias of a grouped conv run as per-group GEMMs).
-// Launch: global (P, N * M): a row per (n, m), no 64-bit index division per element.
-__kernel void add_bias(__global stype* Y, __global const stype* B, const int NM, const int M, const int P)
+// Y[n, m, p] += B[m] over Y: N x M x P (the bias of a grouped conv run as per-group GEMMs), then
+// Relu where epilogue's bit 1 says so. Launch: global (P, N * M): a row per (n, m), no 64-bit
+// index division per element.
+__kernel void add_bias(__global stype* Y, __global const stype* B, const int NM, const int M, const int P,
+                       const int epilogue)
 {
     const int p = get_global_id(0), r = get_global_id(1);
     if (p >= P || r >= NM) return;
     const size_t k = (size_t)r * P + p;
-    STOREF(Y, k, LOADF(Y, k) + LOADF(B, r % M));
+    STOREF(Y, k, conv_epilogue(LOADF(Y, k), B, r % M, Y, k, (epilogue & 2) | 1));
+}
+
+// Y[k] += R[k], then Relu where epilogue's bit 1 says so, over n elements: a Conv's fused residual
+// Add where it cannot be written in place (ops/conv.py). Launch: global (n).
+__kernel void add_residual(__global stype* Y, __global const stype* R, const long n, const int epilogue)
+{
+    const size_t k = get_global_id(0);
+    if (k >= (size_t)n) return;
+    const float v = LOADF(Y, k) + LOADF(R, k);
+    STOREF(Y, k, (epilogue & 2) && v < 0.0f ? 0.0f : v);
 }
 
 // ConvTranspose as a gather: each output element sums the inputs that scatter onto it.

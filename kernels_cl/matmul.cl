@@ -1,32 +1,46 @@
 // C = alpha * op(A) @ op(B) + beta * bias, float32 values (stored as stype, see common.h), for MatMul, Gemm and the GEMM part of Conv.
 // A element (m, k) lives at A[a_off + m*sam + k*sak], B element (k, n) at B[b_off + k*sbk + n*sbn]:
 // strides express transA / transB and batch offsets. C is row-major M x N at c_off.
-// bias element (m, n) is bias[m*scm + n*scn] (strides 0 where it broadcasts); has_bias = 0: no bias.
+// A launch runs a batch of such GEMMs along global dimension 2 (a grouped Conv's groups): GEMM t
+// reads A from a_off + t*sab, B from b_off + t*sbb, the bias from t*sbias and writes C at
+// c_off + t*scb (GEMM_BATCH; the packed kernels' panels follow one another per batch).
+// bias element (m, n) is bias[m*scm + n*scn] (strides 0 where it broadcasts). epilogue: bit 0 adds the
+// bias, bit 2 then adds what C holds (a Conv's fused residual Add, written in place), bit 1 then
+// applies Relu (a Conv's fused activation, as elementwise Relu: x < 0 ? 0 : x).
 // Every variant sums k = 0, 1, ..., K-1 in order into one float per output, so they agree.
 
 #define GEMM_ARGS const int M, const int N, const int K, \
-    __global const stype* A, const int a_off, const int sam, const int sak, \
-    __global const stype* B, const int b_off, const int sbk, const int sbn, \
-    __global stype* C, const int c_off, \
-    __global const stype* bias, const int has_bias, const int scm, const int scn, \
-    const float alpha, const float beta
+    __global const stype* A, const int a_off0, const int sam, const int sak, \
+    __global const stype* B, const int b_off0, const int sbk, const int sbn, \
+    __global stype* C, const int c_off0, \
+    __global const stype* bias, const int epilogue, const int scm, const int scn, \
+    const float alpha, const float beta, const int sab, const int sbb, const int scb, const int sbias
+
+// The offsets of this work-item's GEMM of the batch (GEMM_ARGS), by global dimension 2.
+#define GEMM_BATCH                                                  \
+    const int batch_ = (int)get_global_id(2);                       \
+    const int a_off = a_off0 + batch_ * sab, b_off = b_off0 + batch_ * sbb; \
+    const int c_off = c_off0 + batch_ * scb, bias_off = batch_ * sbias;
 
 inline void gemm_store(__global stype* C, const int c_off, const int N, const int row, const int col,
-                       const float acc, __global const stype* bias, const int has_bias,
+                       const float acc, __global const stype* bias, const int bias_off, const int epilogue,
                        const int scm, const int scn, const float alpha, const float beta) {
     float r = alpha * acc;
-    if (has_bias) r += beta * LOADF(bias, row * scm + col * scn);
+    if (epilogue & 1) r += beta * LOADF(bias, bias_off + row * scm + col * scn);
+    if (epilogue & 4) r += LOADF(C, c_off + row * N + col);
+    if (epilogue & 2) r = r < 0.0f ? 0.0f : r;
     STOREF(C, c_off + row * N + col, r);
 }
 
 // One work-item per output element, no local memory: for few rows (GEMV-like shapes), where
-// tiles would idle. Launch: global (N, M).
+// tiles would idle. Launch: global (N, M, batch).
 __kernel void gemm_naive(GEMM_ARGS) {
+    GEMM_BATCH
     const int col = get_global_id(0), row = get_global_id(1);
     if (row >= M || col >= N) return;
     float acc = 0.0f;
     for (int k = 0; k < K; ++k) acc += LOADF(A, a_off + row * sam + k * sak) * LOADF(B, b_off + k * sbk + col * sbn);
-    gemm_store(C, c_off, N, row, col, acc, bias, has_bias, scm, scn, alpha, beta);
+    gemm_store(C, c_off, N, row, col, acc, bias, bias_off, epilogue, scm, scn, alpha, beta);
 }
 
 #ifndef TS
@@ -34,8 +48,9 @@ __kernel void gemm_naive(GEMM_ARGS) {
 #endif
 
 // Square TS x TS tiles of A and B in local memory, one output per work-item.
-// Launch: local (TS, TS), global (round_up(N, TS), round_up(M, TS)).
+// Launch: local (TS, TS, 1), global (round_up(N, TS), round_up(M, TS), batch).
 __kernel void gemm(GEMM_ARGS) {
+    GEMM_BATCH
     __local float As[TS][TS];
     __local float Bs[TS][TS];
     const int tx = get_local_id(0), ty = get_local_id(1);
@@ -50,14 +65,14 @@ __kernel void gemm(GEMM_ARGS) {
         for (int k = 0; k < TS; ++k) acc += As[ty][k] * Bs[k][tx];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (row < M && col < N) gemm_store(C, c_off, N, row, col, acc, bias, has_bias, scm, scn, alpha, beta);
+    if (row < M && col < N) gemm_store(C, c_off, N, row, col, acc, bias, bias_off, epilogue, scm, scn, alpha, beta);
 }
 
 // Register blocking: a work-group of 16 x 16 work-items computes a BM x BN block of C, each
 // work-item a WPT x WPT sub-block (rows ty + 16 i, columns tx + 16 j), from K-slices of 16 held
 // in local memory; each loaded value is reused WPT times from registers. WPT (-DWPT=4 or 8)
 // sets the block: 64 x 64 or 128 x 128.
-// Launch: local (16, 16), global (round_up(N, BN) / WPT, round_up(M, BM) / WPT).
+// Launch: local (16, 16, 1), global (round_up(N, BN) / WPT, round_up(M, BM) / WPT, batch).
 #ifndef WPT
 #define WPT 4
 #endif
@@ -66,6 +81,7 @@ __kernel void gemm(GEMM_ARGS) {
 #define BN (RTS * WPT)
 #define BK 16
 __kernel void gemm_blocked(GEMM_ARGS) {
+    GEMM_BATCH
     __local float As[BK][BM];
     __local float Bs[BK][BN];
     const int tx = get_local_id(0), ty = get_local_id(1);
@@ -99,7 +115,7 @@ __kernel void gemm_blocked(GEMM_ARGS) {
         const int row = row0 + ty + i * RTS;
         for (int j = 0; j < WPT; ++j) {
             const int col = col0 + tx + j * RTS;
-            if (row < M && col < N) gemm_store(C, c_off, N, row, col, acc[i][j], bias, has_bias, scm, scn, alpha, beta);
+            if (row < M && col < N) gemm_store(C, c_off, N, row, col, acc[i][j], bias, bias_off, epilogue, scm, scn, alpha, beta);
         }
     }
 }
@@ -114,8 +130,11 @@ __kernel void gemm_blocked(GEMM_ARGS) {
 // order in one float (a float8 lane), as the other variants do.
 // RM = 1 is the GEMV of a single row (fully connected layers at batch 1): 2 FMAs per 16 floats of
 // B read, where RM = 6 would compute 5 rows of zeros.
-// Launch: gemm_pack_a global (ceil(K / PACK_K), ceil(M / RM)), gemm_pack_b global (K, ceil(N / 16)),
-// gemm_packed global (ceil(N / 16), ceil(M / RM)), local (1, 1).
+// Launch: gemm_pack_a global (ceil(K / PACK_K), ceil(M / RM), batch), gemm_pack_b global
+// (K, ceil(N / 16), batch), gemm_packed global (ceil(N / 16), ceil(M / RM), batch), local (1, 1, 1).
+// The panels of GEMM t of a batch follow those of GEMM t - 1 (A_PANELS, B_PANELS floats each).
+#define A_PANELS ((size_t)((M + RM - 1) / RM) * K * RM)
+#define B_PANELS ((size_t)((N + NR - 1) / NR) * K * NR)
 #ifndef RM
 #define RM 6
 #endif
@@ -134,9 +153,11 @@ __kernel void gemm_blocked(GEMM_ARGS) {
 // A work-item copies PACK_K steps: RM row streams in, one stream out (one step per work-item
 // made PoCL gather and scatter across work-items, 8x slower).
 #define PACK_K 64
-__kernel void gemm_pack_a(const int M, const int K, __global const stype* A, const int a_off,
-                          const int sam, const int sak, __global float* Ap) {
-    const int k0 = get_global_id(0) * PACK_K, p = get_global_id(1);
+__kernel void gemm_pack_a(const int M, const int K, __global const stype* A, const int a_off0,
+                          const int sam, const int sak, __global float* Ap, const int sab) {
+    const int k0 = get_global_id(0) * PACK_K, p = get_global_id(1), batch_ = get_global_id(2);
+    const int a_off = a_off0 + batch_ * sab;
+    Ap += batch_ * A_PANELS;
     const int k1 = min(k0 + PACK_K, K);
     for (int k = k0; k < k1; ++k) {
         __global float* dst = Ap + ((size_t)p * K + k) * RM;
@@ -148,9 +169,11 @@ __kernel void gemm_pack_a(const int M, const int K, __global const stype* A, con
 }
 
 // Bp[(q*K + k)*NR + j] = B(k, q*NR + j), zero past column N: each column panel is K rows of 16.
-__kernel void gemm_pack_b(const int N, const int K, __global const stype* B, const int b_off,
-                          const int sbk, const int sbn, __global float* Bp) {
-    const int k = get_global_id(0), q = get_global_id(1);
+__kernel void gemm_pack_b(const int N, const int K, __global const stype* B, const int b_off0,
+                          const int sbk, const int sbn, __global float* Bp, const int sbb) {
+    const int k = get_global_id(0), q = get_global_id(1), batch_ = get_global_id(2);
+    const int b_off = b_off0 + batch_ * sbb;
+    Bp += batch_ * B_PANELS;
     if (k >= K) return;
     __global float* dst = Bp + ((size_t)q * K + k) * NR;
     for (int j = 0; j < NR; ++j) {
@@ -164,12 +187,15 @@ __kernel void gemm_pack_b(const int N, const int K, __global const stype* B, con
 #define GEMM_SPILL(i) *(float8*)(out + i * NR) = acc##i##a; *(float8*)(out + i * NR + 8) = acc##i##b;
 
 __kernel void gemm_packed(const int M, const int N, const int K, __global const float* Ap,
-                          __global const float* Bp, __global stype* C, const int c_off,
-                          __global const stype* bias, const int has_bias, const int scm, const int scn,
-                          const float alpha, const float beta) {
+                          __global const float* Bp, __global stype* C, const int c_off0,
+                          __global const stype* bias, const int epilogue, const int scm, const int scn,
+                          const float alpha, const float beta, const int scb, const int sbias) {
     // neighbouring work-groups share the A panel (RM * K floats, in L1), not the 16 * K of B:
     // 1.2-1.5x faster on PoCL at 1024³
-    const int q = get_global_id(0), p = get_global_id(1);
+    const int q = get_global_id(0), p = get_global_id(1), batch_ = get_global_id(2);
+    const int c_off = c_off0 + batch_ * scb, bias_off = batch_ * sbias;
+    Ap += batch_ * A_PANELS;
+    Bp += batch_ * B_PANELS;
     const int row0 = p * RM, col0 = q * NR;
     if (row0 >= M || col0 >= N) return;
     __global const float* a = Ap + (size_t)p * K * RM;
@@ -187,7 +213,7 @@ __kernel void gemm_packed(const int M, const int N, const int K, __global const 
         for (int j = 0; j < NR; ++j) {
             const int col = col0 + j;
             if (row < M && col < N)
-                gemm_store(C, c_off, N, row, col, out[i * NR + j], bias, has_bias, scm, scn, alpha, beta);
+                gemm_store(C, c_off, N, row, col, out[i * NR + j], bias, bias_off, epilogue, scm, scn, alpha, beta);
         }
     }
 }

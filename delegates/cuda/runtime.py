@@ -55,31 +55,49 @@ class Gemm:
 
     def bind(self, buffers, view) -> None:
         g, t = self.call, self.storage
-        self.a = view(buffers[g.a], (g.M, g.K), t, g.a_off, (g.sam, g.sak))
-        self.b = view(buffers[g.b], (g.K, g.N), t, g.b_off, (g.sbk, g.sbn))
-        self.c = view(buffers[g.c], (g.M, g.N), t, g.c_off, (g.N, 1))
+        # a batch of GEMMs (a grouped Conv's groups) as 3-D views: one strided batched cuBLAS call
+        lead, n = ((g.batch,), lambda s: (s,)) if g.batch > 1 else ((), lambda s: ())
+        self.a = view(buffers[g.a], (*lead, g.M, g.K), t, g.a_off, (*n(g.sab), g.sam, g.sak))
+        self.b = view(buffers[g.b], (*lead, g.K, g.N), t, g.b_off, (*n(g.sbb), g.sbk, g.sbn))
+        self.c = view(buffers[g.c], (*lead, g.M, g.N), t, g.c_off, (*n(g.scb), g.N, 1))
         # Kept when beta is 0, as matmul.cl keeps it: 0 * inf is NaN there too.
         bias = g.bias is not None
-        self.bias = view(buffers[g.bias], (g.M, g.N), t, 0, (g.scm, g.scn)) if bias else None
+        shape, strides = (*lead, g.M, g.N), (*n(g.sbias), g.scm, g.scn)
+        self.bias = view(buffers[g.bias], shape, t, 0, strides) if bias else None
 
     def run(self, stream) -> None:  # on the current stream, which execute sets
+        # a residual Add in place: what C holds, added after the bias (matmul.cl's order)
+        previous = self.c.copy() if self.call.accumulate else None
         # On float16 views CuPy's matmul calls cublasGemmEx with CUBLAS_COMPUTE_32F (its default
         # compute type for half): products and sums in float32, C rounded to half once.
         cp.matmul(self.a, self.b, out=self.c)
         alpha, beta = np.float32(self.call.alpha), np.float32(self.call.beta)
         if self.storage == "float16":
-            if alpha != 1.0 or self.bias is not None:
+            if alpha != 1.0 or self.bias is not None or previous is not None:
                 # the epilogue in float32, rounded to half once more (matmul.cl rounds once: C
                 # here differs from it by at most that first rounding of the product)
                 r = self.c.astype(np.float32) * alpha
                 if self.bias is not None:
                     r += self.bias.astype(np.float32) * beta
+                if previous is not None:
+                    r += previous.astype(np.float32)
                 self.c[...] = r  # float32 → half: CuPy rounds to nearest even
+            if self.call.relu:
+                _relu(self.c)
             return
         if alpha != 1.0:
             self.c *= alpha
         if self.bias is not None:
             self.c += self.bias * beta
+        if previous is not None:
+            self.c += previous
+        if self.call.relu:
+            _relu(self.c)
+
+
+def _relu(c) -> None:
+    """``c`` through Relu in place as matmul.cl's epilogue computes it (x < 0 ? 0 : x: NaN stays)."""
+    cp.copyto(c, 0, where=c < 0)
 
 
 DLPACK_CUDA = 2  # DLPack's kDLCUDA device type

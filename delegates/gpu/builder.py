@@ -70,6 +70,7 @@ class PlanValues:
         self.kept = {int(i) for i in plan.get("fp32", {})}
         self.host = host  # weights, then init-time constants: uploaded once
         self.alias_of: dict[int, int] = {}
+        self.written_in_place: set[int] = set()  # Conv outputs aliased to their residual (ops/conv.py)
         self.step = 0  # counts the steps recorded (nested ones too): scratch buffers are per step
         self.pinned: set[int] = set()  # values a control step keeps in buffers of their own
         self._scratch: dict[tuple[int, str], int] = {}
@@ -218,7 +219,7 @@ class PlanValues:
         from offload.ir.infer_fold import fold_values
 
         outs = [v for v in step["outputs"] if v is not None]
-        if len(outs) != 1 or step["outputs"][0] is None or outs[0] in self.host:
+        if step.get("epilogue") or len(outs) != 1 or step["outputs"][0] is None or outs[0] in self.host:
             return None
         leaves = [None if i is None else self.const(i) for i in step["inputs"]]
         if any(x is None for i, x in zip(step["inputs"], leaves) if i is not None):

@@ -17,6 +17,7 @@ from offload.ir.rewrite import reads
 
 from ..backend import BackendCompiler, CompileSpec, CompileSpecError, PreprocessResult, Support
 from . import control, ops
+from .epilogue import ADDS, epilogues, residual
 from .host import host_inputs
 from .ops import ELEMENTWISE
 from .plan import FORMAT, MAX_ELEMENTS, PRECISIONS
@@ -76,13 +77,17 @@ def _attrs(op: Operation) -> dict:
     return {k: _attr(a) for k, a in attrs.items() if _attr(a) is not None}
 
 
-def _fusion_groups(body) -> list[list[int]]:
+def _fusion_groups(body, residuals: bool = True) -> list[list[int]]:
     """The partition's ops as groups of step indices, in plan order.
 
     An elementwise op joins the group of the elementwise op producing one of its inputs when that
     value is used by this op alone (a branch or loop body reading it counts as a use) and is not a
     result of the block: each group is then a tree whose intermediates are read only inside it,
-    and it is emitted at its root (its last op).
+    and it is emitted at its root (its last op). An op that runs as its producer's epilogue
+    (``epilogue.py``: a Conv's residual Add and Relu; the Add only where values are stored as
+    float32, ``residuals``) joins that producer's group instead, a Conv first. Such a group runs
+    where its last op stood; a residual Add is left out of it when a group that reads the residual
+    would then run after it (the Conv overwrites the residual).
     """
     ops = body.operations
     users: dict[int, set[int]] = {}
@@ -91,19 +96,19 @@ def _fusion_groups(body) -> list[list[int]]:
             users.setdefault(id(v), set()).add(s)
     outputs = {id(v) for v in body.outputs}
     producer = {id(v): s for s, op in enumerate(ops) for v in op.outputs if v is not None}
-    group_of: dict[int, list[int]] = {}  # step → its group (shared list)
-    for s, op in enumerate(ops):
-        group = [s]
-        if op.op_type in ELEMENTWISE:
-            for v in op.inputs:
-                if v is None or id(v) in outputs or users.get(id(v)) != {s}:
-                    continue
-                p = producer.get(id(v))
-                if p is None or ops[p].op_type not in ELEMENTWISE or group_of[p] is group:
-                    continue
-                group = sorted({*group_of[p], *group})
-        for t in group:
-            group_of[t] = group
+    kept: set[int] = set()  # residual Adds left unfused: a reader of the residual would run late
+    while True:
+        fused = epilogues(ops, users, outputs, residuals, kept)
+        group_of = _grouped(ops, users, outputs, producer, fused)
+        late = set()
+        for a in fused:
+            if ops[a].op_type in ADDS:  # the Conv writes into the residual when its group runs
+                r = residual(ops[a], ops[fused[a]].outputs[0])
+                if any(group_of[t][-1] > group_of[a][-1] for t in users[id(r)] if t != a):
+                    late.add(a)
+        if not late:
+            break
+        kept |= late
     seen, result = set(), []
     for s in range(len(ops)):
         g = group_of[s]
@@ -111,6 +116,45 @@ def _fusion_groups(body) -> list[list[int]]:
             seen.add(id(g))
             result.append(g)
     return result
+
+
+def _grouped(ops, users, outputs, producer, fused) -> dict[int, list[int]]:
+    """Each step's group (a list shared by its members), by ``_fusion_groups``' rule."""
+    group_of: dict[int, list[int]] = {}
+    for s, op in enumerate(ops):
+        group = [s]
+        if s in fused:
+            group = sorted({*group_of[fused[s]], s})
+        elif op.op_type in ELEMENTWISE:
+            for v in op.inputs:
+                if v is None or id(v) in outputs or users.get(id(v)) != {s}:
+                    continue
+                p = producer.get(id(v))
+                if p is None or p in fused or ops[p].op_type not in ELEMENTWISE or group_of[p] is group:
+                    continue
+                group = sorted({*group_of[p], *group})
+        for t in group:
+            group_of[t] = group
+    return group_of
+
+
+def _with_epilogue(ops: list[Operation], vid) -> dict:
+    """One plan step for a Conv and the ops fused into it as its epilogue (``epilogue.py``)."""
+    conv, *chain = ops
+    step = {
+        "type": conv.op_type,
+        "name": conv.name,
+        "attributes": _attrs(conv),
+        "inputs": [vid(v) for v in conv.inputs],
+        "outputs": [vid(chain[-1].outputs[0])],
+        "epilogue": ["Add" if op.op_type in ADDS else op.op_type for op in chain],
+    }
+    prev = conv.outputs[0]
+    for op in chain:
+        if op.op_type in ADDS:
+            step["residual"] = vid(residual(op, prev))
+        prev = op.outputs[0]
+    return step
 
 
 def _fused(ops: list[Operation], vid) -> dict:
@@ -249,11 +293,14 @@ class GPUCompiler(BackendCompiler):
         def steps(block) -> list[tuple[list[int], dict]]:
             """The block's plan steps, each with the indices of the ops it runs."""
             out = []
-            for group in _fusion_groups(block):
+            for group in _fusion_groups(block, residuals=stored == "fp32"):
                 ops = [block.operations[s] for s in group]
                 for op in ops:
                     for v in op.inputs:
                         register(v)
+                if len(ops) > 1 and ops[0].op_type == "Conv":
+                    out.append((group, _with_epilogue(ops, vid)))
+                    continue
                 if len(ops) > 1:
                     out.append((group, _fused(ops, vid)))
                     continue

@@ -27,11 +27,15 @@ shape through its own stride table), "outputs" the root's value, and
 in evaluation order, the root last. The runtime generates the kernel source from the plan at init,
 deterministically (the same plan gives the same source, so the build cache hits).
 
+A "Conv" step may carry what the plan fused into it (``epilogue.py``, format 6): "epilogue":
+["Relu"] | ["Add"] | ["Add", "Relu"], in order after the bias, and for "Add" "residual": the value
+id added (the step's output is then the Add's or the Relu's value).
+
 Control steps (``control.py``) hold sub-plans {"inputs": [id], "ops": [step], "outputs": [id]}
 over the same value ids: "If" has "branches": [then, else], "Loop" has "body". A tensor (an
 attribute or a constant) is {"array": [...], "dtype", "shape"}.
-Formats 1 and 2 (float32 only, no "dtypes"), 3 (static shapes, no "host_inputs") and 4 (no
-control steps) still load.
+Formats 1 and 2 (float32 only, no "dtypes"), 3 (static shapes, no "host_inputs"), 4 (no
+control steps) and 5 (no epilogues) still load.
 """
 
 import json
@@ -40,16 +44,18 @@ import numpy as np
 
 from offload.errors import ModelFormatError
 
-FORMAT = "offload-gpu-plan/5"
+FORMAT = "offload-gpu-plan/6"
 PRECISIONS = ("fp32", "fp16")  # how float32 values are stored on the device
 FORMATS = (
     "offload-opencl-plan/1",
     "offload-opencl-plan/2",
     "offload-gpu-plan/3",
     "offload-gpu-plan/4",
+    "offload-gpu-plan/5",
     FORMAT,
 )
 MAX_NESTING = 16  # control steps inside control steps
+EPILOGUES = (["Relu"], ["Add"], ["Add", "Relu"])  # what a Conv step may run after its bias (format 6)
 MAX_SYMBOL = 128  # characters of a symbolic dim's name
 
 
@@ -155,10 +161,18 @@ def parse(processed: bytes | dict, backend: str) -> dict:
                 and isinstance(step.get("inputs"), list)
                 and isinstance(step.get("outputs"), list)
                 and all(known(v, optional=True) for v in step["inputs"] + step["outputs"])
+                and known(step.get("residual"), optional=True)
             ):
                 raise bad(f"{where}step {k} is not a step of known values")
             if step["type"] == "Fused" and not isinstance(step.get("nodes"), list):
                 raise bad(f"{where}fused step {k} has no nodes")
+            epilogue = step.get("epilogue")
+            if epilogue is not None and (
+                step["type"] != "Conv"
+                or epilogue not in EPILOGUES
+                or ("Add" in epilogue) != (step.get("residual") is not None)
+            ):
+                raise bad(f"{where}step {k} has an epilogue {epilogue!r} (a Conv's: one of {EPILOGUES})")
             subs = {"If": step.get("branches"), "Loop": [step.get("body")]}.get(step["type"])
             if subs is None:
                 continue

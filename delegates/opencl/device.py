@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -199,21 +200,45 @@ def tuning_choice(device: Device, key: str, candidates: list, trial):
 # ---- allocator: device buffers, copy in / out ---------------------------------------------------
 
 
+@dataclass
+class Traffic:
+    """What a device has been asked to do since it opened, for counting what one run costs: kernel
+    launches, waits of the host for the device (a blocking copy, a finish), and bytes copied
+    between host and device each way."""
+
+    launches: int = 0
+    syncs: int = 0
+    to_device: int = 0
+    to_host: int = 0
+
+    def snapshot(self) -> Traffic:
+        return Traffic(self.launches, self.syncs, self.to_device, self.to_host)
+
+
 class Allocator:
     def __init__(self, context, queue):
         self.context, self.queue = context, queue
+        self.traffic = Traffic()
 
     def alloc(self, nbytes: int):
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 4))
 
-    def copyin(self, buffer, array: np.ndarray, storage=None) -> None:
+    def copyin(self, buffer, array: np.ndarray, storage=None, wait: bool = True):
         """``array`` into ``buffer``, converted to the device dtype ``storage`` when one is given
-        (float32 → float16 under precision=fp16: round to nearest even, overflow to ±inf)."""
+        (float32 → float16 under precision=fp16: round to nearest even, overflow to ±inf).
+
+        ``wait=False`` returns as soon as the copy is enqueued, with its event (None when there
+        is nothing to copy): the event holds the host array until the copy is done, and dropping
+        it waits for that, so the caller keeps it until a later wait on the queue."""
         if storage is not None and array.dtype != storage:
             with np.errstate(over="ignore"):
                 array = array.astype(storage)
-        if array.size:
-            cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=True)
+        if not array.size:
+            return None
+        event = cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=wait)
+        self.traffic.syncs += int(wait)
+        self.traffic.to_device += array.nbytes
+        return None if wait else event
 
     def copyout(self, buffer, shape, dtype, storage=None, offset: int = 0) -> np.ndarray:
         """``buffer`` from byte ``offset`` as an array of ``dtype``, read as ``storage`` (the device
@@ -221,6 +246,8 @@ class Allocator:
         out = np.empty(shape, storage if storage is not None else dtype)
         if out.size:
             cl.enqueue_copy(self.queue, out, buffer, src_offset=offset, is_blocking=True)
+            self.traffic.syncs += 1
+            self.traffic.to_host += out.nbytes
         return out.astype(dtype, copy=False)
 
 

@@ -6,14 +6,16 @@ plan step's launcher (``gpu.ops``) records its launches through ``CLBuilder``; t
 buffers are assigned from a pool by lifetime (a buffer is reused once the last launch reading its
 value has been enqueued) and every kernel's arguments are bound once (``set_args``), so ``execute``
 only finds its specialization, copies inputs in, enqueues and copies outputs out. Intermediates
-never leave the device; every copy between host and device blocks.
+never leave the device. The inputs' copies are enqueued without waiting (in order with the
+launches on the one queue); the outputs' blocking reads are where a call waits for the device,
+once for a call with one output (a profiled call waits for each copy, to time it).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -93,6 +95,9 @@ class CLTensor(GPUTensor):
 @dataclass
 class CLHandle(Handle):
     tuning: str = "none"  # compile spec tuning: how GEMM variants are chosen (``CLBuilder.tuned``)
+    # the events of a call's input copies, enqueued without waiting: kept until its outputs are
+    # copied out (a blocking read on the same in-order queue), so a call waits for the device once
+    pending: list = field(default_factory=list)
 
 
 class CLBuilder(PlanValues):
@@ -163,7 +168,7 @@ class OpenCLRuntime(GPURuntime):
     launch_types = (Launch,)
     import_error = IMPORT_ERROR
     launch_errors = (cl.Error,) if cl is not None else ()
-    timed_copies = True  # copies block: their host time is their time
+    timed_copies = True  # a profiled call's copies block: their host time is their time
 
     def is_available(self) -> Availability:
         if cl is None:
@@ -208,6 +213,7 @@ class OpenCLRuntime(GPURuntime):
 
     def synchronize(self, handle: CLHandle) -> None:
         handle.device.queue.finish()
+        handle.device.allocator.traffic.syncs += 1
 
     def builder(self, handle: CLHandle, host: dict[int, np.ndarray], shapes: dict) -> CLBuilder:
         return CLBuilder(handle.device, handle.plan, host, handle.tuning, shapes)
@@ -227,7 +233,11 @@ class OpenCLRuntime(GPURuntime):
 
     def copy_in(self, handle: CLHandle, spec: Specialized, k: int, x: np.ndarray) -> None:
         i = spec.inputs[k]
-        handle.device.allocator.copyin(spec.buffers[i], x, handle.storage.get(i))
+        # a profiled call waits for each copy, so that its time is the copy's
+        wait = profile.active() is not None
+        event = handle.device.allocator.copyin(spec.buffers[i], x, handle.storage.get(i), wait=wait)
+        if event is not None:
+            handle.pending.append(event)
 
     def copy_tensor(self, handle: CLHandle, spec: Specialized, k: int, x: CLTensor) -> None:
         queue = handle.device.queue
@@ -253,12 +263,15 @@ class OpenCLRuntime(GPURuntime):
 
     def copy_out(self, handle: CLHandle, spec: Specialized, keep: list[bool] | None) -> list:
         alloc = handle.device.allocator
-        return [
-            self._kept(handle, spec, i)
-            if keep and keep[k]
-            else alloc.copyout(spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i))
-            for k, i in enumerate(spec.outputs)
-        ]
+        try:
+            return [
+                self._kept(handle, spec, i)
+                if keep and keep[k]
+                else alloc.copyout(spec.buffers[i], spec.shapes[i], handle.dtypes[i], handle.storage.get(i))
+                for k, i in enumerate(spec.outputs)
+            ]
+        finally:
+            handle.pending.clear()  # each event waits for its copy (done by now after a read)
 
     @staticmethod
     def _kept(handle: CLHandle, spec: Specialized, i: int) -> CLTensor:
@@ -277,6 +290,7 @@ class OpenCLRuntime(GPURuntime):
     # -- launches --
     def enqueue(self, handle: CLHandle, launch: Launch) -> None:
         cl.enqueue_nd_range_kernel(handle.device.queue, launch.kernel, launch.global_size, launch.local_size)
+        handle.device.allocator.traffic.launches += 1
 
     def launch_profiled(self, handle: CLHandle, spec: Specialized, run) -> None:
         """The launches on the device's profiling queue, each kernel's device time an event of
@@ -293,6 +307,7 @@ class OpenCLRuntime(GPURuntime):
             for launch in spec.launches
         ]
         queue.finish()
+        device.allocator.traffic.launches += len(events)
         if not events:
             return
         origin = events[0][1].profile.queued
@@ -310,10 +325,15 @@ class OpenCLRuntime(GPURuntime):
     def read_condition(self, handle: CLHandle, spec: Specialized, v: int) -> bool:
         flag = np.zeros(1, np.uint8)
         cl.enqueue_copy(handle.device.queue, flag, spec.buffers[v], is_blocking=True)
+        handle.device.allocator.traffic.syncs += 1
+        handle.device.allocator.traffic.to_host += 1
         return bool(flag[0])
 
     def write_value(self, handle: CLHandle, spec: Specialized, v: int, value: np.ndarray) -> None:
-        cl.enqueue_copy(handle.device.queue, spec.buffers[v], np.ascontiguousarray(value), is_blocking=True)
+        value = np.ascontiguousarray(value)
+        cl.enqueue_copy(handle.device.queue, spec.buffers[v], value, is_blocking=True)
+        handle.device.allocator.traffic.syncs += 1
+        handle.device.allocator.traffic.to_device += value.nbytes
 
     def fence(self, handle: CLHandle):
         return cl.enqueue_marker(handle.device.queue).wait

@@ -635,6 +635,23 @@ def test_cublas_gemm_views_of_half_storage(attrs, a_shape, b_shape, bias_shape, 
     np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=4e-3, atol=4e-3)
 
 
+def test_a_grouped_1x1_conv_with_relu_is_one_batched_cublas_call(monkeypatch):
+    """The groups as one strided batched GEMM (3-D views), its bias and the fused Relu after it:
+    ONNX's Conv then Relu."""
+    w, bias = RNG.standard_normal((6, 3, 1, 1)), RNG.standard_normal(6)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], group=3),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    p = model(nodes, [("x", [2, 9, 3, 5])], ["y"], [("w", w), ("b", bias)])
+    feeds = {"x": RNG.standard_normal((2, 9, 3, 5)).astype(np.float32)}
+    plan, host, b = _host_builder(p, monkeypatch)
+    assert [s["type"] for s in plan["ops"]] == ["Conv"] and plan["ops"][0]["epilogue"] == ["Relu"]
+    assert [(g.call.batch, g.call.relu) for g in b.launches] == [(3, True)] * 2  # one call per image
+    _, got = _run_gemms_on_numpy(plan, host, b, feeds["x"], monkeypatch)
+    np.testing.assert_allclose(got, reference(p, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
 def test_batched_matmul_views_compute_the_matmul(monkeypatch):
 
     w = RNG.standard_normal((3, 1, 4, 5)).astype(np.float32)

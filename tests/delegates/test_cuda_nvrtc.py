@@ -310,7 +310,9 @@ def test_every_gemm_variant_compiles_and_sums_with_one_fma_per_product():
     ptx = nvrtc.compile(text, "-DRM=6", "sm_80", "ptx").decode()
     packed = ptx[ptx.index(".entry gemm_packed(") :]
     packed = packed.split(".entry ", 2)[1]  # up to the next kernel
-    assert packed.count("fma.rn.f32") >= 12 and "add.f32" not in packed and "add.rn.f32" not in packed
+    # the k loop's 12 float8 accumulators multiply-add in fmas (unfused: 96 adds a k step); the
+    # only float adds are the epilogue's residual adds, one for each of the 16 columns it stores
+    assert packed.count("fma.rn.f32") >= 12 and packed.count("add.f32") <= 16 and "add.rn.f32" not in packed
 
 
 def test_a_refused_source_fails_with_the_nvrtc_log():

@@ -90,7 +90,9 @@ CONV_CASES = [
     ((1, 24, 6, 6), (9, 8, 3, 3), {"group": 3}, False, {"im2col", "gemm"}),
     # 1x1, stride 1, unpadded: GEMM straight on X
     ((2, 6, 5, 5), (3, 6, 1, 1), {}, True, {"gemm"}),
-    ((1, 8, 4, 6), (6, 4, 1, 1), {"group": 2}, True, {"gemm", "add_bias"}),
+    # 1x1 grouped: the groups one batch of GEMMs, the bias in it
+    ((1, 8, 4, 6), (6, 4, 1, 1), {"group": 2}, True, {"gemm"}),
+    ((2, 9, 3, 5), (6, 3, 1, 1), {"group": 3}, True, {"gemm"}),
     ((1, 70, 4, 3), (5, 70, 1, 1), {"strides": [2, 1]}, False, {"im2col", "gemm"}),
     ((1, 6, 5, 5), (4, 6, 1, 1), {"strides": [2, 2]}, True, {"conv_direct"}),
     # auto_pad (odd total padding with stride 2 tells UPPER from LOWER)

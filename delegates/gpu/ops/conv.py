@@ -6,7 +6,8 @@ Every conv runs as a 3-D one (missing leading spatial dims have size 1, kernel 1
 - ``direct`` (``conv_direct``, one work-item per output) for depthwise convs (one input channel
   per group): a GEMM per channel would have one row.
 - ``gemm`` when the kernel is all ones with stride 1 and no padding: one image of one group is
-  already the GEMM's [C/G, spatial] operand, so the conv is one GEMM per (image, group).
+  already the GEMM's [C/G, spatial] operand, so the conv is one GEMM per image, its groups a
+  batch of GEMMs in one launch (``GemmCall.batch``) with the bias and a fused Relu in it.
 - ``direct`` when each output sums fewer than ``DIRECT_MAX_K[kind]`` = C/G * prod(kernel)
   products, by the device's kind: on a GPU the GEMM's K loop is then one to three tiles, and
   im2col's extra pass over memory dominates. On a CPU device never (see below).
@@ -22,12 +23,17 @@ GEMM side (cuBLAS) only gains, hence the low threshold.
 The GEMMs are ``linalg.GemmCall``s run by the builder's ``gemm`` when it has one (cuBLAS on CUDA),
 else by the matmul.cl kernel ``linalg.variant_for`` picks for the device's kind; the bias rides on the GEMM (strides scm=1, scn=0) when the conv
 has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no offset).
+What the plan fused into the Conv (step key ``epilogue``, ``gpu/epilogue.py``) is applied where
+the result is stored, by conv_direct or the GEMM after the bias: a residual Add (step key
+``residual``) by writing into the residual's buffer and adding what it holds, then a Relu. Where
+the residual's buffer cannot be written (``_writable_in_place``) one ``add_residual`` launch adds it.
 ConvTranspose is a gather kernel: each output element sums the inputs that scatter onto it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -128,17 +134,36 @@ def _conv(b: Builder, step: dict) -> None:
     blas = getattr(b, "gemm", None)
     kind = "cpu" if blas is None and getattr(b, "device_kind", "gpu") == "cpu" else "gpu"
     how = _strategy(cg, ks, strides, begin, end, kind)
+    epilogue = step.get("epilogue") or []
+    residual = step.get("residual") if "Add" in epilogue else None
+    in_place = residual is not None and G == 1 and _writable_in_place(b, residual, out, (x, w, bias))
+    if in_place:
+        b.alias(out, residual)  # the conv adds its result to the residual, in its buffer
+        b.written_in_place.add(out)
+    # Relu in the conv's kernels unless a residual is added after them
+    relu = "Relu" in epilogue and (residual is None or in_place)
     if how == "direct":
-        args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(bias is not None)]
+        flags = int(bias is not None) | int(relu) << 1 | int(in_place) << 2
+        args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(flags)]
         args += [i32(N), i32(C), i32(M), i32(G), *geo]
         program = b.program(source("conv.cl"), float_options(b))
         if kind == "cpu":  # depthwise, the only direct conv on a CPU device
             b.launch(program, "conv_depthwise_rows", (N * M * math.prod(outs[:-1]),), None, args)
         else:
             b.launch(program, "conv_direct", (N * M * math.prod(outs),), None, args)
+        _add_residual(b, step, out, residual, in_place, "Relu" in epilogue)
         return
     run = blas or (lambda g: linalg.gemm_kernel(b, g))
     mg, K, P, IP = M // G, cg * math.prod(ks), math.prod(outs), math.prod(ins)
+    if how == "gemm" and G > 1:  # the groups as one batch of GEMMs, the bias and Relu in it
+        for n in range(N):
+            batch = dict(batch=G, sab=mg * K, sbb=cg * IP, scb=mg * P, sbias=mg if bias is not None else 0)
+            call = linalg.GemmCall(
+                mg, P, K, w, 0, K, 1, x, n * C * IP, P, 1, out, n * M * P, bias, 1, 0, 1.0, 1.0
+            )
+            run(replace(call, relu=relu, **batch))
+        _add_residual(b, step, out, residual, in_place, "Relu" in epilogue)
+        return
     gemm_bias = bias if G == 1 else None
     # on a CPU device the columns go straight into the packed GEMM's B panels (one pass)
     packed = how == "im2col" and kind == "cpu"
@@ -182,11 +207,43 @@ def _conv(b: Builder, step: dict) -> None:
                     1.0,
                     1.0,
                     b_packed=packed,
+                    relu=relu and (G == 1 or bias is None),
+                    accumulate=in_place,
                 )
             )
     if bias is not None and G > 1:
-        args = [Buf(out), Buf(bias), i32(N * M), i32(M), i32(P)]
+        args = [Buf(out), Buf(bias), i32(N * M), i32(M), i32(P), i32(int(relu) << 1)]
         b.launch(b.program(source("conv.cl"), float_options(b)), "add_bias", (P, N * M), None, args)
+    _add_residual(b, step, out, residual, in_place, "Relu" in epilogue)
+
+
+def _writable_in_place(b: Builder, residual: int, out: int, reads) -> bool:
+    """Whether a Conv may add its result into ``residual``'s buffer: of its output's shape, not a
+    constant or a value a control step keeps, not read by the Conv itself, and no view shares the
+    buffer but the outputs of Convs that wrote into it in place before (ResNet's chained blocks):
+    the plan ensures that no step after the Add reads the residual, and so none reads those."""
+    if b.shape(residual) != b.shape(out):
+        raise ModelFormatError(
+            f"gpu backend: a Conv's residual of shape {list(b.shape(residual))} for its output "
+            f"{list(b.shape(out))} (the plan fuses only an Add of equal shapes)"
+        )
+    root = b.root(residual)
+    views = [v for v, r in b.alias_of.items() if r == root]
+    own = root not in b.host and root not in b.pinned and root not in b.alias_of
+    return (
+        own
+        and all(v in b.written_in_place for v in views)
+        and all(v is None or b.root(v) != root for v in reads)
+    )
+
+
+def _add_residual(b: Builder, step: dict, out: int, residual: int | None, in_place: bool, relu: bool) -> None:
+    """The residual Add (and Relu) of a Conv that could not add it in place: one elementwise launch."""
+    if residual is None or in_place:
+        return
+    n = math.prod(b.shape(out))
+    args = [Buf(out), Buf(residual), np.int64(n), np.int32(int(relu) << 1)]
+    b.launch(b.program(source("conv.cl"), float_options(b)), "add_residual", (n,), None, args)
 
 
 def transpose_begin_pads(a: dict, ins, ks, outs) -> list[int]:

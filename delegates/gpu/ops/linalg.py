@@ -64,6 +64,7 @@ def variant_for(b: Builder, g: GemmCall) -> str:
         fits.append("naive")
     if getattr(b, "tuning", "none") == "quick" and len(fits) > 1:
         key = f"gemm:{g.M}x{g.N}x{g.K}:{g.sam},{g.sak},{g.sbk},{g.sbn}" + (":packed" if g.b_packed else "")
+        key += f":batch{g.batch}" if g.batch > 1 else ""
         return b.tuned(key, fits, lambda v: sum(b.time(*launch) for launch in _gemm_launches(b, g, v)))
     if cpu:
         if g.M == 1 and (g.b_packed or (g.N >= 16 and isinstance(g.b, int) and b.const(g.b) is not None)):
@@ -94,7 +95,8 @@ CHECKS = {"MatMul": _check_matmul}
 
 @dataclass(frozen=True)
 class GemmCall:
-    """C[c_off + m*N + n] = alpha * sum_k A(m, k) B(k, n) + beta * bias(m, n), float32.
+    """C[c_off + m*N + n] = alpha * sum_k A(m, k) B(k, n) + beta * bias(m, n), float32, for each
+    of ``batch`` GEMMs (offsets stepped by the batch strides below).
 
     A(m, k) = A[a_off + m*sam + k*sak], B(k, n) = B[b_off + k*sbk + n*sbn],
     bias(m, n) = bias[m*scm + n*scn] when ``bias`` is not None. Operands are plan value ids, or a
@@ -121,6 +123,23 @@ class GemmCall:
     # ``b`` holds B already in the packed kernels' panels (``im2col_packed``); only a packed
     # variant runs such a call
     b_packed: bool = False
+    # Relu applied to C after the bias: the activation of a Conv whose Relu the plan fused
+    relu: bool = False
+    # C's previous contents added after the bias, before Relu: a Conv's residual Add in place
+    accumulate: bool = False
+    # ``batch`` such GEMMs in one launch: GEMM t reads A from a_off + t*sab, B from b_off + t*sbb
+    # and the bias from t*sbias, and writes C from c_off + t*scb (a grouped Conv's groups)
+    batch: int = 1
+    sab: int = 0
+    sbb: int = 0
+    scb: int = 0
+    sbias: int = 0
+
+    @property
+    def epilogue(self) -> int:
+        """matmul.cl's ``epilogue`` flags: bit 0 adds the bias, bit 2 then C's previous contents,
+        bit 1 then applies Relu."""
+        return int(self.bias is not None) | int(self.relu) << 1 | int(self.accumulate) << 2
 
 
 def calls(b: Builder, step: dict) -> list[GemmCall]:
@@ -164,7 +183,7 @@ def variant_option(variant: str) -> str:
     return options.get(kernel, "")
 
 
-def _host_operand(b: Builder, x, off: int, s0: int, s1: int, rows: int, cols: int):
+def _host_operand(b: Builder, x, off: int, s0: int, s1: int, rows: int, cols: int, step: int = 0):
     """A function giving the [rows, cols] matrix X(r, c) = x[off + r*s0 + c*s1] of a constant
     operand as its kernels would read it (rounded to half where the plan stores ``x`` so), or None
     when ``x`` is computed."""
@@ -172,11 +191,13 @@ def _host_operand(b: Builder, x, off: int, s0: int, s1: int, rows: int, cols: in
     if value is None:
         return None
 
-    def matrix() -> np.ndarray:
+    def matrix(t: int = 0) -> np.ndarray:
+        """The matrix of GEMM ``t`` of a batch (``step``: the operand's batch stride)."""
         flat = np.ascontiguousarray(value, np.float32).reshape(-1)
         if hasattr(b, "storage") and b.storage(x) != np.float32:
             flat = flat.astype(b.storage(x)).astype(np.float32)
-        return np.lib.stride_tricks.as_strided(flat[off:], (rows, cols), (4 * s0, 4 * s1), writeable=False)
+        start = off + t * step
+        return np.lib.stride_tricks.as_strided(flat[start:], (rows, cols), (4 * s0, 4 * s1), writeable=False)
 
     return matrix
 
@@ -211,28 +232,32 @@ def _packed_launches(b: Builder, g: GemmCall, rm: int, program) -> list[tuple]:
     p, q = -(-g.M // rm), -(-g.N // 16)
     launches = []
     host = getattr(b, "host_constant", None)
-    a_host = _host_operand(b, g.a, g.a_off, g.sam, g.sak, g.M, g.K) if host else None
+    n = g.batch
+    a_host = _host_operand(b, g.a, g.a_off, g.sam, g.sak, g.M, g.K, g.sab) if host else None
     if a_host is not None:
-        key = ("gemm_a", g.a, g.a_off, g.sam, g.sak, g.M, g.K, rm)
-        a_panels = Buf(host(key, lambda: pack_a(a_host(), rm)))
+        key = ("gemm_a", g.a, g.a_off, g.sam, g.sak, g.M, g.K, rm, n, g.sab)
+        a_panels = Buf(host(key, lambda: np.concatenate([pack_a(a_host(t), rm) for t in range(n)])))
     else:
-        a_panels = Scratch(4 * p * rm * g.K, "gemm_a")
-        args = [i32(g.M), i32(g.K), _operand(g.a), i32(g.a_off), i32(g.sam), i32(g.sak), a_panels]
-        launches.append((program, "gemm_pack_a", (-(-g.K // 64), p), None, args))  # 64: PACK_K
-    b_host = None if g.b_packed or not host else _host_operand(b, g.b, g.b_off, g.sbk, g.sbn, g.K, g.N)
+        a_panels = Scratch(4 * n * p * rm * g.K, "gemm_a")
+        args = [i32(g.M), i32(g.K), _operand(g.a), i32(g.a_off), i32(g.sam), i32(g.sak), a_panels, i32(g.sab)]
+        launches.append((program, "gemm_pack_a", (-(-g.K // 64), p, n), None, args))  # 64: PACK_K
+    b_host = None
+    if not g.b_packed and host:
+        b_host = _host_operand(b, g.b, g.b_off, g.sbk, g.sbn, g.K, g.N, g.sbb)
     if g.b_packed:
         b_panels = _operand(g.b)
     elif b_host is not None:
-        key = ("gemm_b", g.b, g.b_off, g.sbk, g.sbn, g.K, g.N)
-        b_panels = Buf(host(key, lambda: pack_b(b_host())))
+        key = ("gemm_b", g.b, g.b_off, g.sbk, g.sbn, g.K, g.N, n, g.sbb)
+        b_panels = Buf(host(key, lambda: np.concatenate([pack_b(b_host(t)) for t in range(n)])))
     else:
-        b_panels = Scratch(4 * q * 16 * g.K, "gemm_b")
-        args = [i32(g.N), i32(g.K), _operand(g.b), i32(g.b_off), i32(g.sbk), i32(g.sbn), b_panels]
-        launches.append((program, "gemm_pack_b", (g.K, q), None, args))
+        b_panels = Scratch(4 * n * q * 16 * g.K, "gemm_b")
+        args = [i32(g.N), i32(g.K), _operand(g.b), i32(g.b_off), i32(g.sbk), i32(g.sbn), b_panels, i32(g.sbb)]
+        launches.append((program, "gemm_pack_b", (g.K, q, n), None, args))
     bias = _operand(g.bias) if g.bias is not None else _operand(g.c)
     args = [i32(g.M), i32(g.N), i32(g.K), a_panels, b_panels, _operand(g.c), i32(g.c_off)]
-    args += [bias, i32(g.bias is not None), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
-    launches.append((program, "gemm_packed", (q, p), (1, 1), args))
+    args += [bias, i32(g.epilogue), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
+    args += [i32(g.scb), i32(g.sbias)]
+    launches.append((program, "gemm_packed", (q, p, n), (1, 1, 1), args))
     return launches
 
 
@@ -247,14 +272,15 @@ def _gemm_launches(b: Builder, g: GemmCall, variant: str) -> list[tuple]:
     bias = _operand(g.bias) if g.bias is not None else _operand(g.c)
     args = [i32(g.M), i32(g.N), i32(g.K), _operand(g.a), i32(g.a_off), i32(g.sam), i32(g.sak)]
     args += [_operand(g.b), i32(g.b_off), i32(g.sbk), i32(g.sbn), _operand(g.c), i32(g.c_off)]
-    args += [bias, i32(g.bias is not None), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
+    args += [bias, i32(g.epilogue), i32(g.scm), i32(g.scn), np.float32(g.alpha), np.float32(g.beta)]
+    args += [i32(g.sab), i32(g.sbb), i32(g.scb), i32(g.sbias)]
     if kernel == "gemm_naive":
-        return [(program, kernel, (g.N, g.M), None, args)]
+        return [(program, kernel, (g.N, g.M, g.batch), None, args)]
     up = lambda n: -(-n // ts) * ts  # noqa: E731
     if kernel == "gemm_blocked":  # a block of ts x ts per 16 x 16 work-items
         wpt = ts // 16
-        return [(program, kernel, (up(g.N) // wpt, up(g.M) // wpt), (16, 16), args)]
-    return [(program, kernel, (up(g.N), up(g.M)), (ts, ts), args)]
+        return [(program, kernel, (up(g.N) // wpt, up(g.M) // wpt, g.batch), (16, 16, 1), args)]
+    return [(program, kernel, (up(g.N), up(g.M), g.batch), (ts, ts, 1), args)]
 
 
 def gemm_kernel(b: Builder, g: GemmCall) -> None:
