@@ -157,11 +157,37 @@ def _erf64(x: np.ndarray) -> np.ndarray:
     return np.copysign(out, x)
 
 
+def _erf_rational(x: np.ndarray) -> np.ndarray:
+    """``loops.erf32``'s arithmetic with numpy: the same operations in the same order."""
+    from .loops import ERF_P, ERF_Q
+
+    v = x.astype(np.float64)
+    t = v * v
+    p = np.full_like(t, ERF_P[6])
+    for c in ERF_P[5::-1]:
+        p = p * t + c
+    q = np.full_like(t, ERF_Q[5])
+    for c in ERF_Q[4::-1]:
+        q = q * t + c
+    with np.errstate(invalid="ignore", over="ignore"):
+        r = v * p / q
+    return np.where(np.abs(v) >= 4.0, np.copysign(1.0, v), r)
+
+
 def _erf(x) -> np.ndarray:
-    """erf in float64: the compiled loop (the C library's erf) where numba is there, else the
-    numpy series of ``_erf64`` (about 30 times slower)."""
+    """erf in float64. Of float32 (and narrower) values: a rational function within 1.7e-8 of
+    erf (``loops.erf32``, compiled where numba is there, else the same arithmetic in numpy),
+    within an ulp of float32's correctly rounded erf; 4x the C library's speed. Of float64 values:
+    the compiled loop (the C library's erf) where numba is there, else the numpy series of
+    ``_erf64`` (about 30 times slower)."""
     x = np.asarray(x)
     loops = compiled_loops()
+    if x.dtype.kind == "f" and x.dtype.itemsize <= 4:
+        if loops is None:
+            return _erf_rational(x)
+        out = np.empty(x.shape, np.float64)
+        loops.erf32(np.ascontiguousarray(x, dtype=np.float32), out)
+        return out
     if loops is None or x.dtype.kind != "f":
         return _erf64(x)
     out = np.empty(x.shape, np.float64)

@@ -284,6 +284,34 @@ def erf(x, out):  # pragma: no cover - compiled
         ys[i] = math.erf(np.float64(xs[i]))
 
 
+# erf(x) / x as a rational function of t = x² on |x| < 4, fitted by least squares on relative
+# error: relative error at most 1.7e-8 there (float32's half ulp is 6e-8); erf is ±1 to float32
+# beyond 4. ``elementwise.ERF_P`` / ``ERF_Q`` hold the same coefficients for the numpy path.
+ERF_P = (1.1283791690963676, 0.18505284833161995, 0.05409854500993849, 0.0038174504061146697,
+         0.00037081685625883504, 4.454565821186002e-06, -1.2001797639049627e-08)  # fmt: skip
+ERF_Q = (1.0, 0.49733221703508046, 0.11372056788770706, 0.01536736890432316, 0.0012891641850924116,
+         6.092407087988916e-05)  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def erf32(x, out):  # pragma: no cover - compiled
+    """out[i] = erf(x[i]) for float32 x, in float64 by the rational function of ERF_P / ERF_Q
+    (Horner, highest power first, as ``elementwise._erf_rational`` computes it: the same bits),
+    ±1 from |x| = 4 on, NaN kept; x and out contiguous."""
+    p0, p1, p2, p3, p4, p5, p6 = ERF_P
+    q0, q1, q2, q3, q4, q5 = ERF_Q
+    xs, ys = x.reshape(-1), out.reshape(-1)
+    for i in range(xs.size):
+        v = np.float64(xs[i])
+        if abs(v) >= 4.0:
+            ys[i] = 1.0 if v > 0 else -1.0
+        else:
+            t = v * v
+            p = (((((p6 * t + p5) * t + p4) * t + p3) * t + p2) * t + p1) * t + p0
+            q = ((((q5 * t + q4) * t + q3) * t + q2) * t + q1) * t + q0
+            ys[i] = v * p / q
+
+
 @njit(cache=True, nogil=True)
 def prelu(x, slope, out):  # pragma: no cover - compiled
     """PRelu with a slope per channel: out[i, c, k] = x[i, c, k] · slope[c] where x < 0, else x
