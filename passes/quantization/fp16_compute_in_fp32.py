@@ -52,6 +52,7 @@ READS_FLOAT = frozenset(
 def _to_float32(rw: Rewriter, block: Block, op: Operation, cache: dict) -> bool:
     """A reader of float16 (``READS_FLOAT``, or a Cast from float16) rebuilt to read float32; a
     Cast of an integer or bool to float16 rebuilt as a Cast to float32, cast back to float16."""
+    made = None
     if op.op_type == "Cast" and _dtype(op.outputs[0]) == F16:
         if _dtype(op.inputs[0]) in (F16, F32, None):
             return False  # Cast to float16 of a float: cast_optimization's, or the pass's own edge
@@ -59,6 +60,7 @@ def _to_float32(rw: Rewriter, block: Block, op: Operation, cache: dict) -> bool:
             block, "Cast", [op.inputs[0]], {"to": int(F32)}, before=op, stem=f"{op.outputs[0].name}_fp32"
         )
         new = rw.build(block, "Cast", [wide.outputs[0]], {"to": int(F16)}, before=op, stem=op.outputs[0].name)
+        made = wide
     else:
         floats = [_dtype(o) for o in op.outputs if _dtype(o) is not None and _dtype(o).numpy.kind == "f"]
         if not any(_dtype(v) == F16 for v in op.inputs) or floats:
@@ -68,6 +70,8 @@ def _to_float32(rw: Rewriter, block: Block, op: Operation, cache: dict) -> bool:
     if rw.replace_op(op, new):
         rw.drop(op)
         return True
+    if made is not None:
+        rw.drop(made)  # the Cast to float32 made above, read by nothing now
     return False
 
 
