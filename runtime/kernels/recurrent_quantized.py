@@ -50,6 +50,7 @@ from offload.errors import ShapeError
 
 from . import kernel
 from ._util import unsupported
+from .linalg import exact_product
 from .quantization import dynamic_quantize_linear
 from .recurrent import _activations, _clipper
 from .recurrent_frame import _kept, checked_lengths, initial_state
@@ -71,21 +72,11 @@ def _quantized(a: np.ndarray) -> tuple[np.ndarray, np.float32]:
 
 def _integer_product(a: np.ndarray, w: np.ndarray, w_max: float) -> np.ndarray:
     """``a @ w`` of integer-valued float32 matrices as float32, the sums exact before their one
-    rounding to float32 (an int32 sum's conversion).
-
-    Every partial sum of a float32 product is exact while the sum of the terms' magnitudes stays
-    within 2^24, whatever order BLAS adds them in: so the product runs in slices of the inner
-    axis that keep it there (one slice for int8 weights up to 2^24 / (255 · 128) = 514 rows),
-    the slices' sums added in float64. float32 products read half the bytes of float64 ones, which
-    is what a step costs at batch 1 (a hidden size of 512: 4 MB of R per direction)."""
-    a_max = float(np.abs(a).max(initial=0))
-    rows = a.shape[1] if a_max * w_max == 0 else max(1, int(2**24 // (a_max * w_max)))
-    if rows >= a.shape[1]:
-        return a @ w
-    total = np.zeros((a.shape[0], w.shape[1]), np.float64)
-    for start in range(0, a.shape[1], rows):
-        total += a[:, start : start + rows] @ w[start : start + rows]
-    return total.astype(np.float32)
+    rounding to float32 (``linalg.exact_product``: float32 products over slices of the inner axis
+    that keep every partial sum below 2^24, one slice for int8 weights up to 514 rows). float32
+    products read half the bytes of float64 ones, which is what a step costs at batch 1 (a hidden
+    size of 512: 4 MB of R per direction)."""
+    return exact_product(a, w, w_max).astype(np.float32)
 
 
 def _per_direction(name: str, a: np.ndarray, D: int, H: int) -> np.ndarray:
