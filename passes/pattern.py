@@ -41,9 +41,17 @@ def is_float(v: Value | None) -> bool:
 
 
 def same_type(a: Value, b: Value) -> bool:
-    """Both typed tensors of one dtype and one fully known shape."""
+    """Both typed tensors of one dtype and one shape known to be the same: every dim a number or
+    a symbol (a symbol is one size wherever it appears, as ONNX's ``dim_param``; an unknown dim
+    equals nothing)."""
     ta, tb = a.type, b.type
-    return isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.is_static and ta == tb
+    return (
+        isinstance(ta, TensorType)
+        and isinstance(tb, TensorType)
+        and ta.shape is not None
+        and all(d is not None for d in ta.shape)
+        and ta == tb
+    )
 
 
 def static_shape(v: Value | None) -> tuple[int, ...] | None:

@@ -16,6 +16,7 @@ import numpy as np
 from offload.ir import DataType
 
 from . import UfuncCall, kernel, prepared
+from ._erf_coefficients import ERF_P, ERF_Q, GELU_SCALE
 from ._util import compiled_loops, filled, out_for, same_view, unsupported
 
 # ---------------------------------------------------------------- helpers
@@ -159,17 +160,15 @@ def _erf64(x: np.ndarray) -> np.ndarray:
 
 def _erf_rational(x: np.ndarray) -> np.ndarray:
     """``loops.erf32``'s arithmetic with numpy: the same operations in the same order."""
-    from .loops import ERF_P, ERF_Q
-
     v = x.astype(np.float64)
-    t = v * v
-    p = np.full_like(t, ERF_P[6])
-    for c in ERF_P[5::-1]:
-        p = p * t + c
-    q = np.full_like(t, ERF_Q[5])
-    for c in ERF_Q[4::-1]:
-        q = q * t + c
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # |v| >= 4 is replaced below
+        t = v * v
+        p = np.full_like(t, ERF_P[6])
+        for c in ERF_P[5::-1]:
+            p = p * t + c
+        q = np.full_like(t, ERF_Q[5])
+        for c in ERF_Q[4::-1]:
+            q = q * t + c
         r = v * p / q
     return np.where(np.abs(v) >= 4.0, np.copysign(1.0, v), r)
 
@@ -653,7 +652,20 @@ def _softplus(x):
 
 
 def _gelu_exact(x):
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    """GELU with erf. Of float32 (and narrower) values in float64, rounded once: the argument
+    ``x · loops.GELU_SCALE`` and ``loops.erf32``'s rational function, one compiled pass
+    (``loops.gelu32``) where numba is there, else the same operations with numpy (the same bits)."""
+    x = np.asarray(x)
+    if x.dtype.kind != "f" or x.dtype.itemsize > 4:
+        return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    loops = compiled_loops()
+    if loops is not None:
+        out = np.empty(x.shape, np.float32)
+        loops.gelu32(np.ascontiguousarray(x, dtype=np.float32), out)
+        return out
+    v = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # -inf · (1 - 1): NaN, as the unfused ops give
+        return (0.5 * v * (1.0 + _erf_rational(v * GELU_SCALE))).astype(np.float32)
 
 
 def _gelu_tanh(x):

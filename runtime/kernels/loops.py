@@ -26,6 +26,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ._erf_coefficients import ERF_P, ERF_Q, GELU_SCALE
+
 
 @njit(cache=True, nogil=True, inline="always")
 def _taps3x3(acc, phases, w, run, sh, sw, dh, dw, plane, wph):  # pragma: no cover - compiled
@@ -284,32 +286,41 @@ def erf(x, out):  # pragma: no cover - compiled
         ys[i] = math.erf(np.float64(xs[i]))
 
 
-# erf(x) / x as a rational function of t = x² on |x| < 4, fitted by least squares on relative
-# error: relative error at most 1.7e-8 there (float32's half ulp is 6e-8); erf is ±1 to float32
-# beyond 4. ``elementwise.ERF_P`` / ``ERF_Q`` hold the same coefficients for the numpy path.
-ERF_P = (1.1283791690963676, 0.18505284833161995, 0.05409854500993849, 0.0038174504061146697,
-         0.00037081685625883504, 4.454565821186002e-06, -1.2001797639049627e-08)  # fmt: skip
-ERF_Q = (1.0, 0.49733221703508046, 0.11372056788770706, 0.01536736890432316, 0.0012891641850924116,
-         6.092407087988916e-05)  # fmt: skip
-
-
-@njit(cache=True, nogil=True)
-def erf32(x, out):  # pragma: no cover - compiled
-    """out[i] = erf(x[i]) for float32 x, in float64 by the rational function of ERF_P / ERF_Q
-    (Horner, highest power first, as ``elementwise._erf_rational`` computes it: the same bits),
-    ±1 from |x| = 4 on, NaN kept; x and out contiguous."""
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _erf_rational(d):  # pragma: no cover - compiled
+    """erf(d) in float64 by the rational function of ERF_P / ERF_Q (Horner, highest power first,
+    as ``elementwise._erf_rational`` computes it: the same bits), ±1 from |d| = 4 on, NaN kept.
+    Without a branch (t is clamped, the sign chosen by selects) and with numpy's error model (no
+    division check: q >= 1), so that the loops calling it vectorize."""
     p0, p1, p2, p3, p4, p5, p6 = ERF_P
     q0, q1, q2, q3, q4, q5 = ERF_Q
+    a = abs(d)
+    t = min(a, 4.0)
+    t = t * t
+    p = (((((p6 * t + p5) * t + p4) * t + p3) * t + p2) * t + p1) * t + p0
+    q = ((((q5 * t + q4) * t + q3) * t + q2) * t + q1) * t + q0
+    e = d * p / q
+    one = 1.0 if d > 0 else -1.0
+    return one if a >= 4.0 else e
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def erf32(x, out):  # pragma: no cover - compiled
+    """out[i] = erf(x[i]) for float32 x, in float64 by ``_erf_rational``; x and out contiguous."""
+    xs, ys = x.reshape(-1), out.reshape(-1)
+    for i in range(xs.size):
+        ys[i] = _erf_rational(np.float64(xs[i]))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def gelu32(x, out):  # pragma: no cover - compiled
+    """out[i] = 0.5 · x · (1 + erf(x / √2)) for float32 x, in float64 (one rounding to out's type):
+    the argument x · GELU_SCALE, erf by ``_erf_rational``, as ``elementwise._gelu_exact`` computes
+    it with numpy (the same bits); x and out contiguous."""
     xs, ys = x.reshape(-1), out.reshape(-1)
     for i in range(xs.size):
         v = np.float64(xs[i])
-        if abs(v) >= 4.0:
-            ys[i] = 1.0 if v > 0 else -1.0
-        else:
-            t = v * v
-            p = (((((p6 * t + p5) * t + p4) * t + p3) * t + p2) * t + p1) * t + p0
-            q = ((((q5 * t + q4) * t + q3) * t + q2) * t + q1) * t + q0
-            ys[i] = v * p / q
+        ys[i] = 0.5 * v * (1.0 + _erf_rational(v * GELU_SCALE))
 
 
 @njit(cache=True, nogil=True)

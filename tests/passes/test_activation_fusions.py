@@ -28,7 +28,7 @@ def _tail(spelling, one_plus, out="y"):
     return [node("Mul", ["x", "half"], ["h"]), node("Mul", ["h", one_plus], [out])]
 
 
-def _gelu_exact(spelling="half_last", by="Div", k=SQRT2, one=1.0, extra_reader=None, shape=(2, 8)):
+def _gelu_exact(spelling="half_last", by="Div", k=SQRT2, one=1.0, extra_reader=None, shape=(2, 8), x_shape=(2, 8)):
     nodes = [
         node(by, ["x", "k"], ["d"]),
         node("Erf", ["d"], ["e"]),
@@ -40,7 +40,7 @@ def _gelu_exact(spelling="half_last", by="Div", k=SQRT2, one=1.0, extra_reader=N
         nodes.append(node("Neg", [extra_reader], ["z"]))
         outputs["z"] = (F32, None)
     inits = {"k": _f(k), "one": _f(one), "half": np.full(shape, 0.5, np.float32)}
-    return model(nodes, {"x": (F32, [2, 8])}, outputs, inits)
+    return model(nodes, {"x": (F32, list(x_shape))}, outputs, inits)
 
 
 @pytest.mark.parametrize("spelling", ["half_last", "half_first", "half_of_x"])
@@ -63,6 +63,20 @@ def test_gelu_exact_fuses(spelling, by, k):
 )
 def test_gelu_exact_does_not_fire(kw):
     original, out = optimized(_gelu_exact(**kw), GELU_EXACT)
+    assert op_types(out) == op_types(original)
+
+
+def test_gelu_exact_fuses_over_symbolic_dims():
+    """x of shape (n, 8): a symbol is one size wherever it appears, so the chain keeps x's shape."""
+    data = _gelu_exact(shape=(1, 1), x_shape=("n", 8))
+    out = check(data, GELU_EXACT, {"x": rand(5, 8, seed=4) * 3}, rtol=1e-5, atol=1e-6)
+    assert op_types(out) == {"Gelu": 1}
+
+
+@pytest.mark.parametrize("x_shape, shape", [(("n", 8), (3, 1, 8)), ((None, 8), (1, 1))])
+def test_gelu_exact_does_not_fire_over_a_broadcast_or_an_unknown_dim(x_shape, shape):
+    """A 0.5 of higher rank broadcasts the result past x's shape; an unknown dim equals nothing."""
+    original, out = optimized(_gelu_exact(shape=shape, x_shape=x_shape), GELU_EXACT)
     assert op_types(out) == op_types(original)
 
 
