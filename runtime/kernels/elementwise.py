@@ -16,7 +16,7 @@ import numpy as np
 from offload.ir import DataType
 
 from . import UfuncCall, kernel, prepared
-from ._erf_coefficients import ERF_P, ERF_Q, GELU_SCALE
+from ._coefficients import ERF_P, ERF_Q, EXP_HI, EXP_LO, EXP_TAYLOR, F32, GELU_SCALE, LN2_HI, LN2_LO, LOG2E
 from ._util import compiled_loops, filled, out_for, same_view, unsupported
 
 # ---------------------------------------------------------------- helpers
@@ -641,10 +641,46 @@ def dropout(ctx, data, ratio=None, training_mode=None, *, seed):
 
 
 def _sigmoid(x):
-    """1 / (1 + exp(-x)): exp overflows to inf for x below about -88 (float32), and 1 / inf is
-    the 0 that sigmoid rounds to there."""
+    """1 / (1 + exp(-x)). Of float32 values: ``_sigmoid32`` (one compiled pass where numba is
+    there). Of others: numpy's exp, which overflows to inf for x below about -88 (float32), and
+    1 / inf is the 0 that sigmoid rounds to there."""
+    x = np.asarray(x)
+    if x.dtype == np.float32:
+        out = np.empty(x.shape, np.float32)
+        _sigmoid32(out, np.ascontiguousarray(x))
+        return out
     with np.errstate(over="ignore"):
         return np.reciprocal(np.exp(-x) + 1)
+
+
+def _exp32(x: np.ndarray) -> np.ndarray:
+    """``loops._exp32``'s arithmetic with numpy on float32 values: the same operations in the same
+    order, so the same bits (``_coefficients``: clamp, two-part ln 2, Taylor polynomial, 2^n from
+    exponent bits)."""
+    y = np.minimum(np.maximum(x, EXP_LO), EXP_HI)
+    n = np.floor(y * LOG2E + F32(0.5))
+    r = y - n * LN2_HI - n * LN2_LO
+    p = np.full_like(r, EXP_TAYLOR[7])
+    for c in EXP_TAYLOR[6::-1]:
+        p = p * r + c
+    k = n.astype(np.int32)
+    h = k >> 1
+    return p * ((h + 127) << 23).view(np.float32) * ((k - h + 127) << 23).view(np.float32)
+
+
+def _sigmoid32(out: np.ndarray, x: np.ndarray) -> None:
+    """Sigmoid of float32 ``x`` into ``out`` (C-contiguous, may be x): ``loops.sigmoid32`` where
+    numba is there, else the same arithmetic with numpy (the same bits): 1 / (1 + exp(-x)) by
+    ``_exp32``, 0 where -x is past exp's float32 range, NaN kept. 1.2 ns an element against 3.3
+    for numpy's four passes (its float32 exp alone 2.5-2.9 on the AMD EPYC test machine)."""
+    loops = compiled_loops()
+    if loops is not None:
+        loops.sigmoid32(x, out)
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.divide(F32(1.0), F32(1.0) + _exp32(-x))
+    s = np.where(-x > EXP_HI, F32(0.0), s)
+    np.copyto(out, np.where(np.isnan(x), x, s))
 
 
 def _softplus(x):
@@ -778,8 +814,8 @@ def _sigmoid_call(attrs, inputs, output):
 
 
 class _SigmoidCall:
-    """_sigmoid's arithmetic into ``out``, four ufunc passes. exp's overflow is not reported:
-    a method runs under ``np.errstate(all="ignore")``."""
+    """_sigmoid's arithmetic into ``out``: float32 by ``_sigmoid32``; other types four ufunc
+    passes. exp's overflow is not reported: a method runs under ``np.errstate(all="ignore")``."""
 
     __slots__ = ("one",)
 
@@ -796,6 +832,13 @@ class _SigmoidCall:
 
     @staticmethod
     def _passes(out, x, one):
+        if out.dtype == np.float32:
+            loops = compiled_loops()
+            return (
+                functools.partial(_sigmoid32, out, x)
+                if loops is None
+                else functools.partial(loops.sigmoid32, x, out)
+            )
         negative, exp, add, reciprocal = np.negative, np.exp, np.add, np.reciprocal
 
         def run():  # outputs positional: cheaper than out= (kernels.UfuncCall.bind)

@@ -28,7 +28,9 @@ def _tail(spelling, one_plus, out="y"):
     return [node("Mul", ["x", "half"], ["h"]), node("Mul", ["h", one_plus], [out])]
 
 
-def _gelu_exact(spelling="half_last", by="Div", k=SQRT2, one=1.0, extra_reader=None, shape=(2, 8), x_shape=(2, 8)):
+def _gelu_exact(
+    spelling="half_last", by="Div", k=SQRT2, one=1.0, extra_reader=None, shape=(2, 8), x_shape=(2, 8)
+):
     nodes = [
         node(by, ["x", "k"], ["d"]),
         node("Erf", ["d"], ["e"]),

@@ -426,7 +426,11 @@ def test_float32_gelu_is_one_pass_with_the_same_bits_without_numba(monkeypatch):
 
     rng = np.random.default_rng(12)
     x = np.concatenate(
-        [rng.uniform(-8, 8, 20000), rng.uniform(-1e-3, 1e-3, 2000), [0.0, -0.0, np.inf, -np.inf, np.nan, 3e38]]
+        [
+            rng.uniform(-8, 8, 20000),
+            rng.uniform(-1e-3, 1e-3, 2000),
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 3e38],
+        ]
     ).astype(np.float32)
     got = np.empty(x.shape, np.float32)
     gelu32(x, got)
@@ -439,3 +443,34 @@ def test_float32_gelu_is_one_pass_with_the_same_bits_without_numba(monkeypatch):
     np.testing.assert_array_max_ulp(got[:-6][plain], want[plain].astype(np.float32), maxulp=2)
     assert np.all(np.abs(got[:-6][~plain] - want[~plain]) <= 4e-8 * np.abs(v[~plain]))
     assert got[-6] == 0 and got[-4] == np.inf and np.isnan(got[-3]) and np.isnan(got[-2]) and got[-1] == x[-1]
+
+
+def test_float32_sigmoid_is_one_pass_with_the_same_bits_without_numba(monkeypatch):
+    """Sigmoid of float32 values in one compiled pass (``loops.sigmoid32``, a float32 exp of its
+    own): within 2 float32 ulps of 1 / (1 + exp(-x)) in float64 where that is normal, 0 below
+    exp's range, NaN kept, the same in place; the numpy path (no numba) gives the same bits."""
+    from offload.runtime.kernels import elementwise
+    from offload.runtime.kernels.loops import sigmoid32
+
+    rng = np.random.default_rng(13)
+    x = np.concatenate(
+        [
+            rng.uniform(-90, 90, 20000),
+            rng.standard_normal(20000) * 4,
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 88.7, -88.7, -87.0, -104.0, 1e-30],
+        ]
+    ).astype(np.float32)
+    got = np.empty_like(x)
+    sigmoid32(x, got)
+    monkeypatch.setattr(elementwise, "compiled_loops", lambda: None)
+    numpy_path = np.empty_like(x)
+    elementwise._sigmoid32(numpy_path, x)
+    np.testing.assert_array_equal(got.view(np.int32), numpy_path.view(np.int32))
+    want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    normal = np.isfinite(x) & (want >= np.finfo(np.float32).tiny)
+    np.testing.assert_array_max_ulp(got[normal], want[normal].astype(np.float32), maxulp=2)
+    assert np.all(np.abs(got[~normal & ~np.isnan(x)] - want[~normal & ~np.isnan(x)]) < 1.2e-38)
+    assert got[-10] == 0.5 and got[-8] == 1.0 and got[-7] == 0.0 and np.isnan(got[-6]) and got[-2] == 0.0
+    in_place = x.copy()
+    sigmoid32(in_place, in_place)
+    np.testing.assert_array_equal(in_place.view(np.int32), got.view(np.int32))
