@@ -26,7 +26,8 @@ has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no 
 What the plan fused into the Conv (step key ``epilogue``, ``gpu/epilogue.py``) is applied where
 the result is stored, by conv_direct or the GEMM after the bias: a residual Add (step key
 ``residual``) by writing into the residual's buffer and adding what it holds, then a Relu. Where
-the residual's buffer cannot be written (``_writable_in_place``) one ``add_residual`` launch adds it.
+the residual's buffer cannot be written (``_writable_in_place``), or a grouped conv runs as
+per-group GEMMs (its bias comes after them, from ``add_bias``), one ``add_residual`` launch adds it.
 ConvTranspose is a gather kernel: each output element sums the inputs that scatter onto it.
 """
 
@@ -136,7 +137,12 @@ def _conv(b: Builder, step: dict) -> None:
     how = _strategy(cg, ks, strides, begin, end, kind)
     epilogue = step.get("epilogue") or []
     residual = step.get("residual") if "Add" in epilogue else None
-    in_place = residual is not None and G == 1 and _writable_in_place(b, residual, out, (x, w, bias))
+    # the kernels that write every output once, after its bias, can add the residual there; a
+    # grouped conv run as per-group GEMMs adds its bias afterwards (add_bias), so it cannot
+    epilogue_in_kernel = G == 1 or how in ("direct", "gemm")
+    in_place = (
+        residual is not None and epilogue_in_kernel and _writable_in_place(b, residual, out, (x, w, bias))
+    )
     if in_place:
         b.alias(out, residual)  # the conv adds its result to the residual, in its buffer
         b.written_in_place.add(out)
@@ -161,7 +167,7 @@ def _conv(b: Builder, step: dict) -> None:
             call = linalg.GemmCall(
                 mg, P, K, w, 0, K, 1, x, n * C * IP, P, 1, out, n * M * P, bias, 1, 0, 1.0, 1.0
             )
-            run(replace(call, relu=relu, **batch))
+            run(replace(call, relu=relu, accumulate=in_place, **batch))
         _add_residual(b, step, out, residual, in_place, "Relu" in epilogue)
         return
     gemm_bias = bias if G == 1 else None
