@@ -43,6 +43,7 @@ from offload.ir import DataType
 
 from ...backend import OpCapability, Support
 from ..api import Buf, Builder, Scratch, float_options, fp16, source
+from .. import slices
 from . import linalg
 
 _F32 = frozenset({DataType.FLOAT})
@@ -148,6 +149,15 @@ def _conv(b: Builder, step: dict) -> None:
         b.written_in_place.add(out)
     # Relu in the conv's kernels unless a residual is added after them
     relu = "Relu" in epilogue and (residual is None or in_place)
+    # image n of the output starts at base + n * image in its buffer: its own, or its slice of the
+    # Concat that reads it (``gpu/slices.py``), where only GEMMs store it (add_bias and conv_direct
+    # index a whole tensor)
+    base, image = 0, M * math.prod(outs)
+    found = slices.slot(b, out) if residual is None and how != "direct" else None
+    if found is not None and not (how == "im2col" and G > 1 and bias is not None):
+        concat, base, image = found
+        b.alias(out, concat)
+        b.sliced.add(out)
     if how == "direct":
         flags = int(bias is not None) | int(relu) << 1 | int(in_place) << 2
         args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(flags)]
@@ -165,7 +175,7 @@ def _conv(b: Builder, step: dict) -> None:
         for n in range(N):
             batch = dict(batch=G, sab=mg * K, sbb=cg * IP, scb=mg * P, sbias=mg if bias is not None else 0)
             call = linalg.GemmCall(
-                mg, P, K, w, 0, K, 1, x, n * C * IP, P, 1, out, n * M * P, bias, 1, 0, 1.0, 1.0
+                mg, P, K, w, 0, K, 1, x, n * C * IP, P, 1, out, base + n * image, bias, 1, 0, 1.0, 1.0
             )
             run(replace(call, relu=relu, accumulate=in_place, **batch))
         _add_residual(b, step, out, residual, in_place, "Relu" in epilogue)
@@ -191,7 +201,7 @@ def _conv(b: Builder, step: dict) -> None:
                 col_args = [Buf(x), np.int64(x_off), cols, i32(cg), *geo]
                 b.launch(b.program(source("im2col.cl"), float_options(b)), "im2col", (K * P,), None, col_args)
                 operand, b_off = cols, 0
-            c_off = (n * M + g * mg) * P
+            c_off = base + n * image + g * mg * P
             run(
                 linalg.GemmCall(
                     mg,
