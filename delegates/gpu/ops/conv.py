@@ -23,6 +23,8 @@ GEMM side (cuBLAS) only gains, hence the low threshold.
 The GEMMs are ``linalg.GemmCall``s run by the builder's ``gemm`` when it has one (cuBLAS on CUDA),
 else by the matmul.cl kernel ``linalg.variant_for`` picks for the device's kind; the bias rides on the GEMM (strides scm=1, scn=0) when the conv
 has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no offset).
+A depthwise Conv step with key ``shuffle`` (S, ``gpu/shuffle.py``) reads its input's channels
+shuffled in S groups, through its kernel's indexing (the channel shuffle before it costs no copy).
 What the plan fused into the Conv (step key ``epilogue``, ``gpu/epilogue.py``) is applied where
 the result is stored, by conv_direct or the GEMM after the bias: a residual Add (step key
 ``residual``) by writing into the residual's buffer and adding what it holds, then a Relu. Where
@@ -158,10 +160,16 @@ def _conv(b: Builder, step: dict) -> None:
         concat, base, image = found
         b.alias(out, concat)
         b.sliced.add(out)
+    shuffle = int(step.get("shuffle", 1))  # X's channels read shuffled (``gpu/shuffle.py``)
+    if shuffle != 1 and (how != "direct" or shuffle < 1 or C % shuffle):
+        raise ModelFormatError(
+            f"gpu backend: Conv '{step.get('name')}' reads X {b.shape(x)} shuffled in {shuffle} groups "
+            "(only a depthwise Conv, over channels the groups divide)"
+        )
     if how == "direct":
         flags = int(bias is not None) | int(relu) << 1 | int(in_place) << 2
         args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(flags)]
-        args += [i32(N), i32(C), i32(M), i32(G), *geo]
+        args += [i32(N), i32(C), i32(M), i32(G), i32(shuffle), *geo]
         program = b.program(source("conv.cl"), float_options(b))
         if kind == "cpu":  # depthwise, the only direct conv on a CPU device
             b.launch(program, "conv_depthwise_rows", (N * M * math.prod(outs[:-1]),), None, args)
