@@ -225,7 +225,8 @@ class PlanValues:
         from offload.ir.infer_fold import fold_values
 
         outs = [v for v in step["outputs"] if v is not None]
-        if step.get("epilogue") or step.get("shuffle") or len(outs) != 1 or step["outputs"][0] is None or outs[0] in self.host:
+        fused = step.get("epilogue") or step.get("shuffle")
+        if fused or len(outs) != 1 or step["outputs"][0] is None or outs[0] in self.host:
             return None
         leaves = [None if i is None else self.const(i) for i in step["inputs"]]
         if any(x is None for i, x in zip(step["inputs"], leaves) if i is not None):

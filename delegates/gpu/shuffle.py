@@ -55,7 +55,7 @@ def _shuffle_of(ops: list[Operation], users, outputs, producer, conv: int) -> tu
         return None
     S, D = rs[1], rs[2]
     perm = [int(p) for p in ops[transpose].attributes.get("perm", [])]
-    if perm != [0, 2, 1, *range(3, len(rs))] or S * D != vs[1] or rs[:1] + rs[3:] != vs[:1] + vs[2:]:
+    if perm != [0, 2, 1, *range(3, len(rs))] or vs[1] != S * D or rs[:1] + rs[3:] != vs[:1] + vs[2:]:
         return None
     if ts != (rs[0], D, S, *rs[3:]):
         return None

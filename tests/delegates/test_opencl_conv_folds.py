@@ -52,25 +52,43 @@ def _launches(plan, host, blas: bool, kind: str = "gpu") -> tuple[int, list[str]
     return len(b.launches) + len(b.gemms), [r.kernel for r in b.launches]
 
 
-def _fire(e1_read_too=False, axis=1, depthwise_expand=False):
-    """A fire module (squeeze 1x1, expand 1x1 and 3x3, Concat) and a 1x1 Conv reading it;
-    ``e1_read_too``: the 1x1 expand's output is a model output too; ``depthwise_expand``: the 3x3
-    expand is depthwise (a direct conv)."""
+FIRES = ["sliced", "e1-read-too", "depthwise-expand", "axis-2", "concat-is-a-residual"]
+
+
+def _fire(case="sliced"):
+    """A fire module (squeeze 1x1, expand 1x1 and 3x3, Concat) and a 1x1 Conv reading it. By
+    ``case`` (``FIRES``): "e1-read-too": the 1x1 expand's output is a model output too;
+    "depthwise-expand": the 3x3 expand is depthwise (a direct conv); "axis-2": the Concat is along
+    the rows; "concat-is-a-residual": a 1x1 + Relu, 1x1 then add the Concat's output, then Relu."""
+    depthwise, axis = case == "depthwise-expand", 2 if case == "axis-2" else 1
     nodes = [
         helper.make_node("Conv", ["x", "ws", "bs"], ["s"]),
         helper.make_node("Relu", ["s"], ["sr"]),
         helper.make_node("Conv", ["sr", "w1", "b1"], ["e1"]),
         helper.make_node("Relu", ["e1"], ["e1r"]),
-        helper.make_node("Conv", ["sr", "w3", "b3"], ["e3"], pads=[1, 1, 1, 1], group=8 if depthwise_expand else 1),
+        helper.make_node("Conv", ["sr", "w3", "b3"], ["e3"], pads=[1, 1, 1, 1], group=8 if depthwise else 1),
         helper.make_node("Relu", ["e3"], ["e3r"]),
         helper.make_node("Concat", ["e1r", "e3r"], ["cat"], axis=axis),
-        helper.make_node("Conv", ["cat", "wz"], ["y"]),
     ]
-    out3 = 8 if depthwise_expand or axis != 1 else 12
-    w3 = _w(8, 1, 3, 3) if depthwise_expand else _w(out3, 8, 3, 3)
+    out3 = 8 if depthwise or axis != 1 else 12
+    cat = 8 + out3 if axis == 1 else 8
+    w3 = _w(8, 1, 3, 3) if depthwise else _w(out3, 8, 3, 3)
     init = [("ws", _w(8, 6, 1, 1)), ("bs", _b(8)), ("w1", _w(8, 8, 1, 1)), ("b1", _b(8))]
-    init += [("w3", w3), ("b3", _b(out3)), ("wz", _w(5, 8 + out3 if axis == 1 else 8, 1, 1))]
-    return model(nodes, [("x", [N, 6, 5, 7])], ["y", "e1r"] if e1_read_too else ["y"], init)
+    init += [("w3", w3), ("b3", _b(out3))]
+    if case == "concat-is-a-residual":
+        nodes += [
+            helper.make_node("Conv", ["cat", "wq"], ["q"]),
+            helper.make_node("Relu", ["q"], ["qr"]),
+            helper.make_node("Conv", ["qr", "wz"], ["z"]),
+            helper.make_node("Add", ["z", "cat"], ["sz"]),
+            helper.make_node("Relu", ["sz"], ["y"]),
+        ]
+        init += [("wq", _w(8, cat, 1, 1)), ("wz", _w(cat, 8, 1, 1))]
+    else:
+        nodes.append(helper.make_node("Conv", ["cat", "wz"], ["y"]))
+        init.append(("wz", _w(5, cat, 1, 1)))
+    outputs = ["y", "e1r"] if case == "e1-read-too" else ["y"]
+    return model(nodes, [("x", [N, 6, 5, 7])], outputs, init)
 
 
 def test_the_fire_modules_convs_store_into_the_concat_which_launches_nothing():
@@ -85,23 +103,21 @@ def test_the_fire_modules_convs_store_into_the_concat_which_launches_nothing():
     assert "concat_copy" not in _launches(plan, host, False, "cpu")[1]
 
 
-@pytest.mark.parametrize(
-    "case,copies",
-    [("sliced", 0), ("e1-read-too", 1), ("depthwise-expand", 1), ("axis-2", 2)],
-)
+@pytest.mark.parametrize("case,copies", list(zip(FIRES, [0, 1, 1, 2, 0])))
 def test_only_convs_read_by_the_channel_concat_alone_and_stored_by_gemms_skip_its_copy(case, copies):
-    program = _fire(case == "e1-read-too", 2 if case == "axis-2" else 1, case == "depthwise-expand")
-    plan, host = _plan_and_host(program)
+    plan, host = _plan_and_host(_fire(case))
     for kind in ("gpu", "cpu"):
-        assert _launches(plan, host, False, kind)[1].count("concat_copy") == copies
+        kernels = _launches(plan, host, False, kind)[1]
+        assert kernels.count("concat_copy") == copies
+        # the Conv adding the Concat's output adds it in place (the sliced views are read by nothing else)
+        assert "add_residual" not in kernels
 
 
 @needs_opencl
-@pytest.mark.parametrize("case", ["sliced", "e1-read-too", "depthwise-expand", "axis-2"])
+@pytest.mark.parametrize("case", FIRES)
 def test_fire_modules_match_onnxruntime(case, tmp_path):
-    program = _fire(case == "e1-read-too", 2 if case == "axis-2" else 1, case == "depthwise-expand")
     feeds = {"x": RNG.standard_normal((N, 6, 5, 7)).astype(np.float32)}
-    check(program, feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
+    check(_fire(case), feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
 
 
 def _grouped_units():
@@ -140,7 +156,16 @@ def test_a_grouped_convs_residual_add_and_relu_are_its_epilogue():
     plan, host = _plan_and_host(_grouped_units())
     epilogues = [s.get("epilogue") for s in plan["ops"]]
     assert [s["type"] for s in plan["ops"]] == ["Conv"] * 8
-    assert epilogues == [["Relu"], ["Relu"], None, ["Add", "Relu"], None, ["Add", "Relu"], None, ["Add", "Relu"]]
+    assert epilogues == [
+        ["Relu"],
+        ["Relu"],
+        None,
+        ["Add", "Relu"],
+        None,
+        ["Add", "Relu"],
+        None,
+        ["Add", "Relu"],
+    ]
     for blas in (False, True):
         launches, kernels = _launches(plan, host, blas)
         # the batched GEMM and the direct conv add the residual in their kernel; the 2-group 3x3
@@ -179,7 +204,11 @@ def _shuffled(read_too=False, consumer_groups=12):
 def test_a_channel_shuffle_before_a_depthwise_conv_is_read_through_its_indexing():
     plan, host = _plan_and_host(_shuffled())
     assert plan["format"] == FORMAT
-    assert [(s["type"], s.get("shuffle")) for s in plan["ops"]] == [("Conv", None), ("Conv", 3), ("Conv", None)]
+    assert [(s["type"], s.get("shuffle")) for s in plan["ops"]] == [
+        ("Conv", None),
+        ("Conv", 3),
+        ("Conv", None),
+    ]
     first, depthwise = plan["ops"][0], plan["ops"][1]
     assert depthwise["inputs"][0] == first["outputs"][0]  # the shuffle's source, not its result
     for blas in (False, True):
@@ -190,7 +219,9 @@ def test_a_channel_shuffle_before_a_depthwise_conv_is_read_through_its_indexing(
     assert len(plan["shapes"]) == 3 + 5 + 1
 
 
-@pytest.mark.parametrize("read_too,groups", [(True, 12), (False, 3)], ids=["transposed-read-too", "not-depthwise"])
+@pytest.mark.parametrize(
+    "read_too,groups", [(True, 12), (False, 3)], ids=["transposed-read-too", "not-depthwise"]
+)
 def test_a_shuffle_read_elsewhere_or_by_a_conv_of_many_channels_per_group_stays_a_copy(read_too, groups):
     plan, host = _plan_and_host(_shuffled(read_too, groups))
     assert "Transpose" in [s["type"] for s in plan["ops"]]

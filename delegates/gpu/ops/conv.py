@@ -44,8 +44,8 @@ from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
-from ..api import Buf, Builder, Scratch, float_options, fp16, source
 from .. import slices
+from ..api import Buf, Builder, Scratch, float_options, fp16, source
 from . import linalg
 
 _F32 = frozenset({DataType.FLOAT})
@@ -244,7 +244,8 @@ def _conv(b: Builder, step: dict) -> None:
 def _writable_in_place(b: Builder, residual: int, out: int, reads) -> bool:
     """Whether a Conv may add its result into ``residual``'s buffer: of its output's shape, not a
     constant or a value a control step keeps, not read by the Conv itself, and no view shares the
-    buffer but the outputs of Convs that wrote into it in place before (ResNet's chained blocks):
+    buffer but the outputs of Convs that wrote into it in place before (ResNet's chained blocks)
+    or into their slice of the Concat that made it (``gpu/slices.py``: read by that Concat only):
     the plan ensures that no step after the Add reads the residual, and so none reads those."""
     if b.shape(residual) != b.shape(out):
         raise ModelFormatError(
@@ -256,7 +257,7 @@ def _writable_in_place(b: Builder, residual: int, out: int, reads) -> bool:
     own = root not in b.host and root not in b.pinned and root not in b.alias_of
     return (
         own
-        and all(v in b.written_in_place for v in views)
+        and all(v in b.written_in_place or v in b.sliced for v in views)
         and all(v is None or b.root(v) != root for v in reads)
     )
 
