@@ -23,6 +23,7 @@ from offload.delegates.cuda.record import record
 from offload.delegates.gpu.plan import FORMAT, parse
 
 from .opencl_support import check, model, needs_opencl
+from .test_opencl_conv import KINDS, made_for
 
 RNG = np.random.default_rng(23)
 N = 2
@@ -114,10 +115,12 @@ def test_only_convs_read_by_the_channel_concat_alone_and_stored_by_gemms_skip_it
 
 
 @needs_opencl
+@pytest.mark.parametrize("device_kind", KINDS)
 @pytest.mark.parametrize("case", FIRES)
-def test_fire_modules_match_onnxruntime(case, tmp_path):
+def test_fire_modules_match_onnxruntime(case, device_kind, tmp_path):
     feeds = {"x": RNG.standard_normal((N, 6, 5, 7)).astype(np.float32)}
-    check(_fire(case), feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
+    with made_for(device_kind):  # the kernels made for a GPU run on PoCL too
+        check(_fire(case), feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
 
 
 def _grouped_units():
@@ -177,9 +180,11 @@ def test_a_grouped_convs_residual_add_and_relu_are_its_epilogue():
 
 
 @needs_opencl
-def test_grouped_units_match_onnxruntime(tmp_path):
+@pytest.mark.parametrize("device_kind", KINDS)
+def test_grouped_units_match_onnxruntime(device_kind, tmp_path):
     feeds = {"x": RNG.standard_normal((N, 8, 6, 5)).astype(np.float32)}
-    check(_grouped_units(), feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
+    with made_for(device_kind):
+        check(_grouped_units(), feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
 
 
 def _shuffled(read_too=False, consumer_groups=12):
@@ -230,10 +235,12 @@ def test_a_shuffle_read_elsewhere_or_by_a_conv_of_many_channels_per_group_stays_
 
 
 @needs_opencl
+@pytest.mark.parametrize("device_kind", KINDS)
 @pytest.mark.parametrize("read_too,groups", [(False, 12), (True, 12), (False, 3)])
-def test_shuffles_match_onnxruntime(read_too, groups, tmp_path):
+def test_shuffles_match_onnxruntime(read_too, groups, device_kind, tmp_path):
     feeds = {"x": RNG.standard_normal((N, 6, 5, 7)).astype(np.float32)}
-    check(_shuffled(read_too, groups), feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
+    with made_for(device_kind):
+        check(_shuffled(read_too, groups), feeds, tmp_path, rtol=1e-4, atol=1e-5, whole=True)
 
 
 @pytest.mark.parametrize(
