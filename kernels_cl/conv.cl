@@ -22,10 +22,18 @@
         }                                                                               \
     }
 
+// The channel of X that channel ch of a Conv's input is read from: X's channels as S groups of C/S,
+// shuffled (ShuffleNet's Reshape [S, C/S], Transpose, Reshape, folded into the Conv: gpu/shuffle.py);
+// S == 1: ch itself.
+inline int shuffled_channel(const int ch, const int C, const int S)
+{
+    return S > 1 ? (ch % S) * (C / S) + ch / S : ch;
+}
+
 // Direct Conv: one work-item per output element. Wt: M x (C/G) x KD x KH x KW; B: M; epilogue: bit 0
 // adds B, bit 2 then adds what Y holds (a residual Add written in place), bit 1 then applies Relu
-// (conv_epilogue, matmul.cl's order); Y: N x M x OD x OH x OW. Used for depthwise (C/G == 1) and
-// tiny convs.
+// (conv_epilogue, matmul.cl's order); Y: N x M x OD x OH x OW; S: X's channels read shuffled in S
+// groups (shuffled_channel; 1: as they are). Used for depthwise (C/G == 1) and tiny convs.
 inline float conv_epilogue(float acc, __global const stype* B, const int m, __global const stype* Y,
                            const size_t k, const int epilogue)
 {
@@ -36,7 +44,7 @@ inline float conv_epilogue(float acc, __global const stype* B, const int m, __gl
 
 __kernel void conv_direct(__global const stype* X, __global const stype* Wt, __global const stype* B,
                           __global stype* Y, const int epilogue,
-                          const int N, const int C, const int M, const int G,
+                          const int N, const int C, const int M, const int G, const int S,
                           CONV_GEOMETRY)
 {
     const size_t gid = get_global_id(0);
@@ -54,7 +62,7 @@ __kernel void conv_direct(__global const stype* X, __global const stype* Wt, __g
     const int ksize = KD * KH * KW;
     float acc = 0.0f;
     for (int c = 0; c < cg; ++c) {
-        __global const stype* xp = X + ((size_t)n * C + (size_t)g * cg + c) * plane;
+        __global const stype* xp = X + ((size_t)n * C + shuffled_channel(g * cg + c, C, S)) * plane;
         __global const stype* wp = Wt + ((size_t)m * cg + c) * ksize;
         CONV_TAPS(acc, xp, wp, od, oh, ow);
     }
@@ -64,10 +72,11 @@ __kernel void conv_direct(__global const stype* X, __global const stype* Wt, __g
 // Depthwise Conv (C/G == 1) for a CPU device: a work-item per output row (n, m, od, oh) computes
 // its OW outputs in turn, each summing its taps in conv_direct's order (kd, kh, kw), so the two
 // agree bit for bit. Consecutive outputs read neighbouring inputs in one work-item, where a
-// work-item per output made PoCL gather across work-items. Launch: global (N * M * OD * OH).
+// work-item per output made PoCL gather across work-items. S as for conv_direct. Launch: global
+// (N * M * OD * OH).
 __kernel void conv_depthwise_rows(__global const stype* X, __global const stype* Wt, __global const stype* B,
                                   __global stype* Y, const int epilogue,
-                                  const int N, const int C, const int M, const int G,
+                                  const int N, const int C, const int M, const int G, const int S,
                                   CONV_GEOMETRY)
 {
     const int r = get_global_id(0);
@@ -77,7 +86,7 @@ __kernel void conv_depthwise_rows(__global const stype* X, __global const stype*
     const int m = nm % M, n = nm / M;
     const int g = m / (M / G);
     const size_t plane = (size_t)ID * IH * IW;
-    __global const stype* xp = X + ((size_t)n * C + g) * plane;
+    __global const stype* xp = X + ((size_t)n * C + shuffled_channel(g, C, S)) * plane;
     __global const stype* wp = Wt + (size_t)m * KD * KH * KW;
     __global stype* yp = Y + (size_t)r * OW;
     for (int ow = 0; ow < OW; ++ow) {

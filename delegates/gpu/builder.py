@@ -27,6 +27,7 @@ from .api import Buf, Scratch, source, storage_dtype
 from .control import RECORD, loop_lifetimes
 from .ops import LAUNCH
 from .plan import MAX_ELEMENTS, PRECISIONS, attribute, step_shapes
+from .slices import concat_slots
 
 
 def host_weights(plan: dict, weights, backend: str) -> dict[int, np.ndarray]:
@@ -71,6 +72,10 @@ class PlanValues:
         self.host = host  # weights, then init-time constants: uploaded once
         self.alias_of: dict[int, int] = {}
         self.written_in_place: set[int] = set()  # Conv outputs aliased to their residual (ops/conv.py)
+        # Conv outputs that may be stored into their slice of a Concat's output (``slices.py``),
+        # and those whose Conv did: the Concat copies only the others
+        self.concat_slots: dict = {}
+        self.sliced: set[int] = set()
         self.step = 0  # counts the steps recorded (nested ones too): scratch buffers are per step
         self.pinned: set[int] = set()  # values a control step keeps in buffers of their own
         self._scratch: dict[tuple[int, str], int] = {}
@@ -129,6 +134,7 @@ class PlanValues:
     def record(self, plan: dict) -> tuple[list[int], list[int], set[int]]:
         """Every step's launcher run on this builder, each step's shapes checked first; gives the
         partition's inputs, outputs, and the values whose buffers are pinned (never pooled)."""
+        self.concat_slots = concat_slots(plan)
         self.record_steps(plan["ops"])
         inputs, outputs = [int(i) for i in plan["inputs"]], [int(i) for i in plan["outputs"]]
         if any(i in self.alias_of for i in inputs):  # never rebind a buffer the caller fills
@@ -219,7 +225,8 @@ class PlanValues:
         from offload.ir.infer_fold import fold_values
 
         outs = [v for v in step["outputs"] if v is not None]
-        if step.get("epilogue") or len(outs) != 1 or step["outputs"][0] is None or outs[0] in self.host:
+        fused = step.get("epilogue") or step.get("shuffle")
+        if fused or len(outs) != 1 or step["outputs"][0] is None or outs[0] in self.host:
             return None
         leaves = [None if i is None else self.const(i) for i in step["inputs"]]
         if any(x is None for i, x in zip(step["inputs"], leaves) if i is not None):

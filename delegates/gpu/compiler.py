@@ -22,6 +22,7 @@ from .host import host_inputs
 from .ops import ELEMENTWISE
 from .plan import FORMAT, MAX_ELEMENTS, PRECISIONS
 from .precision import fp16_check, keep_fp32, mixed, too_wide
+from .shuffle import shuffles
 from .specialize import max_shapes, shape_sets
 
 # The op tables of the families, and If / Loop (``control.py``: recorded by the builder itself).
@@ -138,23 +139,36 @@ def _grouped(ops, users, outputs, producer, fused) -> dict[int, list[int]]:
     return group_of
 
 
-def _with_epilogue(ops: list[Operation], vid) -> dict:
-    """One plan step for a Conv and the ops fused into it as its epilogue (``epilogue.py``)."""
+def _with_epilogue(ops: list[Operation], vid, x: Value | None = None) -> dict:
+    """One plan step for a Conv and the ops fused into it as its epilogue (``epilogue.py``);
+    ``x``: the value the step reads in place of the Conv's first input (a shuffle's source)."""
     conv, *chain = ops
     step = {
         "type": conv.op_type,
         "name": conv.name,
         "attributes": _attrs(conv),
-        "inputs": [vid(v) for v in conv.inputs],
-        "outputs": [vid(chain[-1].outputs[0])],
-        "epilogue": ["Add" if op.op_type in ADDS else op.op_type for op in chain],
+        "inputs": [vid(v) for v in ([x, *conv.inputs[1:]] if x is not None else conv.inputs)],
+        "outputs": [vid((chain or ops)[-1].outputs[0])],
     }
+    if chain:
+        step["epilogue"] = ["Add" if op.op_type in ADDS else op.op_type for op in chain]
     prev = conv.outputs[0]
     for op in chain:
         if op.op_type in ADDS:
             step["residual"] = vid(residual(op, prev))
         prev = op.outputs[0]
     return step
+
+
+def _single(op: Operation, vid) -> dict:
+    """The plan step of one op."""
+    return {
+        "type": op.op_type,
+        "name": op.name,
+        "attributes": _attrs(op),
+        "inputs": [vid(v) for v in op.inputs],
+        "outputs": [vid(v) for v in op.outputs],
+    }
 
 
 def _fused(ops: list[Operation], vid) -> dict:
@@ -293,11 +307,21 @@ class GPUCompiler(BackendCompiler):
         def steps(block) -> list[tuple[list[int], dict]]:
             """The block's plan steps, each with the indices of the ops it runs."""
             out = []
+            shuffled = shuffles(block.operations, {id(v) for v in block.outputs})
+            folded = {s for chain, _ in shuffled.values() for s in chain}
             for group in _fusion_groups(block, residuals=stored == "fp32"):
+                if folded.intersection(group):  # a shuffle step: the Conv reading it takes it
+                    continue
                 ops = [block.operations[s] for s in group]
+                shuffle = shuffled.get(group[0])
                 for op in ops:
                     for v in op.inputs:
                         register(v)
+                if shuffle is not None:  # a Conv reading a shuffle: it reads the shuffle's source
+                    (chain, S), x = shuffle, block.operations[shuffle[0][0]].inputs[0]
+                    register(x)
+                    out.append((sorted([*chain, *group]), {**_with_epilogue(ops, vid, x), "shuffle": S}))
+                    continue
                 if len(ops) > 1 and ops[0].op_type == "Conv":
                     out.append((group, _with_epilogue(ops, vid)))
                     continue
@@ -305,13 +329,7 @@ class GPUCompiler(BackendCompiler):
                     out.append((group, _fused(ops, vid)))
                     continue
                 (op,) = ops
-                step = {
-                    "type": op.op_type,
-                    "name": op.name,
-                    "attributes": _attrs(op),
-                    "inputs": [vid(v) for v in op.inputs],
-                    "outputs": [vid(v) for v in op.outputs],
-                }
+                step = _single(op, vid)
                 if op.op_type == "If":
                     step["branches"] = [sub(op.attributes[k]) for k in ("then_branch", "else_branch")]
                 elif op.op_type == "Loop":

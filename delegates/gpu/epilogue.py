@@ -1,6 +1,6 @@
 """Which ops of a partition run as the epilogue of the Conv that produces their input.
 
-Rules (the chain after a Conv whose group is 1 for the Add, any for Relu):
+Rules (the chain after a Conv of any group):
 
 1. ``y = Conv(x, w[, b]); z = Relu(y)`` → one plan step ``Conv`` writing ``z`` with
    ``"epilogue": ["Relu"]``: the kernel applies Relu where it stores the result (after the bias).
@@ -79,8 +79,6 @@ def _residual_ok(ops, conv: int, s: int, y, context) -> bool:
     users, outputs, producer = context
     op = ops[s]
     if len(op.inputs) != 2 or sum(v is y for v in op.inputs) != 1:
-        return False
-    if int(ops[conv].attributes.get("group", 1)) != 1:
         return False
     r = residual(op, y)
     if r is None or r.is_constant or id(r) in outputs or id(r) not in producer:

@@ -29,13 +29,15 @@ deterministically (the same plan gives the same source, so the build cache hits)
 
 A "Conv" step may carry what the plan fused into it (``epilogue.py``, format 6): "epilogue":
 ["Relu"] | ["Add"] | ["Add", "Relu"], in order after the bias, and for "Add" "residual": the value
-id added (the step's output is then the Add's or the Relu's value).
+id added (the step's output is then the Add's or the Relu's value). A depthwise "Conv" step may
+carry "shuffle": S (format 7, ``shuffle.py``): it reads its input's channels shuffled in S groups,
+as the Reshape-Transpose-Reshape it replaces would have copied them.
 
 Control steps (``control.py``) hold sub-plans {"inputs": [id], "ops": [step], "outputs": [id]}
 over the same value ids: "If" has "branches": [then, else], "Loop" has "body". A tensor (an
 attribute or a constant) is {"array": [...], "dtype", "shape"}.
 Formats 1 and 2 (float32 only, no "dtypes"), 3 (static shapes, no "host_inputs"), 4 (no
-control steps) and 5 (no epilogues) still load.
+control steps), 5 (no epilogues) and 6 (no shuffles) still load.
 """
 
 import json
@@ -44,7 +46,7 @@ import numpy as np
 
 from offload.errors import ModelFormatError
 
-FORMAT = "offload-gpu-plan/6"
+FORMAT = "offload-gpu-plan/7"
 PRECISIONS = ("fp32", "fp16")  # how float32 values are stored on the device
 FORMATS = (
     "offload-opencl-plan/1",
@@ -52,6 +54,7 @@ FORMATS = (
     "offload-gpu-plan/3",
     "offload-gpu-plan/4",
     "offload-gpu-plan/5",
+    "offload-gpu-plan/6",
     FORMAT,
 )
 MAX_NESTING = 16  # control steps inside control steps
@@ -173,6 +176,9 @@ def parse(processed: bytes | dict, backend: str) -> dict:
                 or ("Add" in epilogue) != (step.get("residual") is not None)
             ):
                 raise bad(f"{where}step {k} has an epilogue {epilogue!r} (a Conv's: one of {EPILOGUES})")
+            shuffle = step.get("shuffle")
+            if shuffle is not None and (step["type"] != "Conv" or type(shuffle) is not int or shuffle < 1):
+                raise bad(f"{where}step {k} has a shuffle {shuffle!r} (a Conv's: a number of groups)")
             subs = {"If": step.get("branches"), "Loop": [step.get("body")]}.get(step["type"])
             if subs is None:
                 continue

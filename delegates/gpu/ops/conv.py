@@ -23,10 +23,13 @@ GEMM side (cuBLAS) only gains, hence the low threshold.
 The GEMMs are ``linalg.GemmCall``s run by the builder's ``gemm`` when it has one (cuBLAS on CUDA),
 else by the matmul.cl kernel ``linalg.variant_for`` picks for the device's kind; the bias rides on the GEMM (strides scm=1, scn=0) when the conv
 has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no offset).
+A depthwise Conv step with key ``shuffle`` (S, ``gpu/shuffle.py``) reads its input's channels
+shuffled in S groups, through its kernel's indexing (the channel shuffle before it costs no copy).
 What the plan fused into the Conv (step key ``epilogue``, ``gpu/epilogue.py``) is applied where
 the result is stored, by conv_direct or the GEMM after the bias: a residual Add (step key
 ``residual``) by writing into the residual's buffer and adding what it holds, then a Relu. Where
-the residual's buffer cannot be written (``_writable_in_place``) one ``add_residual`` launch adds it.
+the residual's buffer cannot be written (``_writable_in_place``), or a grouped conv runs as
+per-group GEMMs (its bias comes after them, from ``add_bias``), one ``add_residual`` launch adds it.
 ConvTranspose is a gather kernel: each output element sums the inputs that scatter onto it.
 """
 
@@ -41,6 +44,7 @@ from offload.errors import ModelFormatError
 from offload.ir import DataType
 
 from ...backend import OpCapability, Support
+from .. import slices
 from ..api import Buf, Builder, Scratch, float_options, fp16, source
 from . import linalg
 
@@ -136,16 +140,36 @@ def _conv(b: Builder, step: dict) -> None:
     how = _strategy(cg, ks, strides, begin, end, kind)
     epilogue = step.get("epilogue") or []
     residual = step.get("residual") if "Add" in epilogue else None
-    in_place = residual is not None and G == 1 and _writable_in_place(b, residual, out, (x, w, bias))
+    # the kernels that write every output once, after its bias, can add the residual there; a
+    # grouped conv run as per-group GEMMs adds its bias afterwards (add_bias), so it cannot
+    epilogue_in_kernel = G == 1 or how in ("direct", "gemm")
+    in_place = (
+        residual is not None and epilogue_in_kernel and _writable_in_place(b, residual, out, (x, w, bias))
+    )
     if in_place:
         b.alias(out, residual)  # the conv adds its result to the residual, in its buffer
         b.written_in_place.add(out)
     # Relu in the conv's kernels unless a residual is added after them
     relu = "Relu" in epilogue and (residual is None or in_place)
+    # image n of the output starts at base + n * image in its buffer: its own, or its slice of the
+    # Concat that reads it (``gpu/slices.py``), where only GEMMs store it (add_bias and conv_direct
+    # index a whole tensor)
+    base, image = 0, M * math.prod(outs)
+    found = slices.slot(b, out) if residual is None and how != "direct" else None
+    if found is not None and not (how == "im2col" and G > 1 and bias is not None):
+        concat, base, image = found
+        b.alias(out, concat)
+        b.sliced.add(out)
+    shuffle = int(step.get("shuffle", 1))  # X's channels read shuffled (``gpu/shuffle.py``)
+    if shuffle != 1 and (how != "direct" or shuffle < 1 or C % shuffle):
+        raise ModelFormatError(
+            f"gpu backend: Conv '{step.get('name')}' reads X {b.shape(x)} shuffled in {shuffle} groups "
+            "(only a depthwise Conv, over channels the groups divide)"
+        )
     if how == "direct":
         flags = int(bias is not None) | int(relu) << 1 | int(in_place) << 2
         args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(flags)]
-        args += [i32(N), i32(C), i32(M), i32(G), *geo]
+        args += [i32(N), i32(C), i32(M), i32(G), i32(shuffle), *geo]
         program = b.program(source("conv.cl"), float_options(b))
         if kind == "cpu":  # depthwise, the only direct conv on a CPU device
             b.launch(program, "conv_depthwise_rows", (N * M * math.prod(outs[:-1]),), None, args)
@@ -159,9 +183,9 @@ def _conv(b: Builder, step: dict) -> None:
         for n in range(N):
             batch = dict(batch=G, sab=mg * K, sbb=cg * IP, scb=mg * P, sbias=mg if bias is not None else 0)
             call = linalg.GemmCall(
-                mg, P, K, w, 0, K, 1, x, n * C * IP, P, 1, out, n * M * P, bias, 1, 0, 1.0, 1.0
+                mg, P, K, w, 0, K, 1, x, n * C * IP, P, 1, out, base + n * image, bias, 1, 0, 1.0, 1.0
             )
-            run(replace(call, relu=relu, **batch))
+            run(replace(call, relu=relu, accumulate=in_place, **batch))
         _add_residual(b, step, out, residual, in_place, "Relu" in epilogue)
         return
     gemm_bias = bias if G == 1 else None
@@ -185,7 +209,7 @@ def _conv(b: Builder, step: dict) -> None:
                 col_args = [Buf(x), np.int64(x_off), cols, i32(cg), *geo]
                 b.launch(b.program(source("im2col.cl"), float_options(b)), "im2col", (K * P,), None, col_args)
                 operand, b_off = cols, 0
-            c_off = (n * M + g * mg) * P
+            c_off = base + n * image + g * mg * P
             run(
                 linalg.GemmCall(
                     mg,
@@ -220,7 +244,8 @@ def _conv(b: Builder, step: dict) -> None:
 def _writable_in_place(b: Builder, residual: int, out: int, reads) -> bool:
     """Whether a Conv may add its result into ``residual``'s buffer: of its output's shape, not a
     constant or a value a control step keeps, not read by the Conv itself, and no view shares the
-    buffer but the outputs of Convs that wrote into it in place before (ResNet's chained blocks):
+    buffer but the outputs of Convs that wrote into it in place before (ResNet's chained blocks)
+    or into their slice of the Concat that made it (``gpu/slices.py``: read by that Concat only):
     the plan ensures that no step after the Add reads the residual, and so none reads those."""
     if b.shape(residual) != b.shape(out):
         raise ModelFormatError(
@@ -232,7 +257,7 @@ def _writable_in_place(b: Builder, residual: int, out: int, reads) -> bool:
     own = root not in b.host and root not in b.pinned and root not in b.alias_of
     return (
         own
-        and all(v in b.written_in_place for v in views)
+        and all(v in b.written_in_place or v in b.sliced for v in views)
         and all(v is None or b.root(v) != root for v in reads)
     )
 

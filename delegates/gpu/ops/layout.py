@@ -269,8 +269,9 @@ def _concat(b: Builder, step: dict) -> None:
         xs = b.shape(x)
         chunk = xs[axis] * inner
         n = math.prod(xs)
-        args = [Buf(x), Buf(out), np.int64(chunk), np.int64(oshape[axis] * inner), np.int64(offset)]
-        b.launch(program, "concat_copy", (n,), None, [*args, np.int64(n)])
+        if x not in b.sliced:  # a Conv stored it in its slice already (``gpu/slices.py``)
+            args = [Buf(x), Buf(out), np.int64(chunk), np.int64(oshape[axis] * inner), np.int64(offset)]
+            b.launch(program, "concat_copy", (n,), None, [*args, np.int64(n)])
         offset += chunk
     if offset != oshape[axis] * inner:
         raise ModelFormatError(f"gpu backend: Concat inputs do not add up to {oshape}")
