@@ -39,7 +39,7 @@ from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTy
 
 from . import delegates as dl
 from . import kernels
-from .bound_runs import _bind_runs, _static_inputs
+from .bound_runs import _bind_runs, _new_input_places, _place_inputs, _static_inputs
 from .decided_paths import run_key
 from .device_inputs import DeviceInput, place
 from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
@@ -315,6 +315,9 @@ class Method:
         # Input slot → the delegates that read it, where only delegates that take device tensors
         # do (_keep_on_device): an input in device memory may stay there for them.
         self._device_readers: dict[int, list[dl.Delegate]] = {}
+        # Small static inputs' places of their own in each arena set (bound_runs._place_inputs):
+        # slot → (dtype, shape). They are not arena views of the file's plan (``planned``).
+        self._input_places: dict[int, tuple] = {}
         self._unsupported: list[str] = []
         self._missing_cache: list[str] | None = None
         # Planned results of the last run that a kernel allocated rather than wrote in place.
@@ -347,7 +350,7 @@ class Method:
     @property
     def planned_bytes(self) -> int:
         """What the planned tensors would take if none shared memory."""
-        return sum(v.nbytes for v in self._planned if v is not None)
+        return sum(v.nbytes for i, v in enumerate(self._planned) if v is not None and i not in self._input_places)
 
     @property
     def instructions(self) -> list[StepInfo]:
@@ -397,7 +400,7 @@ class Method:
     @property
     def planned(self) -> dict[int, np.ndarray]:
         """Value index → its arena view, for every planned tensor."""
-        return {i: v for i, v in enumerate(self._planned) if v is not None}
+        return {i: v for i, v in enumerate(self._planned) if v is not None and i not in self._input_places}
 
     # ---- loading -----------------------------------------------------------------------------
 
@@ -550,6 +553,7 @@ class Method:
         _fuse_depthwise_pointwise(self, self._steps)
         _fuse_channel_shuffles(self, self._steps)
         _keep_on_device(self)
+        _place_inputs(self)
         self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))
         self._pool.append((self._planned, self._initial, self._bind(self._planned, self._initial)))
 
@@ -768,13 +772,14 @@ class Method:
             planned[i] = initial[i] = (
                 arenas[memory_id][offset : offset + view.nbytes].view(view.dtype).reshape(view.shape)
             )
+        _new_input_places(self, planned, initial)
         return planned, initial
 
     def _bind(self, planned: list, initial: list, bound_runs: list | None = None) -> list[list]:
         """Each _BoundRun's calls (the method's, or ``bound_runs``) with the arrays of one arena
         set fixed in them."""
         return [
-            [kernels.bind(s.call, planned[s.out_slot], [initial[i] for i in s.in_slots]) for s in run]
+            [s.bound(planned, initial) for s in run]
             for run in (self._bound_runs if bound_runs is None else bound_runs)
         ]
 
