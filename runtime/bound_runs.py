@@ -9,7 +9,6 @@ from offload.ir import TensorType
 from .pte_values import value_type
 from .steps import MethodState, _BoundRun, _FusedAway, _JumpStep, _PreparedOutputsStep, _PreparedStep
 
-
 # Method inputs of a static tensor type up to this size get a place of their own in each arena
 # set (``_place_inputs``): a run copies such an input into it, and the prepared steps that read it
 # can then be bound instead of checking their inputs at each run. A larger input is read where the

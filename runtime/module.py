@@ -38,7 +38,6 @@ from offload.schemas import pte as pte_format
 from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
 
 from . import delegates as dl
-from . import kernels
 from .bound_runs import _bind_runs, _new_input_places, _place_inputs, _static_inputs
 from .decided_paths import run_key
 from .device_inputs import DeviceInput, place
@@ -350,7 +349,9 @@ class Method:
     @property
     def planned_bytes(self) -> int:
         """What the planned tensors would take if none shared memory."""
-        return sum(v.nbytes for i, v in enumerate(self._planned) if v is not None and i not in self._input_places)
+        return sum(
+            v.nbytes for i, v in enumerate(self._planned) if v is not None and i not in self._input_places
+        )
 
     @property
     def instructions(self) -> list[StepInfo]:

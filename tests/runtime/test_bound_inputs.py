@@ -53,7 +53,13 @@ def test_small_inputs_and_split_run_as_one_bound_run():
     assert sorted(method._input_places) == sorted(method._input_slots)
     assert isinstance(method._fast_steps[0], _BoundRun)
     (run,) = method._bound_runs
-    assert [s.kernel.op_name for s in run] == ["onnx::Add", "onnx::Split", "onnx::Neg", "onnx::Where", "onnx::Add"]
+    assert [s.kernel.op_name for s in run] == [
+        "onnx::Add",
+        "onnx::Split",
+        "onnx::Neg",
+        "onnx::Where",
+        "onnx::Add",
+    ]
     assert any(isinstance(s, _PreparedOutputsStep) for s in run)
     rng = np.random.default_rng(0)
     for k in range(4):
@@ -72,7 +78,7 @@ def test_an_input_over_the_limit_is_read_where_it_lies():
     method = _method(nodes, inputs, outputs, inits)
     x_slot, cond_slot = method._input_slots
     assert x_slot not in method._input_places and cond_slot in method._input_places
-    assert [s.kernel.op_name for s in method._bound_runs[0]][0] == "onnx::Split"
+    assert method._bound_runs[0][0].kernel.op_name == "onnx::Split"
     x = np.random.default_rng(1).integers(-50, 50, shape).astype(np.float32)
     got = method.run({"x": x, "cond": np.array(False)})["y"]
     np.testing.assert_array_equal(got, _reference(x, False, c))
