@@ -210,6 +210,15 @@ class Module:
         return value
 
 
+def _kept(value, into: np.ndarray):
+    """``value`` copied into ``into`` where it is an array of its dtype and shape (``into``
+    returned), else ``value`` as it is (a copy of arena memory: the run's arena set is reused)."""
+    if type(value) is np.ndarray and value.dtype == into.dtype and value.shape == into.shape:
+        np.copyto(into, value)
+        return into
+    return np.array(value, copy=True) if isinstance(value, np.ndarray) else value
+
+
 def _check_acyclic(plans: list[Method], origin: str) -> None:
     state: dict[int, int] = {}  # 1: on the current path, 2: done
 
@@ -620,16 +629,20 @@ class Method:
             full = list(args)
             for position, port in sorted(self._states, key=lambda s: s[0]):
                 full.insert(position, states[port.name])
+            # The new states are copied straight into the arrays that hold them (_call's
+            # ``states_into``), read by no one but the next run.
+            into = [states[port.name] for _, port in self._states]
             if profile is None:
-                results = self._call(full, options, None, on_device)
+                results = self._call(full, options, None, on_device, into)
             else:
                 with profiling(profile):
-                    results = self._call(full, options, profile, on_device)
+                    results = self._call(full, options, profile, on_device, into)
             n = len(self._states)
-            for (_, port), value in zip(self._states, results[len(results) - n :]):
-                states[port.name] = np.array(value, dtype=port.type.dtype.numpy, copy=True).reshape(
-                    port.type.shape
-                )
+            for (_, port), value, kept in zip(self._states, results[len(results) - n :], into):
+                if value is not kept:  # not of the declared type: converted, as a new array
+                    states[port.name] = np.array(value, dtype=port.type.dtype.numpy, copy=True).reshape(
+                        port.type.shape
+                    )
             return dict(zip(self.output_names, results[: len(results) - n]))
 
     def _missing(self) -> list[str]:
@@ -650,7 +663,11 @@ class Method:
         options: RunOptions | None = None,
         profile: Profile | None = None,
         device_outputs: bool = False,
+        states_into: list | None = None,
     ) -> list:
+        """The method's results for ``args``; with ``states_into`` (arrays, one for each of the
+        last results), each of those results that is an array of its array's dtype and shape is
+        copied into it and returned as it, while the run still holds its arena set."""
         if self._load_time is not None:
             self._compute_load_time()
         self.allocated_results = 0
@@ -666,6 +683,11 @@ class Method:
             frame.shapes = shapes if self._shape_steps else None
             frame.device_outputs = device_outputs
             for slot, value in zip(self._input_slots, args):
+                view = planned[slot]
+                if type(value) is np.ndarray and view is not None and value.shape == view.shape:
+                    if value.dtype == view.dtype:  # the common case, first
+                        np.copyto(view, value, casting="no")  # whatever its layout (_bind_runs counts on it)
+                        continue
                 if isinstance(value, DeviceInput):
                     value = place(value, self._device_readers.get(slot), profile)
                 view = planned[slot]
@@ -688,7 +710,12 @@ class Method:
                     self._run_watched(frame, options, profile, steps, seen)
             if seen is not None:  # the first run at these input shapes: the next one plans them
                 self._specializations.seen(shapes, seen)
-            results = [self.module._detach(frame[i]) for i in self._output_slots]
+            if states_into:
+                n = len(self._output_slots) - len(states_into)
+                results = [self.module._detach(frame[i]) for i in self._output_slots[:n]]
+                results += [_kept(frame[i], into) for i, into in zip(self._output_slots[n:], states_into)]
+            else:
+                results = [self.module._detach(frame[i]) for i in self._output_slots]
             if device_outputs:
                 results = [r.as_array() if isinstance(r, DeviceTensor) else r for r in results]
             return results
