@@ -684,13 +684,16 @@ class Method:
             frame.device_outputs = device_outputs
             for slot, value in zip(self._input_slots, args):
                 view = planned[slot]
-                if type(value) is np.ndarray and view is not None and value.shape == view.shape:
-                    if value.dtype == view.dtype:  # the common case, first
-                        np.copyto(view, value, casting="no")  # whatever its layout (_bind_runs counts on it)
-                        continue
+                if (  # the common case, first
+                    type(value) is np.ndarray
+                    and view is not None
+                    and value.shape == view.shape
+                    and value.dtype == view.dtype
+                ):
+                    np.copyto(view, value, casting="no")  # whatever its layout (_bind_runs counts on it)
+                    continue
                 if isinstance(value, DeviceInput):
                     value = place(value, self._device_readers.get(slot), profile)
-                view = planned[slot]
                 if view is None or isinstance(value, DeviceTensor):
                     frame[slot] = value
                 elif getattr(value, "dtype", None) == view.dtype and np.shape(value) == view.shape:
