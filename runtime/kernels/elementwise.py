@@ -422,6 +422,9 @@ class _WhereCall:
 
     def bind(self, out, c, a, b):
         _check_where(out, c, a, b)
+        if c.size == 1 and not np.may_share_memory(c, out):
+            # one condition for all (a streaming model's "variables initialized" flag): one copy
+            return functools.partial(_where_one, out, c.reshape(()), a, b)
         if np.may_share_memory(c, out) or np.may_share_memory(a, out):
             return functools.partial(self, out, c, a, b)
         return functools.partial(_where_into, out, c, a, b)
@@ -430,6 +433,11 @@ class _WhereCall:
 def _check_where(out, c, a, b) -> None:
     if a.dtype != out.dtype or b.dtype != out.dtype or c.dtype != np.bool_:
         raise TypeError("not the declared types")
+
+
+def _where_one(out, c, a, b) -> None:
+    """Where with a 0-d condition: X or Y, whichever it picks, copied (broadcast) into out."""
+    np.copyto(out, a if c[()] else b, casting="no")
 
 
 def _where_into(out, c, a, b) -> None:

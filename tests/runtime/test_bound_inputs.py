@@ -1,6 +1,7 @@
 """Bound runs that start at the method's inputs and go through Split (runtime/bound_runs.py): a
 small static input has a place of its own in each arena set that a run copies it into, so the
-steps that read it are bound; Split's prepared call binds its pieces as views taken once. The
+steps that read it are bound; Split's prepared call binds its pieces as views taken once, and a
+Where of one condition binds as one copy of the input it picks. The
 results are checked against numpy (exact: copies, selections and adds of small integers)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from onnx import TensorProto, helper
 
 import offload
 from offload.runtime.bound_runs import INPUT_PLACE_BYTES
+from offload.runtime.kernels.elementwise import _where_one
 from offload.runtime.steps import _BoundRun, _PreparedOutputsStep
 
 from .onnx_graphs import model_bytes
@@ -61,6 +63,9 @@ def test_small_inputs_and_split_run_as_one_bound_run():
         "onnx::Add",
     ]
     assert any(isinstance(s, _PreparedOutputsStep) for s in run)
+    # the Where of a 0-d condition is bound as one copy of the input it picks
+    (_, _, bound), where = method._pool[-1], [s.kernel.op_name for s in run].index("onnx::Where")
+    assert bound[0][where].func is _where_one
     rng = np.random.default_rng(0)
     for k in range(4):
         x = rng.integers(-50, 50, shape).astype(np.float32)
