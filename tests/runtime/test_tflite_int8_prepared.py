@@ -105,6 +105,12 @@ def test_prepared_int8_conv_is_the_integer_reference(case, per_channel, bias, co
     bound_out = np.zeros(want.shape, np.int8)
     x_view = x.copy()
     run = kernels.bind(call, bound_out, [x_view, *args[1:]])
+    # a depthwise conv on the compiled path is one call (loops.int8_depthwise), after the copy
+    # of a bias the graph may change (writeable here); the others are not
+    depthwise = group == x_shape[1] == w_shape[0]
+    names = [getattr(c.func, "__name__", "") for c in run.args[0]]
+    fused = names == ["copyto"] * (b is not None) + ["int8_depthwise"]
+    assert fused == (depthwise and conv_loops == "compiled"), names
     for k in range(2):  # the second run with new input values in the same array
         run()
         np.testing.assert_array_equal(bound_out, want if k == 0 else _reference_conv(x_view, w, b, attrs))
