@@ -1,7 +1,8 @@
 """Bound runs that start at the method's inputs and go through Split (runtime/bound_runs.py): a
 small static input has a place of its own in each arena set that a run copies it into, so the
 steps that read it are bound; Split's prepared call binds its pieces as views taken once, and a
-Where of one condition binds as one copy of the input it picks. The
+Where of one condition binds as one copy of the input it picks, a Concat as one copy per
+input into its part of the output. The
 results are checked against numpy (exact: copies, selections and adds of small integers)."""
 
 from __future__ import annotations
@@ -121,3 +122,31 @@ def test_a_split_whose_sizes_are_computed_reads_them_each_run():
     got = method.run({"x": x, "s": np.array([3, 3])})
     np.testing.assert_array_equal(got["y"], x[:3] + 1)
     np.testing.assert_array_equal(got["q"], x[3:])
+
+
+def test_a_bound_concat_copies_each_input_into_its_part():
+    """Concat bound: each input copied into its part of the output (views taken once), the
+    values numpy's concatenate gives, at every run."""
+    from offload.runtime.kernels.tensor import _copy_pieces
+
+    method = _method(
+        [
+            helper.make_node("Neg", ["s"], ["n"]),
+            helper.make_node("Concat", ["n", "x", "c"], ["y"], axis=1),
+        ],
+        [("s", F32, [1, 3, 1, 4]), ("x", F32, [1, 1, 1, 4])],
+        [("y", F32, [1, 6, 1, 4])],
+        [("c", np.arange(8, dtype=np.float32).reshape(1, 2, 1, 4))],
+    )
+    (run,) = method._bound_runs
+    assert [s.kernel.op_name for s in run] == ["onnx::Neg", "onnx::Concat"]
+    assert method._pool[-1][2][0][1].func is _copy_pieces
+    rng = np.random.default_rng(2)
+    c = np.arange(8, dtype=np.float32).reshape(1, 2, 1, 4)
+    for _ in range(3):
+        s, x = (
+            rng.standard_normal((1, 3, 1, 4)).astype(np.float32),
+            rng.standard_normal((1, 1, 1, 4)).astype(np.float32),
+        )
+        got = method.run({"s": s, "x": x})["y"]
+        np.testing.assert_array_equal(got, np.concatenate([-s, x, c], axis=1))
