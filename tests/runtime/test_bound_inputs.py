@@ -1,9 +1,9 @@
 """Bound runs that start at the method's inputs and go through Split (runtime/bound_runs.py): a
 small static input has a place of its own in each arena set that a run copies it into, so the
-steps that read it are bound; Split's prepared call binds its pieces as views taken once, and a
-Where of one condition binds as one copy of the input it picks, a Concat as one copy per
-input into its part of the output. The
-results are checked against numpy (exact: copies, selections and adds of small integers)."""
+steps that read it are bound; Split's prepared call binds its pieces as views taken once, a
+Where of one condition as one copy of the input it picks, a Concat as one copy per input into
+its part of the output. The results are checked against numpy (exact: copies, selections and
+adds of small integers)."""
 
 from __future__ import annotations
 
