@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import offload
 from offload.runtime.bound_runs import INPUT_PLACE_BYTES
-from offload.runtime.kernels.elementwise import _where_one
+from offload.runtime.kernels.where_prepared import _where_one
 from offload.runtime.steps import _BoundRun, _PreparedOutputsStep
 
 from .onnx_graphs import model_bytes
