@@ -7,7 +7,44 @@ import numpy as np
 from offload.ir import TensorType
 
 from .pte_values import value_type
-from .steps import MethodState, _BoundRun, _FusedAway, _JumpStep, _PreparedStep
+from .steps import MethodState, _BoundRun, _FusedAway, _JumpStep, _PreparedOutputsStep, _PreparedStep
+
+# Method inputs of a static tensor type up to this size get a place of their own in each arena
+# set (``_place_inputs``): a run copies such an input into it, and the prepared steps that read it
+# can then be bound instead of checking their inputs at each run. A larger input is read where the
+# caller's array lies: copying it would cost more than the checks it saves.
+INPUT_PLACE_BYTES = 1 << 16
+
+
+def _place_inputs(m: MethodState) -> None:
+    """Give each small input of a static tensor type that has no arena view a place of its own
+    (``m._input_places``, slot → (dtype, shape)), in ``m._planned`` and ``m._initial``; inputs
+    that only delegates read in device memory (``m._device_readers``) keep none."""
+    for i in m._input_slots:
+        declared = value_type(m._values[i])
+        if (
+            m._planned[i] is not None
+            or m._initial[i] is not None
+            or i in m._device_readers
+            or not isinstance(declared, TensorType)
+            or not declared.is_static
+            or declared.dtype.numpy is None
+        ):
+            continue
+        dtype, shape = np.dtype(declared.dtype.numpy), tuple(declared.shape)
+        if dtype.hasobject or dtype.itemsize * int(np.prod(shape)) > INPUT_PLACE_BYTES:
+            continue
+        m._input_places[i] = (dtype, shape)
+    _new_input_places(m, m._planned, m._initial)
+
+
+def _new_input_places(m: MethodState, planned: list, initial: list) -> None:
+    """New arrays for the input places of one arena set, counted as arena memory (a result that
+    is an input is copied out of it, ``Module._detach``)."""
+    for i, (dtype, shape) in m._input_places.items():
+        place = np.zeros(shape, dtype)
+        m.module._hold_arena(place)
+        planned[i] = initial[i] = place
 
 
 def _static_inputs(m: MethodState) -> set[int]:
@@ -29,11 +66,11 @@ def _static_inputs(m: MethodState) -> set[int]:
 
 def _bind_runs(
     m: MethodState, steps: list, certain_inputs: set[int]
-) -> tuple[list, list[list[_PreparedStep]]]:
+) -> tuple[list, list[list[_PreparedStep | _PreparedOutputsStep]]]:
     """Group the prepared steps whose inputs are certain: constants, the method inputs of
     ``certain_inputs`` (with arena views, copied into them whatever their layout, ``_call``), and
-    the outputs of prepared steps before them (always in their arena views). Runs do not span a
-    jump target. Returns ``steps`` with each run replaced by a _BoundRun at its first index, and
+    the results of prepared steps before them (always in their arena views, _results_in_views).
+    Runs do not span a jump target. Returns ``steps`` with each run replaced by a _BoundRun at its first index, and
     the runs' steps."""
     writers: dict[int, int] = {}
     for step in steps:
@@ -53,20 +90,31 @@ def _bind_runs(
     for pc, step in enumerate([*steps, None]):
         if isinstance(step, _FusedAway):  # nothing to run: a run goes on past it
             continue
-        ok = (
-            isinstance(step, _PreparedStep)
-            and all(i in certain for i in step.in_slots)
-            and writers.get(step.out_slot) == 1
-            and step.out_slot not in inputs
-        )
+        outs = _results_in_views(step, writers, inputs)
+        ok = outs is not None and all(i in certain for i in step.in_slots)
         if run and (not ok or pc in targets):
             bound = _BoundRun()
             bound.k, bound.end, bound.steps = len(bound_runs), run[-1] + 1, [steps[j] for j in run]
             bound_runs.append(bound.steps)
             fast_steps[run[0]] = bound
             run = []
-        if isinstance(step, _PreparedStep) and writers.get(step.out_slot) == 1:
-            certain.add(step.out_slot)
+        if outs is not None:
+            certain.update(outs)
         if ok:
             run.append(pc)
     return fast_steps, bound_runs
+
+
+def _results_in_views(step, writers: dict[int, int], inputs: set[int]) -> list[int] | None:
+    """The slots a prepared step always leaves its results in, in their arena views, where it is
+    their one writer and none is a method input; None for any other step (it may not be bound).
+    A _PreparedOutputsStep counts where its call binds (``bindable``): its wanted results."""
+    if isinstance(step, _PreparedStep):
+        outs = [step.out_slot]
+    elif isinstance(step, _PreparedOutputsStep) and step.bindable:
+        outs = [s for s, w in zip(step.out_slots, step.wanted) if w]
+    else:
+        return None
+    if any(writers.get(s) != 1 or s in inputs for s in outs):
+        return None
+    return outs

@@ -38,8 +38,7 @@ from offload.schemas import pte as pte_format
 from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTypes
 
 from . import delegates as dl
-from . import kernels
-from .bound_runs import _bind_runs, _static_inputs
+from .bound_runs import _bind_runs, _new_input_places, _place_inputs, _static_inputs
 from .decided_paths import run_key
 from .device_inputs import DeviceInput, place
 from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
@@ -211,6 +210,15 @@ class Module:
         return value
 
 
+def _kept(value, into: np.ndarray):
+    """``value`` copied into ``into`` where it is an array of its dtype and shape (``into``
+    returned), else ``value`` as it is (a copy of arena memory: the run's arena set is reused)."""
+    if type(value) is np.ndarray and value.dtype == into.dtype and value.shape == into.shape:
+        np.copyto(into, value)
+        return into
+    return np.array(value, copy=True) if isinstance(value, np.ndarray) else value
+
+
 def _check_acyclic(plans: list[Method], origin: str) -> None:
     state: dict[int, int] = {}  # 1: on the current path, 2: done
 
@@ -315,6 +323,9 @@ class Method:
         # Input slot → the delegates that read it, where only delegates that take device tensors
         # do (_keep_on_device): an input in device memory may stay there for them.
         self._device_readers: dict[int, list[dl.Delegate]] = {}
+        # Small static inputs' places of their own in each arena set (bound_runs._place_inputs):
+        # slot → (dtype, shape). They are not arena views of the file's plan (``planned``).
+        self._input_places: dict[int, tuple] = {}
         self._unsupported: list[str] = []
         self._missing_cache: list[str] | None = None
         # Planned results of the last run that a kernel allocated rather than wrote in place.
@@ -347,7 +358,9 @@ class Method:
     @property
     def planned_bytes(self) -> int:
         """What the planned tensors would take if none shared memory."""
-        return sum(v.nbytes for v in self._planned if v is not None)
+        return sum(
+            v.nbytes for i, v in enumerate(self._planned) if v is not None and i not in self._input_places
+        )
 
     @property
     def instructions(self) -> list[StepInfo]:
@@ -397,7 +410,7 @@ class Method:
     @property
     def planned(self) -> dict[int, np.ndarray]:
         """Value index → its arena view, for every planned tensor."""
-        return {i: v for i, v in enumerate(self._planned) if v is not None}
+        return {i: v for i, v in enumerate(self._planned) if v is not None and i not in self._input_places}
 
     # ---- loading -----------------------------------------------------------------------------
 
@@ -550,6 +563,7 @@ class Method:
         _fuse_depthwise_pointwise(self, self._steps)
         _fuse_channel_shuffles(self, self._steps)
         _keep_on_device(self)
+        _place_inputs(self)
         self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))
         self._pool.append((self._planned, self._initial, self._bind(self._planned, self._initial)))
 
@@ -615,16 +629,20 @@ class Method:
             full = list(args)
             for position, port in sorted(self._states, key=lambda s: s[0]):
                 full.insert(position, states[port.name])
+            # The new states are copied straight into the arrays that hold them (_call's
+            # ``states_into``), read by no one but the next run.
+            into = [states[port.name] for _, port in self._states]
             if profile is None:
-                results = self._call(full, options, None, on_device)
+                results = self._call(full, options, None, on_device, into)
             else:
                 with profiling(profile):
-                    results = self._call(full, options, profile, on_device)
+                    results = self._call(full, options, profile, on_device, into)
             n = len(self._states)
-            for (_, port), value in zip(self._states, results[len(results) - n :]):
-                states[port.name] = np.array(value, dtype=port.type.dtype.numpy, copy=True).reshape(
-                    port.type.shape
-                )
+            for (_, port), value, kept in zip(self._states, results[len(results) - n :], into):
+                if value is not kept:  # not of the declared type: converted, as a new array
+                    states[port.name] = np.array(value, dtype=port.type.dtype.numpy, copy=True).reshape(
+                        port.type.shape
+                    )
             return dict(zip(self.output_names, results[: len(results) - n]))
 
     def _missing(self) -> list[str]:
@@ -645,7 +663,11 @@ class Method:
         options: RunOptions | None = None,
         profile: Profile | None = None,
         device_outputs: bool = False,
+        states_into: list | None = None,
     ) -> list:
+        """The method's results for ``args``; with ``states_into`` (arrays, one for each of the
+        last results), each of those results that is an array of its array's dtype and shape is
+        copied into it and returned as it, while the run still holds its arena set."""
         if self._load_time is not None:
             self._compute_load_time()
         self.allocated_results = 0
@@ -661,9 +683,17 @@ class Method:
             frame.shapes = shapes if self._shape_steps else None
             frame.device_outputs = device_outputs
             for slot, value in zip(self._input_slots, args):
+                view = planned[slot]
+                if (  # the common case, first
+                    type(value) is np.ndarray
+                    and view is not None
+                    and value.shape == view.shape
+                    and value.dtype == view.dtype
+                ):
+                    np.copyto(view, value, casting="no")  # whatever its layout (_bind_runs counts on it)
+                    continue
                 if isinstance(value, DeviceInput):
                     value = place(value, self._device_readers.get(slot), profile)
-                view = planned[slot]
                 if view is None or isinstance(value, DeviceTensor):
                     frame[slot] = value
                 elif getattr(value, "dtype", None) == view.dtype and np.shape(value) == view.shape:
@@ -683,7 +713,12 @@ class Method:
                     self._run_watched(frame, options, profile, steps, seen)
             if seen is not None:  # the first run at these input shapes: the next one plans them
                 self._specializations.seen(shapes, seen)
-            results = [self.module._detach(frame[i]) for i in self._output_slots]
+            if states_into:
+                n = len(self._output_slots) - len(states_into)
+                results = [self.module._detach(frame[i]) for i in self._output_slots[:n]]
+                results += [_kept(frame[i], into) for i, into in zip(self._output_slots[n:], states_into)]
+            else:
+                results = [self.module._detach(frame[i]) for i in self._output_slots]
             if device_outputs:
                 results = [r.as_array() if isinstance(r, DeviceTensor) else r for r in results]
             return results
@@ -768,13 +803,14 @@ class Method:
             planned[i] = initial[i] = (
                 arenas[memory_id][offset : offset + view.nbytes].view(view.dtype).reshape(view.shape)
             )
+        _new_input_places(self, planned, initial)
         return planned, initial
 
     def _bind(self, planned: list, initial: list, bound_runs: list | None = None) -> list[list]:
         """Each _BoundRun's calls (the method's, or ``bound_runs``) with the arrays of one arena
         set fixed in them."""
         return [
-            [kernels.bind(s.call, planned[s.out_slot], [initial[i] for i in s.in_slots]) for s in run]
+            [s.bound(planned, initial) for s in run]
             for run in (self._bound_runs if bound_runs is None else bound_runs)
         ]
 

@@ -176,6 +176,10 @@ class _PreparedStep:
         frame[self.out_slot] = out
         return None
 
+    def bound(self, planned: list, initial: list):
+        """The call with one arena set's arrays fixed in it (``_BoundRun``)."""
+        return kernels.bind(self.call, planned[self.out_slot], [initial[i] for i in self.in_slots])
+
     def _by_kernel(self, frame: list, out: np.ndarray) -> None:
         self.kernel.run(frame)
         value = frame[self.out_slot]
@@ -196,7 +200,9 @@ class _PreparedOutputsStep:
     prepared_outputs``): its inputs go straight into the op's call, which writes the outputs that
     steps or the method's results read (``wanted``) into their arena views and leaves the others.
     An input that is not an array (of any layout) or None, or a call that raises (another type or
-    shape than declared, or a value the kernel's checks refuse), takes the kernel's way."""
+    shape than declared, or a value the kernel's checks refuse), takes the kernel's way. A call
+    with a ``bind`` (one that always returns the arena views it got) may join a _BoundRun: its
+    wanted results are then always in their arena views, as a _PreparedStep's is."""
 
     __slots__ = ("call", "in_slots", "kernel", "out_slots", "wanted")
 
@@ -204,18 +210,41 @@ class _PreparedOutputsStep:
         args = [frame[i] for i in self.in_slots]
         for a in args:
             if a is not None and type(a) is not np.ndarray:
-                return self.kernel.run(frame)
+                return self._by_kernel(frame)
         planned = frame.planned
         try:
             results = self.call(
                 [planned[s] if w else None for s, w in zip(self.out_slots, self.wanted)], *args
             )
         except Exception:
-            return self.kernel.run(frame)
+            return self._by_kernel(frame)
         for slot, wanted, value in zip(self.out_slots, self.wanted, results):
             if wanted:
                 frame[slot] = value
         return None
+
+    @property
+    def bindable(self) -> bool:
+        return hasattr(self.call, "bind")
+
+    def bound(self, planned: list, initial: list):
+        """The call with one arena set's arrays fixed in it (``_BoundRun``; ``bindable`` only)."""
+        outs = [planned[s] if w else None for s, w in zip(self.out_slots, self.wanted)]
+        return self.call.bind(outs, *[initial[i] for i in self.in_slots])
+
+    def _by_kernel(self, frame: list) -> None:
+        self.kernel.run(frame)
+        if not self.bindable:
+            return
+        planned = frame.planned
+        for slot, wanted in zip(self.out_slots, self.wanted):
+            value, out = frame[slot], planned[slot]
+            if not wanted or value is out:
+                continue
+            if _layout_only(value, out):  # bound calls read the view
+                np.copyto(out, value, casting="no")
+            else:  # another type than declared (lenient, not strict): no call is bound from here on
+                frame.bound = None
 
     def info(self) -> StepInfo:
         return self.kernel.info()

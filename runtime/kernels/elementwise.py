@@ -397,23 +397,6 @@ prepared("Min")(_pairwise_call(np.minimum))
 prepared("Sum")(_pairwise_call(np.add))  # ResNet's residual adds
 
 
-@prepared("Where")
-def _where_call(attrs, inputs, output):
-    cond, x, y = inputs if len(inputs) == 3 else (None, None, None)
-    if cond is None or cond[0] != np.bool_ or not _plain(output) or x[0] != output[0] or y[0] != output[0]:
-        return None
-
-    def call(out, c, a, b):
-        if a.dtype != out.dtype or b.dtype != out.dtype or c.dtype != np.bool_:
-            raise TypeError("not the declared types")
-        choose = c.copy() if np.may_share_memory(c, out) else c  # out may reuse an input's memory
-        keep = a.copy() if np.may_share_memory(a, out) else a
-        np.copyto(out, b, casting="no")
-        np.copyto(out, keep, casting="no", where=choose)
-
-    return call
-
-
 # numpy's clip ufunc (np.clip wraps it in Python, 1-3 µs a call): min(max(x, lo), hi) in one pass,
 # where maximum then minimum take two. With 0-d bounds it took 0.47-0.67x the time of the two
 # against full operands (float32, 4.7e4 to 1.2e6 elements, numpy 2.4); 0-d arrays as fast as

@@ -413,3 +413,70 @@ def widen(x, zero, out):  # pragma: no cover - compiled
     a, o = x.reshape(-1), out.reshape(-1)
     for i in range(a.size):
         o[i] = np.float64(a[i]) - zero
+
+
+@njit(cache=True, nogil=True)
+def int8_depthwise(x, w, b, scale, params, geom, out):  # pragma: no cover - compiled
+    """A depthwise int8 convolution in one call, where ``widen``, ``depthwise``/``depthwise_last``
+    and ``requantize`` take three (a streaming model's small maps: the calls cost more than
+    their arithmetic). Per output, the float64 sum of (x - x_zero) · w over the taps inside the
+    image (the padding reads x_zero: its products are 0), plus the bias, then ``requantize``'s
+    float32 steps. Every product and partial sum is an integer below 2^53, so the sum is those
+    calls' in any order, and the int8 result their bits. x int8 (N, C, H, W), w float64 (C, KH,
+    KW), b float64 (C,) or empty, scale float32 (C,), out int8 (N, C, OH, OW); params float64
+    (x_zero, y_zero, y_min, y_max); geom int64 (stride h, stride w, pad top, pad left, dilation
+    h, dilation w): two arrays, not ten scalars, as each argument adds to the call's cost."""
+    sh, sw, top, left, dh, dw = geom[0], geom[1], geom[2], geom[3], geom[4], geom[5]
+    x_zero = params[0]
+    zero, lo, hi = np.float32(params[1]), np.float32(params[2]), np.float32(params[3])
+    n, channels, h, wd = x.shape
+    kh, kw = w.shape[1], w.shape[2]
+    oh, ow = out.shape[2], out.shape[3]
+    for i in range(n):
+        for c in range(channels):
+            s = scale[c]
+            bias = b[c] if b.size else 0.0
+            for oy in range(oh):
+                for ox in range(ow):
+                    acc = 0.0
+                    for ki in range(kh):
+                        iy = oy * sh - top + ki * dh
+                        if iy < 0 or iy >= h:
+                            continue
+                        for kj in range(kw):
+                            ix = ox * sw - left + kj * dw
+                            if 0 <= ix < wd:
+                                acc += (np.float64(x[i, c, iy, ix]) - x_zero) * w[c, ki, kj]
+                    v = np.rint(np.float32(acc + bias) * s) + zero
+                    v = lo if v < lo else v
+                    v = hi if v > hi else v
+                    out[i, c, oy, ox] = np.int8(v)
+
+
+@njit(cache=True, nogil=True)
+def int8_product(x, w, b, scale, params, out):  # pragma: no cover - compiled
+    """An int8 product in one call, for the small products of streaming models (a
+    FullyConnected, a pointwise conv of one pixel), where ``widen``, a BLAS product, the bias's
+    add and ``requantize`` take four: per output, the int64 sum of (x - x_zero) · w plus the
+    bias, then ``requantize``'s float32 steps. The sum is the integer the float64 calls compute
+    exactly (every partial sum is below 2^53), and converting it to float32 rounds it as
+    converting that float64 does, so the int8 result has their bits. x int8 (N, K), w int8
+    (M, K), b int32 (M,) or empty, scale float32 (M,), out int8 (N, M); params float64 (x_zero,
+    y_zero, y_min, y_max)."""
+    x_zero = np.int64(params[0])
+    zero, lo, hi = np.float32(params[1]), np.float32(params[2]), np.float32(params[3])
+    n, k = x.shape
+    m = w.shape[0]
+    xs = np.empty(k, np.int64)
+    for i in range(n):
+        for j in range(k):
+            xs[j] = np.int64(x[i, j]) - x_zero
+        for o in range(m):
+            acc = np.int64(b[o]) if b.size else np.int64(0)
+            wo = w[o]
+            for j in range(k):
+                acc += xs[j] * np.int64(wo[j])
+            v = np.rint(np.float32(acc) * scale[o]) + zero
+            v = lo if v < lo else v
+            v = hi if v > hi else v
+            out[i, o] = np.int8(v)

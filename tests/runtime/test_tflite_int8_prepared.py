@@ -15,6 +15,7 @@ import offload
 from offload.runtime import kernels
 from offload.runtime.kernels import tflite_int8
 from offload.runtime.kernels.tflite_int8_prepared import (
+    PRODUCT_LOOP_MACS,
     _Int8ConvCall,
     _Int8FullyConnectedCall,
     _LookupCall,
@@ -105,6 +106,15 @@ def test_prepared_int8_conv_is_the_integer_reference(case, per_channel, bias, co
     bound_out = np.zeros(want.shape, np.int8)
     x_view = x.copy()
     run = kernels.bind(call, bound_out, [x_view, *args[1:]])
+    # On the compiled path a depthwise conv is one call (loops.int8_depthwise, after the copy of
+    # a bias the graph may change: writeable here), and a conv whose one window is its whole
+    # input one product (loops.int8_product); the others are neither.
+    names = [getattr(c.func, "__name__", "") for c in run.args[0]]
+    compiled = conv_loops == "compiled"
+    depthwise = group == x_shape[1] == w_shape[0]
+    assert (names == ["copyto"] * (b is not None) + ["int8_depthwise"]) == (depthwise and compiled), names
+    whole = group == 1 and x_shape[2:] == w_shape[2:] and not any(pads) and dilations == [1, 1]
+    assert (names == ["int8_product"]) == (whole and compiled), names
     for k in range(2):  # the second run with new input values in the same array
         run()
         np.testing.assert_array_equal(bound_out, want if k == 0 else _reference_conv(x_view, w, b, attrs))
@@ -132,8 +142,11 @@ def test_weights_the_graph_computes_are_read_at_every_call():
     np.testing.assert_array_equal(out, _reference_conv(x, w, b, attrs))
 
 
-@pytest.mark.parametrize("x_shape", [(1, 320), (3, 2, 48)])
+@pytest.mark.parametrize("x_shape", [(1, 320), (3, 2, 48), (3, 800)])
 def test_prepared_int8_fully_connected_is_the_integer_reference(x_shape, conv_loops):
+    """Small products (up to PRODUCT_LOOP_MACS) are one loops.int8_product call on the compiled
+    path, larger ones (3 x 800 x 7) the BLAS product's calls; both read weights and bias the
+    graph computes (writeable) at each call."""
     k, m = x_shape[-1], 7
     x = RNG.integers(-128, 128, x_shape).astype(np.int8)
     w = RNG.integers(-127, 128, (m, k)).astype(np.int8)
@@ -154,8 +167,16 @@ def test_prepared_int8_fully_connected_is_the_integer_reference(x_shape, conv_lo
     call(out, x, w, b)
     np.testing.assert_array_equal(out, want)
     out[...] = 0
-    kernels.bind(call, out, [x, w, b])()
+    run = kernels.bind(call, out, [x, w, b])
+    run()
     np.testing.assert_array_equal(out, want)
+    names = [getattr(c.func, "__name__", "") for c in run.args[0]]
+    small = np.prod(x_shape) * m <= PRODUCT_LOOP_MACS
+    assert (names == ["int8_product"]) == (small and conv_loops == "compiled"), names
+    w[...], b[...] = -w, b // 2
+    run()
+    acc = (x.astype(np.int64) + 128) @ w.astype(np.int64).T + b
+    np.testing.assert_array_equal(out, _requantized(acc, scale, 24, -128, 127))
 
 
 def test_prepared_lookup_reads_the_table_at_x_plus_128():
