@@ -61,7 +61,14 @@ import traceback
 
 import numpy as np
 
-MODELS = ("resnet50", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16", "transformer_encoder")
+MODELS = (
+    "resnet50",
+    "mobilenet_v2",
+    "mobilenet_v3_small",
+    "efficientnet_b0",
+    "vit_b_16",
+    "transformer_encoder",
+)
 PRECISIONS = ("fp32", "fp16")
 LABELS = ("offload/torch-eager B1", "offload/torch-graphs G1", "offload/torch-eager B{large}")
 
@@ -108,7 +115,9 @@ def means(rows: list[Row], precision: str, large: int) -> tuple[float | None, fl
     )
 
 
-def summary_line(values: tuple[float | None, float | None, float | None], large: int = 32, prefix: str = "gpu") -> str:
+def summary_line(
+    values: tuple[float | None, float | None, float | None], large: int = 32, prefix: str = "gpu"
+) -> str:
     """``gpu: offload/torch-eager B1 x | offload/torch-graphs G1 y | offload/torch-eager B32 z``."""
     parts = [f"{label.format(large=large)} {format_ratio(v)}" for label, v in zip(LABELS, values)]
     return f"{prefix}: " + " | ".join(parts)
@@ -303,7 +312,6 @@ def measure(row: Row, model, x, path: str, args, timer: Timer) -> None:
         if args.device == "cuda":
             replay, _ = torch_graph(model, tx, args.warmup)
             row.graphs_ms = timer(replay)
-    del method
 
 
 class Models:
@@ -334,7 +342,9 @@ class Models:
         return self.on_device[name, precision]
 
 
-def run_batch(name: str, batch: int, models: Models, args, timer: Timer, deadline: float, folder: str) -> list[Row]:
+def run_batch(
+    name: str, batch: int, models: Models, args, timer: Timer, deadline: float, folder: str
+) -> list[Row]:
     """The rows of one model at one batch size, one per precision, each printed when done."""
     import torch
 
@@ -391,16 +401,24 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--offload-backend", choices=("cuda", "opencl", "cpu"), help="default: cuda on cuda, cpu on cpu")
+    parser.add_argument(
+        "--offload-backend", choices=("cuda", "opencl", "cpu"), help="default: cuda on cuda, cpu on cpu"
+    )
     parser.add_argument("--precisions", default="fp32,fp16", help="comma-separated, of fp32, fp16")
     parser.add_argument("--large-batch", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--max-timing-s", type=float, default=6.0, help="stop one measurement's timed calls after this")
+    parser.add_argument(
+        "--max-timing-s", type=float, default=6.0, help="stop one measurement's timed calls after this"
+    )
     parser.add_argument("--budget-s", type=float, default=360.0, help="rows not started by then are skipped")
     parser.add_argument("--exporter", choices=("auto", "torchscript", "dynamo"), default="auto")
-    parser.add_argument("--tf32", action="store_true", help="let torch use TF32 in fp32 convolutions and matmuls")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads with --device cpu (0: torch's default)")
+    parser.add_argument(
+        "--tf32", action="store_true", help="let torch use TF32 in fp32 convolutions and matmuls"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch CPU threads with --device cpu (0: torch's default)"
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     start = time.monotonic()
@@ -416,12 +434,17 @@ def main(argv=None) -> None:
 
     if args.device == "cuda":
         sync = torch.cuda.synchronize
-        print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}, offload backend {args.offload_backend}")
+        print(
+            f"torch {torch.__version__} on {torch.cuda.get_device_name()}, offload backend {args.offload_backend}"
+        )
     else:
+
         def sync():
             return None
 
-        print(f"torch {torch.__version__} on the CPU ({torch.get_num_threads()} threads), offload backend {args.offload_backend}")
+        print(
+            f"torch {torch.__version__} on the CPU ({torch.get_num_threads()} threads), offload backend {args.offload_backend}"
+        )
     timer = Timer(sync, args.warmup, args.runs, args.max_timing_s)
     print(HEADER, flush=True)
     rows: list[Row] = []

@@ -59,7 +59,10 @@ def test_geometric_mean_of_given_ratios_against_logs_in_float64(bench):
 
 def test_the_last_line_has_the_exact_wording(bench):
     line = bench.summary_line((0.8731, 1.5, 12.345))
-    assert line == "gpu: offload/torch-eager B1 0.87 | offload/torch-graphs G1 1.50 | offload/torch-eager B32 12.35"
+    assert (
+        line
+        == "gpu: offload/torch-eager B1 0.87 | offload/torch-graphs G1 1.50 | offload/torch-eager B32 12.35"
+    )
     assert bench.summary_line((1.0, None, 2.0)) == (
         "gpu: offload/torch-eager B1 1.00 | offload/torch-graphs G1 n/a | offload/torch-eager B32 2.00"
     )
@@ -84,7 +87,10 @@ def test_means_over_rows_leave_out_failed_rows_and_the_other_precision(bench):
     assert b32 == pytest.approx(0.5, rel=1e-12)
     assert bench.means(rows, "fp16", 32) == (pytest.approx(9.0), pytest.approx(9.0), None)
     # a CPU dry run has no graphs: G1 is n/a
-    cpu = [Row("a", 1, "fp32", offload_ms=2.0, eager_ms=4.0), Row("a", 32, "fp32", offload_ms=8.0, eager_ms=4.0)]
+    cpu = [
+        Row("a", 1, "fp32", offload_ms=2.0, eager_ms=4.0),
+        Row("a", 32, "fp32", offload_ms=8.0, eager_ms=4.0),
+    ]
     assert bench.summary_line(bench.means(cpu, "fp32", 32)) == (
         "gpu: offload/torch-eager B1 0.50 | offload/torch-graphs G1 n/a | offload/torch-eager B32 2.00"
     )
@@ -92,9 +98,32 @@ def test_means_over_rows_leave_out_failed_rows_and_the_other_precision(bench):
 
 def test_a_failed_row_prints_its_error_and_a_row_that_ran_its_numbers(bench):
     failed = bench.Row("vit_b_16", 32, "fp16", error=bench.one_line_error(ValueError("bad\n  shape (1, 2)")))
-    assert bench.format_row(failed).split() == ["vit_b_16", "32", "fp16", "error:", "ValueError:", "bad", "shape", "(1,", "2)"]
-    ran = bench.Row("resnet50", 1, "fp32", offload_ms=2.5, eager_ms=5.0, graphs_ms=None, max_diff=3e-6, ref_max=4.0)
-    assert bench.format_row(ran).split() == ["resnet50", "1", "fp32", "2.50", "5.00", "n/a", "0.50", "n/a", "3.0e-06", "4.00e+00"]
+    assert bench.format_row(failed).split() == [
+        "vit_b_16",
+        "32",
+        "fp16",
+        "error:",
+        "ValueError:",
+        "bad",
+        "shape",
+        "(1,",
+        "2)",
+    ]
+    ran = bench.Row(
+        "resnet50", 1, "fp32", offload_ms=2.5, eager_ms=5.0, graphs_ms=None, max_diff=3e-6, ref_max=4.0
+    )
+    assert bench.format_row(ran).split() == [
+        "resnet50",
+        "1",
+        "fp32",
+        "2.50",
+        "5.00",
+        "n/a",
+        "0.50",
+        "n/a",
+        "3.0e-06",
+        "4.00e+00",
+    ]
     assert len(bench.format_row(ran)) == len(bench.HEADER)
 
 
