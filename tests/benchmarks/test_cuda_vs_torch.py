@@ -123,8 +123,15 @@ def test_a_failed_row_prints_its_error_and_a_row_that_ran_its_numbers(bench):
         "n/a",
         "3.0e-06",
         "4.00e+00",
+        "ok",
     ]
     assert len(bench.format_row(ran)) == len(bench.HEADER)
+    # beyond the precision's share of torch's scale the row is marked, not dropped
+    off = bench.Row("resnet50", 1, "fp32", offload_ms=2.5, eager_ms=5.0, max_diff=5e-3, ref_max=4.0)
+    assert bench.format_row(off).split()[-1] == "DIFFERS"
+    assert bench.means([off], "fp32", 32)[0] == pytest.approx(0.5)
+    half = bench.Row("resnet50", 1, "fp16", offload_ms=2.5, eager_ms=5.0, max_diff=5e-3, ref_max=4.0)
+    assert half.agrees()
 
 
 def test_max_abs_diff_against_numpy_float64(bench):
