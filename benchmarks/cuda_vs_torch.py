@@ -30,7 +30,7 @@ a side stream), timed by ``replay()``. fp16 rows compare offload's half storage 
 Per row: model, batch, precision, offload ms, torch eager ms, torch graphs ms, offload / eager,
 offload / graphs, the largest absolute difference of offload's outputs from torch eager's and
 the largest absolute value of torch's (its scale), and ``ok`` or ``DIFFERS``: whether that
-difference is within ``AGREE`` (1e-3 in fp32, 5e-2 in fp16) times the scale (a row that
+difference is within ``AGREE`` (1e-3 in fp32, 1e-1 in fp16) times the scale (a row that
 differs stays in the means; the rows that differ are listed at the end). A model that fails to build, export, load,
 lower or run prints its error in its row and is left out of the means (the failed rows are
 counted). Rows that the time budget (``--budget-s``, counted from the start) leaves no time for
@@ -73,9 +73,11 @@ MODELS = (
 )
 PRECISIONS = ("fp32", "fp16")
 # a row whose largest difference from torch passes this share of torch's largest output is marked:
-# float32 sums in another order stay far below 1e-3 of the scale; half storage rounds every
-# stored value to 11 bits, on both sides, through dozens of layers
-AGREE = {"fp32": 1e-3, "fp16": 5e-2}
+# float32 sums in another order stay far below 1e-3 of the scale (2.7e-5 at most in the CPU dry
+# run); half storage rounds every stored value to 11 bits, differently on each side, through dozens
+# of layers (ResNet-50: 3.3e-2 of the scale in the CPU dry run), while a wrong result is off by
+# the order of the scale itself
+AGREE = {"fp32": 1e-3, "fp16": 1e-1}
 LABELS = ("offload/torch-eager B1", "offload/torch-graphs G1", "offload/torch-eager B{large}")
 
 
