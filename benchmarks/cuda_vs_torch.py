@@ -18,7 +18,8 @@ out), saved and loaded as a ``.pte``.
 Timing: each measurement is a warm-up (``--warmup`` calls), then ``--runs`` timed calls, each
 followed by a device synchronize (``torch.cuda.synchronize``, which waits for every stream, the
 one offload's delegate runs on too) and timed with ``time.perf_counter``; the median is reported
-(fewer calls when one measurement passes ``--max-timing-s``). Inputs are torch CUDA tensors:
+(fewer warm-up calls, and no fewer than 3 timed ones, when one measurement passes
+``--max-timing-s``). Inputs are torch CUDA tensors:
 offload reads them in place through DLPack and returns its outputs on the device
 (``output_device="device"``), so neither side pays host copies. torch runs under
 ``torch.no_grad()`` with ``torch.backends.cudnn.benchmark = True``; TF32 is off on both sides
@@ -34,7 +35,8 @@ difference is within ``AGREE`` (1e-3 in fp32, 1e-1 in fp16) times the scale (a r
 differs stays in the means; the rows that differ are listed at the end). A model that fails to build, export, load,
 lower or run prints its error in its row and is left out of the means (the failed rows are
 counted). Rows that the time budget (``--budget-s``, counted from the start) leaves no time for
-are printed as skipped and counted the same way.
+are printed as skipped and counted the same way. On SIGTERM (``timeout`` in gpu-check) the script
+stops measuring and prints its means of the rows done so far.
 
 The last line, the geometric means over the models of the fp32 ratios, is exactly
 ``gpu: offload/torch-eager B1 <x> | offload/torch-graphs G1 <y> | offload/torch-eager B32 <z>``
@@ -55,6 +57,7 @@ import copy
 import dataclasses
 import math
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -255,9 +258,13 @@ class Timer:
         self.sync, self.warmup, self.runs, self.max_s = sync, warmup, runs, max_s
 
     def __call__(self, fn) -> float:
+        # warm-up calls stop early once they have taken max_s (a slow model gets one)
+        begin = time.perf_counter()
         for _ in range(self.warmup):
             fn()
-        self.sync()
+            self.sync()
+            if time.perf_counter() - begin > self.max_s:
+                break
         times: list[float] = []
         spent = 0.0
         while len(times) < self.runs and (len(times) < 3 or spent < self.max_s):
@@ -423,6 +430,15 @@ def run_batch(
     return rows
 
 
+class Stopped(BaseException):
+    """SIGTERM arrived: stop measuring, print what was measured. Not an ``Exception``, so that
+    neither offload's kernel errors nor a row's error handling take it for a failure."""
+
+
+def _stop(signum, frame):
+    raise Stopped
+
+
 def _setup_torch(args) -> None:
     import torch
 
@@ -488,10 +504,17 @@ def main(argv=None) -> None:
     rows: list[Row] = []
     models = Models(args.device)
     # every model at batch 1 first: a budget spent early leaves the large batch short, not a model
+    signal.signal(signal.SIGTERM, _stop)
     with tempfile.TemporaryDirectory(prefix="offload-vs-torch-") as folder:
-        for batch in (1, args.large_batch):
-            for name in names:
-                rows += run_batch(name, batch, models, args, timer, start + args.budget_s, folder)
+        try:
+            for batch in (1, args.large_batch):
+                for name in names:
+                    rows += run_batch(name, batch, models, args, timer, start + args.budget_s, folder)
+        except Stopped:
+            # the means of the rows done so far still end the output
+            print(
+                "stopped by SIGTERM (a time limit such as gpu-check's GPU_TORCH_S): the rows not shown did not run"
+            )
     failed = [r for r in rows if r.error]
     print(
         f"{len(rows) - len(failed)} rows ran, {len(failed)} failed or skipped (left out of the means); "
