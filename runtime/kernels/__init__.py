@@ -57,6 +57,7 @@ _MODULES = (
     "text",
     "ml",
     "ml_linear",
+    "ml_linear_prepared",
     "ml_trees",
     "ml_svm",
     "training",
