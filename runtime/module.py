@@ -43,7 +43,7 @@ from .bound_runs import _bind_runs, _static_inputs
 from .decided_paths import run_key
 from .device_inputs import DeviceInput, place
 from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
-from .inputs import check_inputs
+from .inputs import check_inputs, plain_array_ports, plain_arrays
 from .instructions import _PREPARE, _keep_on_device, _label
 from .load_time import _find_load_time
 from .options import RunOptions
@@ -201,11 +201,15 @@ class Module:
     def _detach(self, value):
         """``value`` with any array that lives in an arena copied out (arenas are reused)."""
         if isinstance(value, np.ndarray):
+            if value.base is None:  # owns its memory: no arena's
+                return value
             root = value
             while isinstance(root.base, np.ndarray):
                 root = root.base
             return value.copy(order="K") if id(root) in self._arena_ids else value
         if isinstance(value, list):
+            if not any(isinstance(x, (np.ndarray, list)) for x in value):  # ZipMap's dicts, strings
+                return value
             out = [self._detach(x) for x in value]
             return value if all(a is b for a, b in zip(out, value)) else out
         return value
@@ -317,6 +321,7 @@ class Method:
         self._device_readers: dict[int, list[dl.Delegate]] = {}
         self._unsupported: list[str] = []
         self._missing_cache: list[str] | None = None
+        self._plain_ports: tuple | None = None  # inputs.plain_array_ports of the inputs, () if none
         # Planned results of the last run that a kernel allocated rather than wrote in place.
         self.allocated_results = 0
 
@@ -598,7 +603,11 @@ class Method:
             raise UnsupportedOpError(
                 f"{self.where}: no CPU kernel for {', '.join(missing)}; these ops cannot run in this version of offload"
             )
-        args = check_inputs([(p.name, p.type) for p in self.inputs], inputs, device=True)
+        if self._plain_ports is None:
+            self._plain_ports = plain_array_ports([(p.name, p.type) for p in self.inputs]) or ()
+        args = plain_arrays(self._plain_ports, inputs) if self._plain_ports else None
+        if args is None:
+            args = check_inputs([(p.name, p.type) for p in self.inputs], inputs, device=True)
         options = options.start() if options else None
         on_device = output_device == DEVICE
         if self._states:
