@@ -7,6 +7,7 @@ import numpy as np
 from offload.ir import TensorType
 
 from .pte_values import value_type
+from .folded_values import _Folded
 from .steps import MethodState, _BoundRun, _FusedAway, _JumpStep, _PreparedStep
 
 
@@ -51,7 +52,7 @@ def _bind_runs(
     fast_steps, bound_runs = list(steps), []
     run: list[int] = []
     for pc, step in enumerate([*steps, None]):
-        if isinstance(step, _FusedAway):  # nothing to run: a run goes on past it
+        if isinstance(step, (_FusedAway, _Folded)):  # nothing to run: a run goes on past it
             continue
         ok = (
             isinstance(step, _PreparedStep)

@@ -55,6 +55,7 @@ from .pte_values import (
     tensor_name,
     value_type,
 )
+from .folded_values import note_known
 from .shape_specializations import (
     _find_shape_steps,
     _find_specializable_steps,
@@ -310,6 +311,8 @@ class Method:
         self._specialization_held: list[int] = []
         self._specialization_limit = 0
         self._specialization_notes: list[tuple[int, ...]] = []  # by instruction: what a first run notes
+        self._known: set[int] = set()  # values known from a run's key (folded_values)
+        self._known_notes: list[tuple[int, ...]] = []  # by instruction: the known values a first run notes
         self._specialized_outputs: list[int] = []  # kernel steps of several outputs (_prepare_outputs_steps)
         self._read_slots: set[int] = set()  # what any step or the method's results read
         self._specializations = _ShapeSpecializations()
@@ -717,7 +720,7 @@ class Method:
         if seen is not None:
             for slot in self._input_slots:
                 _note(seen, slot, frame[slot])
-            notes = self._specialization_notes
+            notes, known = self._specialization_notes, self._known_notes
         while pc < n:
             if options is not None:
                 options.check(self.where)
@@ -731,6 +734,8 @@ class Method:
             if seen is not None:
                 for slot in notes[pc]:
                     _note(seen, slot, frame[slot])
+                for slot in known[pc]:
+                    note_known(seen, slot, frame[slot])
             pc = pc + 1 if nxt is None else nxt
 
     def _compute_load_time(self) -> None:

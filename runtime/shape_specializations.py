@@ -12,6 +12,7 @@ from offload.ir import computed_once, shape_rules
 from . import kernels
 from .bound_runs import _bind_runs, _static_inputs
 from .decided_paths import _branch_joins, _conditions, _deciding_inputs, _Joins
+from .folded_values import Noted, _Folded, fold_known, known_notes
 from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
@@ -62,7 +63,7 @@ def _find_shape_steps(m: MethodState) -> None:
             found = None
     if found is None:
         found = _shape_pass(m, reach, writers, constants, set(), set())
-    m._shaped, _, to_keep = found
+    m._shaped, m._known, to_keep = found
     for pc in to_keep:
         m._steps[pc] = _ShapeStep(m._steps[pc])
         m._shape_steps = True
@@ -203,6 +204,7 @@ def _find_specializable_steps(m: MethodState) -> None:
     m._specialization_held = held
     m._specialization_limit = limit
     m._specialization_notes = [tuple(v for v in s.info().writes if v in m._shaped) for s in m._steps]
+    m._known_notes = known_notes(m, limit)
 
 
 def _prepare_outputs_steps(m: MethodState) -> None:
@@ -279,13 +281,13 @@ class _ShapeSpecializations:
             return None, None
         with self.lock:
             if shapes not in self.entries:
-                return None, {}
+                return None, Noted()
             entry = self.entries.pop(shapes)
             self.entries[shapes] = entry  # the most recently used last
         if not isinstance(entry, dict):
             return entry, None
         specialization = _ShapeSpecialization(m, entry)
-        if not specialization.layout:
+        if not specialization.layout and not specialization.folded:
             specialization = None
         with self.lock:
             if shapes in self.entries:
@@ -307,7 +309,7 @@ class _ShapeSpecialization:
     each method input they read (slot → (offset, dtype, shape)). Arena sets (the file's arenas and
     one of the specialization's) are made as runs need them and kept in ``pool``."""
 
-    __slots__ = ("bound_runs", "fast_steps", "layout", "method", "nbytes", "pool", "steps")
+    __slots__ = ("bound_runs", "fast_steps", "folded", "layout", "method", "nbytes", "pool", "steps")
 
     def __init__(self, m: MethodState, seen: dict):
         self.method = m
@@ -315,8 +317,11 @@ class _ShapeSpecialization:
         steps = list(m._steps)
         inputs = set(m._input_slots)
         held: dict[int, tuple] = {}  # slot → (dtype, shape) of the values the specialization's arena holds
+        self.folded = fold_known(m, steps, seen)  # slot → the known value the run's frames start with
         for pc in m._specializable_steps:
             kernel = steps[pc]
+            if type(kernel) is _Folded:
+                continue
             out = kernel.out_slots[0]
             specs = [_known_spec(m, i, seen) for i in kernel.in_slots]
             if out not in seen or None in specs:
@@ -332,6 +337,8 @@ class _ShapeSpecialization:
             held.update((i, seen[i]) for i in kernel.in_slots if i in inputs and m._planned[i] is None)
         for pc in m._specialized_outputs:
             kernel = steps[pc]
+            if type(kernel) is _Folded:
+                continue
             specs = [None if i == 0 else _known_spec(m, i, seen) for i in kernel.in_slots]
             outs = {o: seen[o] for o in kernel.out_slots if o in seen}
             if any(s is None for i, s in zip(kernel.in_slots, specs) if i):
@@ -345,7 +352,8 @@ class _ShapeSpecialization:
         _fuse_epilogues(m, steps)
         _fuse_depthwise_pointwise(m, steps)
         self.steps = steps
-        self.fast_steps, self.bound_runs = _bind_runs(m, steps, _static_inputs(m) | (inputs & set(held)))
+        certain = _static_inputs(m) | (inputs & set(held)) | set(self.folded)
+        self.fast_steps, self.bound_runs = _bind_runs(m, steps, certain)
         spans = _spans(m, steps, held)
         sizes = {v: int(np.dtype(d).itemsize) * prod(s) for v, (d, s) in held.items()}
         offsets, self.nbytes = _place(sizes, spans)
@@ -363,6 +371,8 @@ class _ShapeSpecialization:
         for slot, (offset, dtype, shape) in self.layout.items():
             nbytes = dtype.itemsize * prod(shape)
             planned[slot] = initial[slot] = arena[offset : offset + nbytes].view(dtype).reshape(shape)
+        for slot, value in self.folded.items():
+            initial[slot] = value
         return planned, initial, m._bind(planned, initial, self.bound_runs)
 
 
