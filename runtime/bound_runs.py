@@ -6,8 +6,8 @@ import numpy as np
 
 from offload.ir import TensorType
 
-from .pte_values import value_type
 from .folded_values import _Folded
+from .pte_values import value_type
 from .steps import MethodState, _BoundRun, _FusedAway, _JumpStep, _PreparedStep
 
 

@@ -42,6 +42,7 @@ from . import kernels
 from .bound_runs import _bind_runs, _static_inputs
 from .decided_paths import run_key
 from .device_inputs import DeviceInput, place
+from .folded_values import note_known
 from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
 from .inputs import check_inputs, plain_array_ports, plain_arrays
 from .instructions import _PREPARE, _keep_on_device, _label
@@ -55,7 +56,6 @@ from .pte_values import (
     tensor_name,
     value_type,
 )
-from .folded_values import note_known
 from .shape_specializations import (
     _find_shape_steps,
     _find_specializable_steps,

@@ -12,7 +12,7 @@ from offload.ir import computed_once, shape_rules
 from . import kernels
 from .bound_runs import _bind_runs, _static_inputs
 from .decided_paths import _branch_joins, _conditions, _deciding_inputs, _Joins
-from .folded_values import Noted, _Folded, fold_known, known_notes
+from .folded_values import Noted, fold_known, known_notes
 from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
@@ -153,7 +153,7 @@ _ALIGNMENT = 64
 
 def _find_specializable_steps(m: MethodState) -> None:
     """The kernel steps before the first jump that a shape specialization may prepare: an op with a
-    prepared call and one output, which has no arena place, follows from the input shapes
+    prepared call and one output, which has an arena place or follows from the input shapes
     (``m._shaped``), has one writer and is not a method input; each input a planned value, a
     constant, or a value that follows from the input shapes. And the outputs of the other kernel
     steps there that a shape specialization may give a place (the same conditions, not a method result): a
@@ -191,14 +191,19 @@ def _find_specializable_steps(m: MethodState) -> None:
             or out is None
             or not kernel.in_slots
             or kernels.find_prepared("" if domain == "onnx" else domain, op_type) is None
-            or m._planned[out] is not None
-            or out not in m._shaped
+            or (out not in m._shaped and m._planned[out] is None)
             or writers.get(out) != 1
             or out in inputs
             or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
         ):
             continue
-        if all(i and _plan_input(m, i) for i in kernel.in_slots):
+        if not all(i and _plan_input(m, i) for i in kernel.in_slots):
+            continue
+        # a planned output: where an input's type is known only at a run (else the method's own
+        # preparation made the call, or there is none for these types)
+        if m._planned[out] is None or any(
+            m._planned[i] is None and m._initial[i] is None for i in kernel.in_slots
+        ):
             found.append(pc)
     m._specializable_steps = found
     m._specialization_held = held
@@ -320,24 +325,26 @@ class _ShapeSpecialization:
         self.folded = fold_known(m, steps, seen)  # slot → the known value the run's frames start with
         for pc in m._specializable_steps:
             kernel = steps[pc]
-            if type(kernel) is _Folded:
+            if type(kernel) is not _KernelStep:  # folded, or fused into the call before it
                 continue
             out = kernel.out_slots[0]
+            out_spec = _known_spec(m, out, seen)  # a planned output: its view's
             specs = [_known_spec(m, i, seen) for i in kernel.in_slots]
-            if out not in seen or None in specs:
+            if out_spec is None or None in specs:
                 continue
             domain, _, op_type = kernel.op_name.partition("::")
             factory = kernels.find_prepared("" if domain == "onnx" else domain, op_type)
-            call = factory(kernel.attrs, specs, seen[out])
+            call = factory(kernel.attrs, specs, out_spec)
             if call is None:
                 continue
             step = steps[pc] = _PreparedStep()
             step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
-            held[out] = seen[out]
+            if m._planned[out] is None:
+                held[out] = out_spec
             held.update((i, seen[i]) for i in kernel.in_slots if i in inputs and m._planned[i] is None)
         for pc in m._specialized_outputs:
             kernel = steps[pc]
-            if type(kernel) is _Folded:
+            if type(kernel) is not _KernelStep:  # folded
                 continue
             specs = [None if i == 0 else _known_spec(m, i, seen) for i in kernel.in_slots]
             outs = {o: seen[o] for o in kernel.out_slots if o in seen}

@@ -43,7 +43,9 @@ def _linear_classifier_prepared(attrs, inputs, outputs):
     if not intercepts or len(intercepts) < 2 or post not in _TRANSFORMS:
         return None
     try:
-        coef, bias = _weights("LinearClassifier", attrs.get("coefficients"), intercepts, len(intercepts), rows[1])
+        coef, bias = _weights(
+            "LinearClassifier", attrs.get("coefficients"), intercepts, len(intercepts), rows[1]
+        )
     except OffloadError:  # the kernel raises it, naming the op
         return None
     labels = np.asarray(attrs.get("classlabels_ints") or [], np.int64)
@@ -69,7 +71,15 @@ class _LinearClassifierCall:
         label_out, scores_out = outs
         if label_out is not None:
             self.labels.take(scores.argmax(axis=1), out=label_out)
-        if scores_out is not None:
+        if scores_out is None:
+            pass
+        elif self.post == "LOGISTIC":  # the kernel's 1 / (1 + exp(-s)) in float64, in place
+            s = scores.astype(np.float64)
+            np.negative(s, out=s)
+            np.exp(s, out=s)
+            np.add(1, s, out=s)
+            np.divide(1, s, out=scores_out, casting="same_kind")  # rounded as astype(float32)
+        else:
             np.copyto(scores_out, _transform("LinearClassifier", scores, self.post), casting="no")
         return label_out, scores_out
 
@@ -92,11 +102,11 @@ def _max(x: np.ndarray) -> np.ndarray:
 
 
 def _l1(x: np.ndarray) -> np.ndarray:
-    return np.abs(x).sum(axis=1, keepdims=True)
+    return np.add.reduce(np.abs(x), axis=1, keepdims=True)  # what ndarray.sum calls
 
 
 def _l2(x: np.ndarray) -> np.ndarray:
-    return np.sqrt((x * x).sum(axis=1, keepdims=True))
+    return np.sqrt(np.add.reduce(x * x, axis=1, keepdims=True))
 
 
 _SCALES = {"MAX": _max, "L1": _l1, "L2": _l2}

@@ -1,6 +1,7 @@
 """Folded values (runtime/folded_values.py): a shape specialization holds the values known from
 its key (Shape → Gather → Concat targets, an If's condition on the batch) as constants and drops
-their steps; runs at changing shapes, through both branches, with a profile, match onnxruntime."""
+their steps; runs at changing shapes, through both branches, with a profile, match onnxruntime.
+And a step with a planned result whose input a run decides is prepared in the specialization."""
 
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ def _model() -> bytes:
         helper.make_node("Concat", ["n", "minus_one"], ["target"], axis=0),
         helper.make_node("Reshape", ["r", "target"], ["flat"]),
         helper.make_node("Equal", ["n", "one"], ["single"]),
-        helper.make_node("If", ["single"], ["y"], then_branch=branch("a", "two"), else_branch=branch("b", "three")),
+        helper.make_node(
+            "If", ["single"], ["y"], then_branch=branch("a", "two"), else_branch=branch("b", "three")
+        ),
     ]
     inits = [
         ("zero", np.array([0], np.int64)),
@@ -94,3 +97,35 @@ def test_a_profiled_run_of_a_specialization_with_folded_steps():
     assert any(e.name == "folded" for e in profile.events)
     steps = _specialization(method, (3, 3, 4)).steps
     assert not any(isinstance(s, _PreparedStep) and s.kernel.op_name == "onnx::Shape" for s in steps)
+
+
+def test_a_planned_result_of_a_symbolic_input_is_prepared_in_the_specialization():
+    """ReduceMax over every axis of a [batch, 8] value has a static result (a scalar with its
+    arena place at load) but an input whose type a run decides: the shape specialization makes
+    its prepared call, bound with the Sub after it (the mel front end's log-spectrum ceiling)."""
+    data = model_bytes(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("ReduceMax", ["r"], ["m"], keepdims=0),
+            helper.make_node("Sub", ["m", "one"], ["y"]),
+        ],
+        [("x", F32, ["batch", 8])],
+        [("y", F32, [])],
+        [("one", np.array(1.0, np.float32))],
+    )
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    assert method._planned[method._steps[1].out_slots[0]] is not None
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(6)
+    for batch in [3, 3, 3, 5, 5]:
+        x = rng.standard_normal((batch, 8)).astype(np.float32)
+        got = method.run({"x": x})["y"]
+        np.testing.assert_array_equal(got, session.run(None, {"x": x})[0])
+        np.testing.assert_array_equal(got, np.maximum(x, 0).max() - np.float32(1))
+    bound = [
+        s.kernel.op_name
+        for r in _specialization(method, (3, 8)).fast_steps
+        if isinstance(r, _BoundRun)
+        for s in r.steps
+    ]
+    assert "onnx::ReduceMax" in bound and "onnx::Sub" in bound

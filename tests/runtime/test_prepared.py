@@ -468,7 +468,10 @@ def test_a_computed_gather_index_out_of_range_is_the_kernels_error():
     from offload.errors import KernelError
 
     program = _model(
-        [helper.make_node("Add", ["i", "zero"], ["j"]), helper.make_node("Gather", ["x", "j"], ["y"], axis=0)],
+        [
+            helper.make_node("Add", ["i", "zero"], ["j"]),
+            helper.make_node("Gather", ["x", "j"], ["y"], axis=0),
+        ],
         [("x", F32, [3, 2]), ("zero", TensorProto.INT64, [1])],
         [("y", F32, None)],
         [("i", np.array([3], np.int64))],

@@ -48,8 +48,13 @@ def test_reduction(op, elem, shape, axes, keepdims):
     """Abs first, so that the reduction reads a planned array; the axes a constant of the file
     (axes a run computes leave the output's shape unknown at load: the kernel's). The call
     unbound (axes read at the call) computes what the bound one does."""
-    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node(op, ["a", "axes"], ["y"], keepdims=keepdims)]
-    data = model_bytes(nodes, [("x", elem, shape)], [("y", elem, None)], [("axes", np.array(axes, np.int64))], opset=18)
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"]),
+        helper.make_node(op, ["a", "axes"], ["y"], keepdims=keepdims),
+    ]
+    data = model_bytes(
+        nodes, [("x", elem, shape)], [("y", elem, None)], [("axes", np.array(axes, np.int64))], opset=18
+    )
     method = _method(data)
     [call] = [c for c in _calls(method) if isinstance(c, _ReduceCall)]
     x = np.random.default_rng(len(shape) * 7 + shape[-1]).standard_normal(shape).astype(NP[elem])
@@ -76,7 +81,11 @@ def test_integer_max_and_min():
         helper.make_node("ReduceMin", ["a", "axes"], ["lo"], keepdims=1),
     ]
     data = model_bytes(
-        nodes, [("x", I32, [4, 6])], [("hi", I32, None), ("lo", I32, None)], [("axes", np.array([1]))], opset=18
+        nodes,
+        [("x", I32, [4, 6])],
+        [("hi", I32, None), ("lo", I32, None)],
+        [("axes", np.array([1]))],
+        opset=18,
     )
     method = _method(data)
     assert sum(isinstance(c, _ReduceCall) for c in _calls(method)) == 2
@@ -122,7 +131,10 @@ def test_softmax_of_a_transposed_input_runs_the_kernel():
     """A float Transpose's result is the kernel's strided view: the prepared call is not taken
     for it, and the kernel's result (summed in the view's order) is what evaluate computes."""
     data = model_bytes(
-        [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), helper.make_node("Softmax", ["t"], ["y"])],
+        [
+            helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+            helper.make_node("Softmax", ["t"], ["y"]),
+        ],
         [("x", F32, [2, 16, 8])],
         [("y", F32, None)],
     )
