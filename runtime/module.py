@@ -695,7 +695,11 @@ class Method:
                     self._run_watched(frame, options, profile, steps, seen)
             if seen is not None:  # the first run at these input shapes: the next one plans them
                 self._specializations.seen(shapes, seen)
-            results = [self.module._detach(frame[i]) for i in self._output_slots]
+            detach = self.module._detach
+            # a result in its planned view is in an arena: copied out (C-contiguous, as the view)
+            results = [
+                frame[i].copy() if frame[i] is planned[i] else detach(frame[i]) for i in self._output_slots
+            ]
             if device_outputs:
                 results = [r.as_array() if isinstance(r, DeviceTensor) else r for r in results]
             return results
