@@ -61,19 +61,26 @@ for _op in _REDUCE:
 
 class _ReduceCall:
     """``reduce`` of the input over the axes, copied into the view (its shape with or without the
-    kept dims: the kernel's squeeze of them). A constant ``axes`` input is read once when the
-    call is bound; axes a run computes are read at each call."""
+    kept dims: the kernel's squeeze of them). A constant ``axes`` input is read once (when the
+    call is bound, or at its first call); axes a run computes are read at each call."""
 
-    __slots__ = ("noop", "op", "reduce", "shape")
+    __slots__ = ("kept", "noop", "op", "reduce", "shape")
 
     def __init__(self, op: str, reduce, noop: bool, shape: tuple):
         self.op, self.reduce, self.noop, self.shape = op, reduce, noop, shape
+        self.kept = None  # (a read-only axes array, the axes it gives), replaced whole
 
     def _into(self, out, data, ax):
         np.copyto(out, self.reduce(data, ax).reshape(self.shape), casting="no")
 
     def __call__(self, out, data, axes=None):
-        self._into(out, data, _axes(data, axes, self.noop, self.op))
+        kept = self.kept
+        if kept is not None and kept[0] is axes and data.ndim == kept[2]:
+            return self._into(out, data, kept[1])
+        ax = _axes(data, axes, self.noop, self.op)
+        if axes is not None and not axes.flags.writeable:  # a constant: read once
+            self.kept = (axes, ax, data.ndim)
+        self._into(out, data, ax)
 
     def bind(self, out, data, axes=None):
         if axes is not None and axes.flags.writeable:  # computed by the graph

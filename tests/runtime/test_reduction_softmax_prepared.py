@@ -71,6 +71,12 @@ def test_reduction(op, elem, shape, axes, keepdims):
     out = np.empty_like(got)
     call(out, np.abs(x), np.array(axes, np.int64))
     np.testing.assert_array_equal(out, evaluated)
+    constant = np.array(axes, np.int64)
+    constant.flags.writeable = False  # read once, then kept
+    for _ in range(2):
+        out[...] = 0
+        call(out, np.abs(x), constant)
+        np.testing.assert_array_equal(out, evaluated)
 
 
 def test_integer_max_and_min():
