@@ -6,6 +6,7 @@ import numpy as np
 
 from offload.ir import TensorType
 
+from .folded_values import _Folded
 from .pte_values import value_type
 from .steps import MethodState, _BoundRun, _FusedAway, _JumpStep, _PreparedOutputsStep, _PreparedStep
 
@@ -88,7 +89,7 @@ def _bind_runs(
     fast_steps, bound_runs = list(steps), []
     run: list[int] = []
     for pc, step in enumerate([*steps, None]):
-        if isinstance(step, _FusedAway):  # nothing to run: a run goes on past it
+        if isinstance(step, (_FusedAway, _Folded)):  # nothing to run: a run goes on past it
             continue
         outs = _results_in_views(step, writers, inputs)
         ok = outs is not None and all(i in certain for i in step.in_slots)

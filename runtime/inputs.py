@@ -76,3 +76,32 @@ def check_inputs(
             raise ShapeError(f"input '{name}' is missing; the model's inputs are {sorted(names)}")
         args.append(check_input(name, t, inputs[name], device))
     return args
+
+
+def plain_array_ports(declared: Sequence[tuple[str, Any]]) -> tuple | None:
+    """(name, numpy dtype, dims with None where symbolic) of each declared input, for
+    ``plain_arrays``; None where one is not a tensor of known rank (or has no numpy type)."""
+    out = []
+    for name, t in declared:
+        if not isinstance(t, TensorType) or t.shape is None or t.dtype.numpy == np.dtype(object):
+            return None
+        out.append((name, t.dtype.numpy, tuple(d if isinstance(d, int) else None for d in t.shape)))
+    return tuple(out)
+
+
+def plain_arrays(ports: tuple, inputs: Mapping[str, Any]) -> list | None:
+    """The inputs in declaration order where each is a numpy array of its port's dtype, rank and
+    static dims, and no other name is given (what ``check_inputs`` returns for them, without its
+    conversions); None for anything else, which ``check_inputs`` then converts or refuses."""
+    if len(inputs) != len(ports):
+        return None
+    args = []
+    for name, dtype, dims in ports:
+        value = inputs.get(name)
+        if type(value) is not np.ndarray or value.dtype != dtype or len(value.shape) != len(dims):
+            return None
+        for got, dim in zip(value.shape, dims):
+            if dim is not None and got != dim:
+                return None
+        args.append(value)
+    return args

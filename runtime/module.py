@@ -41,8 +41,9 @@ from . import delegates as dl
 from .bound_runs import _bind_runs, _new_input_places, _place_inputs, _static_inputs
 from .decided_paths import run_key
 from .device_inputs import DeviceInput, place
+from .folded_values import note_known
 from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
-from .inputs import check_inputs
+from .inputs import check_inputs, plain_array_ports, plain_arrays
 from .instructions import _PREPARE, _keep_on_device, _label
 from .load_time import _find_load_time
 from .options import RunOptions
@@ -200,11 +201,15 @@ class Module:
     def _detach(self, value):
         """``value`` with any array that lives in an arena copied out (arenas are reused)."""
         if isinstance(value, np.ndarray):
+            if value.base is None:  # owns its memory: no arena's
+                return value
             root = value
             while isinstance(root.base, np.ndarray):
                 root = root.base
             return value.copy(order="K") if id(root) in self._arena_ids else value
         if isinstance(value, list):
+            if not any(isinstance(x, (np.ndarray, list)) for x in value):  # ZipMap's dicts, strings
+                return value
             out = [self._detach(x) for x in value]
             return value if all(a is b for a, b in zip(out, value)) else out
         return value
@@ -314,6 +319,8 @@ class Method:
         self._specialization_held: list[int] = []
         self._specialization_limit = 0
         self._specialization_notes: list[tuple[int, ...]] = []  # by instruction: what a first run notes
+        self._known: set[int] = set()  # values known from a run's key (folded_values)
+        self._known_notes: list[tuple[int, ...]] = []  # by instruction: the known values a first run notes
         self._specialized_outputs: list[int] = []  # kernel steps of several outputs (_prepare_outputs_steps)
         self._read_slots: set[int] = set()  # what any step or the method's results read
         self._specializations = _ShapeSpecializations()
@@ -328,6 +335,7 @@ class Method:
         self._input_places: dict[int, tuple] = {}
         self._unsupported: list[str] = []
         self._missing_cache: list[str] | None = None
+        self._plain_ports: tuple | None = None  # inputs.plain_array_ports of the inputs, () if none
         # Planned results of the last run that a kernel allocated rather than wrote in place.
         self.allocated_results = 0
 
@@ -612,7 +620,11 @@ class Method:
             raise UnsupportedOpError(
                 f"{self.where}: no CPU kernel for {', '.join(missing)}; these ops cannot run in this version of offload"
             )
-        args = check_inputs([(p.name, p.type) for p in self.inputs], inputs, device=True)
+        if self._plain_ports is None:
+            self._plain_ports = plain_array_ports([(p.name, p.type) for p in self.inputs]) or ()
+        args = plain_arrays(self._plain_ports, inputs) if self._plain_ports else None
+        if args is None:
+            args = check_inputs([(p.name, p.type) for p in self.inputs], inputs, device=True)
         options = options.start() if options else None
         on_device = output_device == DEVICE
         if self._states:
@@ -713,12 +725,14 @@ class Method:
                     self._run_watched(frame, options, profile, steps, seen)
             if seen is not None:  # the first run at these input shapes: the next one plans them
                 self._specializations.seen(shapes, seen)
+            detach = self.module._detach
+            # a result in its planned view is in an arena: copied out (C-contiguous, as the view)
+            n = len(self._output_slots) - len(states_into) if states_into else len(self._output_slots)
+            results = [
+                frame[i].copy() if frame[i] is planned[i] else detach(frame[i]) for i in self._output_slots[:n]
+            ]
             if states_into:
-                n = len(self._output_slots) - len(states_into)
-                results = [self.module._detach(frame[i]) for i in self._output_slots[:n]]
                 results += [_kept(frame[i], into) for i, into in zip(self._output_slots[n:], states_into)]
-            else:
-                results = [self.module._detach(frame[i]) for i in self._output_slots]
             if device_outputs:
                 results = [r.as_array() if isinstance(r, DeviceTensor) else r for r in results]
             return results
@@ -743,7 +757,7 @@ class Method:
         if seen is not None:
             for slot in self._input_slots:
                 _note(seen, slot, frame[slot])
-            notes = self._specialization_notes
+            notes, known = self._specialization_notes, self._known_notes
         while pc < n:
             if options is not None:
                 options.check(self.where)
@@ -757,6 +771,8 @@ class Method:
             if seen is not None:
                 for slot in notes[pc]:
                     _note(seen, slot, frame[slot])
+                for slot in known[pc]:
+                    note_known(seen, slot, frame[slot])
             pc = pc + 1 if nxt is None else nxt
 
     def _compute_load_time(self) -> None:

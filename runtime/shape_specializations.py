@@ -12,6 +12,7 @@ from offload.ir import computed_once, shape_rules
 from . import kernels
 from .bound_runs import _bind_runs, _static_inputs
 from .decided_paths import _branch_joins, _conditions, _deciding_inputs, _Joins
+from .folded_values import Noted, fold_known, known_notes
 from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
@@ -62,7 +63,7 @@ def _find_shape_steps(m: MethodState) -> None:
             found = None
     if found is None:
         found = _shape_pass(m, reach, writers, constants, set(), set())
-    m._shaped, _, to_keep = found
+    m._shaped, m._known, to_keep = found
     for pc in to_keep:
         m._steps[pc] = _ShapeStep(m._steps[pc])
         m._shape_steps = True
@@ -152,7 +153,7 @@ _ALIGNMENT = 64
 
 def _find_specializable_steps(m: MethodState) -> None:
     """The kernel steps before the first jump that a shape specialization may prepare: an op with a
-    prepared call and one output, which has no arena place, follows from the input shapes
+    prepared call and one output, which has an arena place or follows from the input shapes
     (``m._shaped``), has one writer and is not a method input; each input a planned value, a
     constant, or a value that follows from the input shapes. And the outputs of the other kernel
     steps there that a shape specialization may give a place (the same conditions, not a method result): a
@@ -190,19 +191,25 @@ def _find_specializable_steps(m: MethodState) -> None:
             or out is None
             or not kernel.in_slots
             or kernels.find_prepared("" if domain == "onnx" else domain, op_type) is None
-            or m._planned[out] is not None
-            or out not in m._shaped
+            or (out not in m._shaped and m._planned[out] is None)
             or writers.get(out) != 1
             or out in inputs
             or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
         ):
             continue
-        if all(i and _plan_input(m, i) for i in kernel.in_slots):
+        if not all(i and _plan_input(m, i) for i in kernel.in_slots):
+            continue
+        # a planned output: where an input's type is known only at a run (else the method's own
+        # preparation made the call, or there is none for these types)
+        if m._planned[out] is None or any(
+            m._planned[i] is None and m._initial[i] is None for i in kernel.in_slots
+        ):
             found.append(pc)
     m._specializable_steps = found
     m._specialization_held = held
     m._specialization_limit = limit
     m._specialization_notes = [tuple(v for v in s.info().writes if v in m._shaped) for s in m._steps]
+    m._known_notes = known_notes(m, limit)
 
 
 def _prepare_outputs_steps(m: MethodState) -> None:
@@ -279,13 +286,13 @@ class _ShapeSpecializations:
             return None, None
         with self.lock:
             if shapes not in self.entries:
-                return None, {}
+                return None, Noted()
             entry = self.entries.pop(shapes)
             self.entries[shapes] = entry  # the most recently used last
         if not isinstance(entry, dict):
             return entry, None
         specialization = _ShapeSpecialization(m, entry)
-        if not specialization.layout:
+        if not specialization.layout and not specialization.folded:
             specialization = None
         with self.lock:
             if shapes in self.entries:
@@ -307,7 +314,7 @@ class _ShapeSpecialization:
     each method input they read (slot → (offset, dtype, shape)). Arena sets (the file's arenas and
     one of the specialization's) are made as runs need them and kept in ``pool``."""
 
-    __slots__ = ("bound_runs", "fast_steps", "layout", "method", "nbytes", "pool", "steps")
+    __slots__ = ("bound_runs", "fast_steps", "folded", "layout", "method", "nbytes", "pool", "steps")
 
     def __init__(self, m: MethodState, seen: dict):
         self.method = m
@@ -315,23 +322,30 @@ class _ShapeSpecialization:
         steps = list(m._steps)
         inputs = set(m._input_slots)
         held: dict[int, tuple] = {}  # slot → (dtype, shape) of the values the specialization's arena holds
+        self.folded = fold_known(m, steps, seen)  # slot → the known value the run's frames start with
         for pc in m._specializable_steps:
             kernel = steps[pc]
+            if type(kernel) is not _KernelStep:  # folded, or fused into the call before it
+                continue
             out = kernel.out_slots[0]
+            out_spec = _known_spec(m, out, seen)  # a planned output: its view's
             specs = [_known_spec(m, i, seen) for i in kernel.in_slots]
-            if out not in seen or None in specs:
+            if out_spec is None or None in specs:
                 continue
             domain, _, op_type = kernel.op_name.partition("::")
             factory = kernels.find_prepared("" if domain == "onnx" else domain, op_type)
-            call = factory(kernel.attrs, specs, seen[out])
+            call = factory(kernel.attrs, specs, out_spec)
             if call is None:
                 continue
             step = steps[pc] = _PreparedStep()
             step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
-            held[out] = seen[out]
+            if m._planned[out] is None:
+                held[out] = out_spec
             held.update((i, seen[i]) for i in kernel.in_slots if i in inputs and m._planned[i] is None)
         for pc in m._specialized_outputs:
             kernel = steps[pc]
+            if type(kernel) is not _KernelStep:  # folded
+                continue
             specs = [None if i == 0 else _known_spec(m, i, seen) for i in kernel.in_slots]
             outs = {o: seen[o] for o in kernel.out_slots if o in seen}
             if any(s is None for i, s in zip(kernel.in_slots, specs) if i):
@@ -345,7 +359,8 @@ class _ShapeSpecialization:
         _fuse_epilogues(m, steps)
         _fuse_depthwise_pointwise(m, steps)
         self.steps = steps
-        self.fast_steps, self.bound_runs = _bind_runs(m, steps, _static_inputs(m) | (inputs & set(held)))
+        certain = _static_inputs(m) | (inputs & set(held)) | set(self.folded)
+        self.fast_steps, self.bound_runs = _bind_runs(m, steps, certain)
         spans = _spans(m, steps, held)
         sizes = {v: int(np.dtype(d).itemsize) * prod(s) for v, (d, s) in held.items()}
         offsets, self.nbytes = _place(sizes, spans)
@@ -363,6 +378,8 @@ class _ShapeSpecialization:
         for slot, (offset, dtype, shape) in self.layout.items():
             nbytes = dtype.itemsize * prod(shape)
             planned[slot] = initial[slot] = arena[offset : offset + nbytes].view(dtype).reshape(shape)
+        for slot, value in self.folded.items():
+            initial[slot] = value
         return planned, initial, m._bind(planned, initial, self.bound_runs)
 
 

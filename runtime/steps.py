@@ -420,7 +420,7 @@ class _JumpStep:
 
     def run(self, frame: list) -> int | None:
         v = frame[self.cond]
-        if isinstance(v, (bool, np.bool_)):
+        if isinstance(v, (bool, np.bool_)) or (type(v) is np.ndarray and v.size == 1):
             return None if v else self.dest
         a = np.asarray(v)
         if a.size != 1:

@@ -218,4 +218,4 @@ def zip_map(ctx, X, *, classlabels_int64s, classlabels_strings):
     x = _rows(op, X)
     if x.shape[1] != len(labels):
         raise unsupported(op, f"{x.shape[1]} score columns for {len(labels)} class labels")
-    return [dict(zip(labels, row)) for row in x.astype(np.float64).tolist()]
+    return [dict(zip(labels, row)) for row in x.tolist()]  # float32 to Python floats: exact

@@ -46,7 +46,7 @@ def _reduction(op: str, reduce):
 
 
 def _sum(x, ax):
-    return np.sum(x, axis=ax, keepdims=True, dtype=x.dtype)
+    return np.add.reduce(x, axis=ax, dtype=x.dtype, keepdims=True)  # np.sum's reduction, called directly
 
 
 def _mean(x, ax):
@@ -54,7 +54,7 @@ def _mean(x, ax):
     if x.dtype.kind in "iub":
         # Integer means truncate, as a cast of the exact mean would.
         return np.trunc(np.sum(x, axis=ax, keepdims=True, dtype=np.float64) / count)
-    return np.sum(x, axis=ax, keepdims=True, dtype=x.dtype) / x.dtype.type(count)
+    return _sum(x, ax) / x.dtype.type(count)
 
 
 def _extreme(x, ax, largest: bool):

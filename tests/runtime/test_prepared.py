@@ -441,3 +441,45 @@ def test_a_gather_index_out_of_range_is_the_kernels_error():
     )
     with pytest.raises(KernelError, match="Gather"):
         _method(program).run({"x": np.zeros((3, 2), np.float32)})
+
+
+@pytest.mark.parametrize("index", [1, -1, -3, 2])
+def test_gather_by_computed_indices_counts_negative_ones_from_the_end(index):
+    """Indices a run computes (a constant plus an input) go to numpy's take as they are at every
+    run: a negative index counts from the end, as ONNX says; the result against numpy's indexing
+    of the wrapped index."""
+    program = _model(
+        [
+            helper.make_node("Add", ["i", "zero"], ["j"]),
+            helper.make_node("Gather", ["x", "j"], ["t"], axis=1),
+            helper.make_node("Neg", ["t"], ["y"]),
+        ],
+        [("x", F32, [2, 3, 4]), ("zero", TensorProto.INT64, [1])],
+        [("y", F32, None)],
+        [("i", np.array([index], np.int64))],
+    )
+    method = _method(program)
+    assert _kinds(method)["onnx::Gather"] == "prepared"
+    x = np.random.default_rng(15).standard_normal((2, 3, 4)).astype(np.float32)
+    zero = np.zeros(1, np.int64)
+    for _ in range(2):
+        want = -x[:, [index % 3], :]
+        np.testing.assert_array_equal(method.run({"x": x, "zero": zero})["y"], want)
+
+
+def test_a_computed_gather_index_out_of_range_is_the_kernels_error():
+    from offload.errors import KernelError
+
+    program = _model(
+        [
+            helper.make_node("Add", ["i", "zero"], ["j"]),
+            helper.make_node("Gather", ["x", "j"], ["y"], axis=0),
+        ],
+        [("x", F32, [3, 2]), ("zero", TensorProto.INT64, [1])],
+        [("y", F32, None)],
+        [("i", np.array([3], np.int64))],
+    )
+    method = _method(program)
+    assert _kinds(method)["onnx::Gather"] == "prepared"
+    with pytest.raises(KernelError, match="Gather"):
+        method.run({"x": np.zeros((3, 2), np.float32), "zero": np.zeros(1, np.int64)})

@@ -1,0 +1,40 @@
+"""Softmax's prepared call: the kernel's exp(x - max) / sum (runtime/kernels/normalization.py)
+computed in the output's arena view, for float32 and float64.
+
+The kernel copies its input into its work type first (a copy of the same values where the type
+is already float32 or float64) and allocates the shifted values; here the shift, the exp and the
+division write the view in place. Each value goes through the same ufuncs, and the sums run over
+a C-contiguous array of the same shape as the kernel's, so the bits are the kernel's."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import prepared
+
+_WIDE = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@prepared("Softmax")
+def _softmax_prepared(attrs, inputs, output):
+    if len(inputs) != 1 or inputs[0] is None or output is None:
+        return None
+    dtype, shape = inputs[0]
+    rank, axis = len(shape), int(attrs.get("axis", -1))
+    if dtype not in _WIDE or output[0] != dtype or tuple(output[1]) != tuple(shape):
+        return None
+    if rank == 0 or not -rank <= axis < rank or 0 in shape:
+        return None
+    return _SoftmaxCall(axis % rank)
+
+
+class _SoftmaxCall:
+    __slots__ = ("axis",)
+
+    def __init__(self, axis: int):
+        self.axis = axis
+
+    def __call__(self, out, x):
+        np.subtract(x, np.max(x, axis=self.axis, keepdims=True, initial=-np.inf), out=out)
+        np.exp(out, out=out)
+        np.divide(out, np.sum(out, axis=self.axis, keepdims=True), out=out)
