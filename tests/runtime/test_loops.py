@@ -474,3 +474,34 @@ def test_float32_sigmoid_is_one_pass_with_the_same_bits_without_numba(monkeypatc
     in_place = x.copy()
     sigmoid32(in_place, in_place)
     np.testing.assert_array_equal(in_place.view(np.int32), got.view(np.int32))
+
+
+def test_float32_exp_is_within_an_ulp_with_the_same_bits_without_numba(monkeypatch):
+    """exp of float32 values in one compiled pass (``loops.exp32``, Softmax's exp): within one
+    float32 ulp of the correctly rounded exp where that is normal, 0 below and inf above exp's
+    float32 range, NaN kept, the same in place; the numpy path (no numba) gives the same bits."""
+    from offload.runtime.kernels import elementwise
+    from offload.runtime.kernels.loops import exp32
+
+    rng = np.random.default_rng(14)
+    x = np.concatenate(
+        [
+            rng.uniform(-87, 88.7, 40000),
+            rng.uniform(-1e-3, 1e-3, 2000),
+            [0.0, -np.inf, np.inf, np.nan, -100.0, 89.0],
+        ]
+    ).astype(np.float32)
+    got = np.empty_like(x)
+    exp32(x, got)
+    monkeypatch.setattr(elementwise, "compiled_loops", lambda: None)
+    numpy_path = np.empty_like(x)
+    elementwise.exp32_into(numpy_path, x)
+    np.testing.assert_array_equal(got.view(np.int32), numpy_path.view(np.int32))
+    want = np.exp(x.astype(np.float64))
+    normal = np.isfinite(x) & (want >= np.finfo(np.float32).tiny) & (want <= np.finfo(np.float32).max)
+    np.testing.assert_array_max_ulp(got[normal], want[normal].astype(np.float32), maxulp=1)
+    assert got[-6] == 1.0 and got[-5] == 0.0 and got[-4] == np.inf and np.isnan(got[-3])
+    assert got[-2] == 0.0 and got[-1] == np.inf
+    in_place = x.copy()
+    exp32(in_place, in_place)
+    np.testing.assert_array_equal(in_place.view(np.int32), got.view(np.int32))
