@@ -397,6 +397,20 @@ def exp32(x, out):  # pragma: no cover - compiled
             dst[j] = block[j]
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def quantize8(x, scale, zero, lo, hi, out):  # pragma: no cover - compiled
+    """QuantizeLinear of float32 x to 8 bits in one pass, as ``quantization._QuantizeCall``'s
+    passes compute it: x / scale in float32, rounded half to even, plus the zero point, clipped
+    to [lo, hi] in float32 (NaN gives 0, as numpy's conversion of it), converted; scale (float32)
+    and zero (8-bit) 0-d arrays read at each call, lo and hi float32, x and out C-contiguous."""
+    xs, ys = x.reshape(-1), out.reshape(-1)
+    s, z = scale[()], F32(zero[()])
+    for i in range(xs.size):
+        q = np.rint(xs[i] / s) + z
+        q = min(max(q, lo), hi)
+        ys[i] = q if q == q else F32(0.0)
+
+
 @njit(cache=True, nogil=True)
 def prelu(x, slope, out):  # pragma: no cover - compiled
     """PRelu with a slope per channel: out[i, c, k] = x[i, c, k] · slope[c] where x < 0, else x

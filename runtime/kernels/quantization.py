@@ -7,13 +7,15 @@ Narrow types (int4, uint4, int2, uint2, float8, float4, float6) are ml_dtypes ar
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 
 from offload.ir import DataType
 
 from . import kernel, prepared
-from ._util import normalize_axis, unsupported
+from ._util import compiled_loops, normalize_axis, unsupported
 from .elementwise import _CLIP
 
 _NARROW_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
@@ -173,9 +175,13 @@ class _QuantizeCall:
     def bind(self, out, x, scale, zero_point=None):
         if x.dtype != _F32 or scale.dtype != _F32 or x.shape != out.shape:
             raise TypeError("not the declared types")
-        temp = np.empty(out.shape, _F32)
         info = np.iinfo(out.dtype)
         lo, hi = float(info.min), float(info.max)
+        loops = compiled_loops()
+        if loops is not None and x.flags.c_contiguous and out.flags.c_contiguous:  # one pass
+            zero = np.zeros((), out.dtype) if zero_point is None else zero_point
+            return functools.partial(loops.quantize8, x, scale, zero, _F32.type(lo), _F32.type(hi), out)
+        temp = np.empty(out.shape, _F32)
         divide, rint, add, clip = np.divide, np.rint, np.add, _CLIP
 
         def run():

@@ -98,3 +98,43 @@ def test_quantize_and_dequantize_of_split_pieces_take_their_prepared_calls(monke
         got = module.run({"x": x})
         np.testing.assert_array_equal(got["da"], want["da"])
         np.testing.assert_array_equal(got["qb"], want["qb"])
+
+
+@pytest.mark.parametrize("loops", ["compiled", "numpy"])
+def test_quantize_reads_its_scale_at_every_run_and_gives_nan_zero(loops, monkeypatch):
+    """A scale given at run time (not a constant): each run's quantization uses that run's scale,
+    by the compiled pass (``loops.quantize8``) and by the numpy passes alike; NaN gives 0, as
+    numpy's conversion of it (onnxruntime leaves NaN unspecified)."""
+    from offload.runtime.kernels import quantization
+
+    if loops == "numpy":
+        monkeypatch.setattr(quantization, "compiled_loops", lambda: None)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "o"], ["a"]),
+            helper.make_node("QuantizeLinear", ["a", "s", "zp"], ["y"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 100]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [3, 100])],
+        [
+            numpy_helper.from_array(np.zeros((), np.float32), "o"),
+            numpy_helper.from_array(np.array(3, np.int8), "zp"),
+        ],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    module = offload.runtime.load(offload.save(offload.load(data)))
+    assert _QuantizeCall in [
+        type(s.call) for s in module.method("forward")._steps if isinstance(s, _PreparedStep)
+    ]
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(13).uniform(-6, 6, (3, 100)).astype(np.float32)
+    for scale in (0.05, 0.013, 0.2, 0.05):
+        feeds = {"x": x, "s": np.array(scale, np.float32)}
+        np.testing.assert_array_equal(module.run(feeds)["y"], session.run(None, feeds)[0], err_msg=str(scale))
+    x[1, 7] = np.nan
+    y = module.run({"x": x, "s": np.array(0.05, np.float32)})["y"]
+    assert y[1, 7] == 0
