@@ -411,6 +411,17 @@ def quantize8(x, scale, zero, lo, hi, out):  # pragma: no cover - compiled
         ys[i] = q if q == q else F32(0.0)
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def dequantize8(x, scale, zero, out):  # pragma: no cover - compiled
+    """DequantizeLinear of 8-bit x to float32 in one pass, as ``quantization._DequantizeCall``'s
+    passes compute it: x minus the zero point (exact in float32), times the scale, rounded once;
+    scale (float32) and zero (8-bit) 0-d arrays read at each call, x and out C-contiguous."""
+    xs, ys = x.reshape(-1), out.reshape(-1)
+    s, z = scale[()], F32(zero[()])
+    for i in range(xs.size):
+        ys[i] = (F32(xs[i]) - z) * s
+
+
 @njit(cache=True, nogil=True)
 def prelu(x, slope, out):  # pragma: no cover - compiled
     """PRelu with a slope per channel: out[i, c, k] = x[i, c, k] · slope[c] where x < 0, else x

@@ -39,10 +39,16 @@ def _model(zp: np.ndarray | None, scale: float) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
 
 
+@pytest.mark.parametrize("loops", ["compiled", "numpy"])
 @pytest.mark.parametrize(
     "zp", [np.array(-7, np.int8), np.array(131, np.uint8), None], ids=["int8", "uint8", "no-zero-point"]
 )
-def test_prepared_quantize_and_dequantize_match_onnxruntime(zp):
+def test_prepared_quantize_and_dequantize_match_onnxruntime(zp, loops, monkeypatch):
+    """By the compiled passes (``loops.quantize8``, ``loops.dequantize8``) and the numpy passes."""
+    from offload.runtime.kernels import quantization
+
+    if loops == "numpy":
+        monkeypatch.setattr(quantization, "compiled_loops", lambda: None)
     scale = 0.0371
     data = _model(zp, scale)
     module = offload.runtime.load(offload.save(offload.load(data)))
