@@ -36,7 +36,10 @@ def test_a_transposed_stack_times_a_matrix_is_one_product_with_the_prepared_call
     rng = np.random.default_rng(7)
     w = rng.standard_normal((shape[-1], 96)).astype(np.float32)
     transposed = model_bytes(
-        [helper.make_node("Transpose", ["x"], ["t"], perm=perm), helper.make_node("MatMul", ["t", "w"], ["y"])],
+        [
+            helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+            helper.make_node("MatMul", ["t", "w"], ["y"]),
+        ],
         [("x", F32, list(shape))],
         [("y", F32, None)],
         [("w", w)],
