@@ -68,7 +68,7 @@ def _pool_calls(out, x, g: _Geom, ufunc, fill, buffers, divisor=None) -> list:
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = g.kernel, g.strides, g.dilations, g.out
     loops = compiled_loops()
-    if loops is not None and g.strides != (1, 1) and _loop_may_write(out, x, g):
+    if loops is not None and _loop_pays(g, ufunc) and _loop_may_write(out, x, g):
         return [_loop_call(loops, out, x, g, ufunc, fill, divisor)]
     if _same_size(g, x.shape) and not np.may_share_memory(out, x):
         return _same_size_pool_calls(out, x, g, ufunc, buffers, divisor)
@@ -130,8 +130,7 @@ def _loop_call(loops, out, x, g: _Geom, ufunc, fill, divisor):
     """The compiled pool (pool_loops.pool2d) of x into out: the folds of the numpy calls below in
     their order, padding taps folded in where those read a padding buffer and left out where
     they fold the edges of a same-size or stem pool again (the same bits, NaN and the sign of
-    zero included). Taken for strided pools; at stride 1 the numpy calls' flat folds over all
-    channels beat the loop's rows (on 192 x 28 x 28, 3 x 3 stride 1: 0.21 ms against 0.42)."""
+    zero included), where it pays (``_loop_pays``)."""
     n, c, h, w = x.shape
     skip = _stem(g, x.shape) or (_same_size(g, x.shape) and not np.may_share_memory(out, x))
     # one number per window (a max pool's are not read): the loop compiles for one layout
@@ -152,6 +151,15 @@ def _loop_call(loops, out, x, g: _Geom, ufunc, fill, divisor):
         skip,
         divisor is not None,
     )
+
+
+def _loop_pays(g: _Geom, ufunc) -> bool:
+    """Whether the compiled pool beats the numpy calls (1 thread, CPU time): at a stride, for a
+    max pool and for an average of more than 2 x 2 taps (3 x 3 stride 2 on 64 x 112 x 112: 0.47-0.54
+    ms against 0.61); at stride 1 the numpy calls' flat folds over all channels win (192 x 28 x 28,
+    3 x 3: 0.21 ms against 0.42), and a 2 x 2 average's division by window costs the loop what it
+    saves (64 x 56 x 56: 0.11-0.14 ms against 0.09-0.11)."""
+    return g.strides != (1, 1) and (ufunc is np.maximum or prod(g.kernel) > 4)
 
 
 def _loop_may_write(out, x, g: _Geom) -> bool:
