@@ -2,7 +2,7 @@
 convolutions (``depthwise``, ``depthwise_last``), a convolution's column matrix (``im2col``),
 HardSigmoid and HardSwish (``hard_sigmoid``), erf (``erf``: numpy has none; a numpy series
 takes 45 passes over the array) and PRelu with one slope per channel (``prelu``, one pass for
-numpy's six). Each does the operations of the numpy calls it
+numpy's six) and, from pool_loops.py, 2-D max and average pools (``pool2d``). Each does the operations of the numpy calls it
 replaces, in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
@@ -29,6 +29,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from ._coefficients import ERF_P, ERF_Q, EXP_HI, EXP_LO, EXP_TAYLOR, F32, GELU_SCALE, LN2_HI, LN2_LO, LOG2E
+from .pool_loops import pool2d  # noqa: F401 - reached as compiled_loops().pool2d
 
 
 @njit(cache=True, nogil=True, inline="always")
