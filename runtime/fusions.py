@@ -50,6 +50,8 @@ def _fuse_epilogues(m: MethodState, steps: list) -> None:
         pc += 1
         if type(conv) is not _PreparedStep or type(op) is not _PreparedStep:
             continue
+        if not isinstance(op.kernel, _KernelStep):  # a fused step already (a specialization's copy)
+            continue
         with_epilogue = getattr(conv.call, "with_epilogue", None)
         mid, extras = conv.out_slot, op.in_slots[1:]
         if (
