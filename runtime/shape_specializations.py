@@ -15,6 +15,7 @@ from .decided_paths import _branch_joins, _conditions, _deciding_inputs, _Joins
 from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
+from .loop_steps import loop_candidates, loop_notes, loop_step
 from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _MoveStep, _PreparedStep, _ShapeStep
 
 _SHAPE_OF = {"onnx::Shape", "onnx::Size"}
@@ -199,10 +200,12 @@ def _find_specializable_steps(m: MethodState) -> None:
             continue
         if all(i and _plan_input(m, i) for i in kernel.in_slots):
             found.append(pc)
-    m._specializable_steps = found
+    loops = loop_candidates(m, limit, writers)
+    noted = m._shaped | loop_notes(m, limit) if loops else m._shaped
+    m._specializable_steps = found + loops
     m._specialization_held = held
     m._specialization_limit = limit
-    m._specialization_notes = [tuple(v for v in s.info().writes if v in m._shaped) for s in m._steps]
+    m._specialization_notes = [tuple(v for v in s.info().writes if v in noted) for s in m._steps]
 
 
 def _prepare_outputs_steps(m: MethodState) -> None:
@@ -257,9 +260,25 @@ def _plan_input(m: MethodState, i: int) -> bool:
     )
 
 
-def _note(seen: dict, slot: int, value) -> None:
+class _Notes(dict):
+    """What a first run with some input shapes noted: slot → (dtype, shape) of the value written
+    there, and ``varied``, the slots written with values of several types (a loop's, whose
+    shape changed from trip to trip) or with something else than an array after an array."""
+
+    __slots__ = ("varied",)
+
+    def __init__(self):
+        super().__init__()
+        self.varied: set[int] = set()
+
+
+def _note(seen: _Notes, slot: int, value) -> None:
     if type(value) is np.ndarray:
-        seen[slot] = (value.dtype, value.shape)
+        spec = (value.dtype, value.shape)
+        if seen.setdefault(slot, spec) != spec:
+            seen.varied.add(slot)
+    elif slot in seen:
+        seen.varied.add(slot)
 
 
 class _ShapeSpecializations:
@@ -279,7 +298,7 @@ class _ShapeSpecializations:
             return None, None
         with self.lock:
             if shapes not in self.entries:
-                return None, {}
+                return None, _Notes()
             entry = self.entries.pop(shapes)
             self.entries[shapes] = entry  # the most recently used last
         if not isinstance(entry, dict):
@@ -315,9 +334,16 @@ class _ShapeSpecialization:
         steps = list(m._steps)
         inputs = set(m._input_slots)
         held: dict[int, tuple] = {}  # slot → (dtype, shape) of the values the specialization's arena holds
+        writers = _straight_line(m)[1]
         for pc in m._specializable_steps:
             kernel = steps[pc]
             out = kernel.out_slots[0]
+            if pc >= m._specialization_limit:  # in a loop (loop_steps.py)
+                step = loop_step(m, kernel, seen, writers)
+                if step is not None:
+                    steps[pc] = step
+                    held[out] = seen[out]
+                continue
             specs = [_known_spec(m, i, seen) for i in kernel.in_slots]
             if out not in seen or None in specs:
                 continue
@@ -377,7 +403,8 @@ def _known_spec(m: MethodState, i: int, seen: dict) -> tuple | None:
 def _spans(m: MethodState, steps: list, held: dict) -> dict[int, tuple[int, int]]:
     """Each held value's lifetime, (first write, last read) with both ends inclusive so that a
     step's output never shares bytes with its inputs: method inputs from before the first step,
-    method results and values read from the first jump on (in a loop, perhaps again) to the end."""
+    method results and values read from the first jump on (in a loop, perhaps again) to the end,
+    values written from the first jump on from there (a loop's next trip writes them again)."""
     n, limit, inputs = len(steps), m._specialization_limit, set(m._input_slots)
     first = {v: -1 for v in held if v in inputs}
     last: dict[int, int] = {}
@@ -388,7 +415,7 @@ def _spans(m: MethodState, steps: list, held: dict) -> dict[int, tuple[int, int]
                 last[v] = max(last.get(v, -1), pc if pc < limit else n)
         for v in info.writes:
             if v in held:
-                first.setdefault(v, pc)
+                first.setdefault(v, min(pc, limit))
     for v in m._output_slots:
         if v in held:
             last[v] = n

@@ -1,0 +1,159 @@
+"""Prepared steps inside loops: the kernel steps of a lowered Loop's body that a shape specialization prepares.
+
+A Loop lowered into the chain (emit/plan.py: its body between the jump that leaves it and the
+jump back) runs each body step once a trip. Shape specializations (shape_specializations.py)
+prepare only the steps before the first jump, whose values' shapes follow from the input
+shapes; a loop's steps each stayed a kernel, which allocates its result and checks its inputs
+again at every trip (10-60 us of Python for ops of a few hundred floats: most of a decoder's
+time). Inside a loop a value's shape may change from trip to trip (a sequence that grows) or
+depend on data, so it cannot be derived. Instead, the run that notes a specialization notes the
+type of every value a loop step writes or reads at each write (``shape_specializations._note``):
+a value with one dtype and one shape at all its writes is *steady*.
+
+A kernel step past the first jump (``loop_candidates``) becomes a _LoopStep of the
+specialization when its op has a prepared call and one output, its output and inputs are
+steady or constants, and its output's shape follows from its inputs' shapes alone
+(``ir.shape_rules``; an op whose output shape depends on input values only where those are
+constants: Reshape to a constant shape, Squeeze of constant axes). Each trip it checks that its
+inputs are C-contiguous arrays of the noted types and calls the prepared call into its place in
+the specialization's arena, the same place at every trip; inputs of other types (a later run
+whose trips differ) take the kernel's way, as a _PreparedStep's do (a kernel result of another
+type unbinds the rest of the run). Its runs of steps whose inputs are certain are bound like
+the others (``bound_runs``).
+
+Buffers are safe to reuse across trips because a loop value's place is reserved from the
+loop's first step to the end of the chain (``shape_specializations._spans``), so no other value
+shares its bytes while the loop may run again, and because a value moved into a slot with no
+place of its own (a carried value, a sequence of scan values) is copied out of the arena by the
+move (``Method._store``): the next trip's write never changes a value that lives on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from offload.ir import shape_rules
+
+from . import kernels
+from .instructions import _one_output
+from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _layout_only, _PreparedStep
+
+
+def loop_candidates(m: MethodState, limit: int, writers: dict[int, int]) -> list[int]:
+    """The kernel steps from ``limit`` on (past the first jump, where a backward jump may run
+    them again) that a specialization may make _LoopSteps: an op with a prepared call and one
+    output that only this step writes, which is neither an input nor a result of the method nor
+    planned by the file, whose output shape follows from its inputs' shapes and the values of
+    constants (``loop_step`` checks those are constants once they are known: a load-time result
+    is one), and whose inputs are all given."""
+    if not any(isinstance(s, _JumpStep) and s.dest <= pc for pc, s in enumerate(m._steps)):
+        return []  # no loop: forward jumps only
+    inputs, results = set(m._input_slots), set(m._output_slots)
+    found = []
+    for pc in range(limit, len(m._steps)):
+        step = m._steps[pc]
+        if type(step) is not _KernelStep or not step.in_slots:
+            continue
+        domain, _, op_type = step.op_name.partition("::")
+        out = _one_output(step)
+        if (
+            out is None
+            or kernels.find_prepared("" if domain == "onnx" else domain, op_type) is None
+            or m._planned[out] is not None
+            or writers.get(out) != 1
+            or out in inputs
+            or out in results
+            or not all(step.in_slots)
+            or any(isinstance(a, SubPlan) for a in step.attrs.values())
+        ):
+            continue
+        from_shapes, from_values = shape_rules(domain)
+        if op_type in from_shapes or op_type in from_values:
+            found.append(pc)
+    return found
+
+
+def loop_notes(m: MethodState, limit: int) -> set[int]:
+    """The slots whose types the noting run notes for _LoopSteps: those that the steps from
+    ``limit`` on write or read (what writes them before the loop notes them too)."""
+    slots: set[int] = set()
+    for step in m._steps[limit:]:
+        info = step.info()
+        slots.update(info.reads)
+        slots.update(info.writes)
+    return slots
+
+
+def _constant(m: MethodState, i: int, writers: dict[int, int]) -> bool:
+    return (
+        m._planned[i] is None
+        and type(m._initial[i]) is np.ndarray
+        and i not in m._input_slots
+        and i not in writers
+    )
+
+
+def loop_step(m: MethodState, kernel: _KernelStep, seen, writers: dict[int, int]) -> _LoopStep | None:
+    """``kernel`` (a ``loop_candidates`` step) as a _LoopStep for the types ``seen`` noted, or None
+    where a type is not steady or the op has no prepared call for them."""
+    out = kernel.out_slots[0]
+    if out not in seen or out in seen.varied:
+        return None
+    domain, _, op_type = kernel.op_name.partition("::")
+    from_shapes, from_values = shape_rules(domain)
+    if op_type not in from_shapes and not all(
+        _constant(m, kernel.in_slots[k], writers) for k in from_values[op_type] if k < len(kernel.in_slots)
+    ):
+        return None  # the output's shape depends on a value that may change from trip to trip
+    specs, checks = [], []
+    for k, i in enumerate(kernel.in_slots):
+        if _constant(m, i, writers):
+            specs.append((m._initial[i].dtype, m._initial[i].shape))
+            continue
+        if i not in seen or i in seen.varied:
+            return None
+        specs.append(seen[i])
+        checks.append((k, np.dtype(seen[i][0]), tuple(seen[i][1])))
+    call = kernels.find_prepared("" if domain == "onnx" else domain, op_type)(kernel.attrs, specs, seen[out])
+    if call is None:
+        return None
+    step = _LoopStep()
+    step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
+    step.checks = tuple(checks)
+    return step
+
+
+class _LoopStep(_PreparedStep):
+    """A prepared call in a loop's body (the module's docstring): the inputs that are not
+    constants checked against the types the noting run saw (``checks``: position, dtype,
+    shape) before the call writes into the output's arena view; else the kernel's way."""
+
+    __slots__ = ("checks",)
+
+    def run(self, frame: list) -> None:
+        args = [frame[i] for i in self.in_slots]
+        out = frame.planned[self.out_slot]
+        for k, dtype, shape in self.checks:
+            a = args[k]
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+                return self._by_kernel(frame, out)
+        try:
+            self.call(out, *args)
+        except Exception:  # a failure the kernel names
+            return self._by_kernel(frame, out)
+        frame[self.out_slot] = out
+        return None
+
+    def _by_kernel(self, frame: list, out: np.ndarray) -> None:
+        self.kernel.run(frame)
+        value = frame[self.out_slot]
+        if value is out:
+            return
+        if _layout_only(value, out):
+            # The view, C-contiguous, for the steps that read it too (not the kernel's layout, as
+            # _PreparedStep keeps): bound or not, the steps after it see the same arrays, and a
+            # later trip's product runs on the layout of the others.
+            np.copyto(out, value, casting="no")
+            frame[self.out_slot] = out
+        else:  # another type than noted: no call is bound from here on
+            frame.bound = None
