@@ -35,15 +35,23 @@ import numpy as np
 from offload.ir import shape_rules
 
 from . import kernels
-from .instructions import _one_output
-from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _layout_only, _PreparedStep
+from .instructions import _one_output, _prepared_outputs
+from .steps import (
+    MethodState,
+    SubPlan,
+    _JumpStep,
+    _KernelStep,
+    _layout_only,
+    _PreparedOutputsStep,
+    _PreparedStep,
+)
 
 
 def loop_candidates(m: MethodState, limit: int, writers: dict[int, int]) -> list[int]:
     """The kernel steps from ``limit`` on (past the first jump, where a backward jump may run
     them again) that a specialization may make _LoopSteps: an op with a prepared call and one
-    output that only this step writes, which is neither an input nor a result of the method nor
-    planned by the file, whose output shape follows from its inputs' shapes and the values of
+    output, or a prepared call of several outputs (``kernels.prepared_outputs``), that only this
+    step writes, neither inputs nor results of the method, whose output shapes follow from its inputs' shapes and the values of
     constants (``loop_step`` checks those are constants once they are known: a load-time result
     is one), and whose inputs are all given."""
     if not any(isinstance(s, _JumpStep) and s.dest <= pc for pc, s in enumerate(m._steps)):
@@ -55,14 +63,17 @@ def loop_candidates(m: MethodState, limit: int, writers: dict[int, int]) -> list
         if type(step) is not _KernelStep or not step.in_slots:
             continue
         domain, _, op_type = step.op_name.partition("::")
+        domain = "" if domain == "onnx" else domain
         out = _one_output(step)
+        outs = [o for o in step.out_slots if o]
+        if out is not None:
+            has_call = kernels.find_prepared(domain, op_type) is not None
+        else:
+            has_call = kernels.find_prepared_outputs(domain, op_type) is not None and len(outs) > 1
         if (
-            out is None
-            or kernels.find_prepared("" if domain == "onnx" else domain, op_type) is None
-            or m._planned[out] is not None
-            or writers.get(out) != 1
-            or out in inputs
-            or out in results
+            not has_call
+            or any(writers.get(o) != 1 or o in inputs or o in results for o in outs)
+            or (out is None and any(m._planned[o] is not None for o in outs))
             or not all(step.in_slots)
             or any(isinstance(a, SubPlan) for a in step.attrs.values())
         ):
@@ -93,34 +104,58 @@ def _constant(m: MethodState, i: int, writers: dict[int, int]) -> bool:
     )
 
 
-def loop_step(m: MethodState, kernel: _KernelStep, seen, writers: dict[int, int]) -> _LoopStep | None:
-    """``kernel`` (a ``loop_candidates`` step) as a _LoopStep for the types ``seen`` noted, or None
-    where a type is not steady or the op has no prepared call for them."""
-    out = kernel.out_slots[0]
-    if out not in seen or out in seen.varied:
-        return None
+def loop_step(
+    m: MethodState, kernel: _KernelStep, seen, writers: dict[int, int]
+) -> tuple[_LoopStep | _LoopOutputsStep | None, dict[int, tuple]]:
+    """``kernel`` (a ``loop_candidates`` step) as a _LoopStep (or _LoopOutputsStep) for the types
+    ``seen`` noted, and the types of the outputs it needs places for; None where a type is not
+    steady or the op has no prepared call for them."""
+    outs = [o for o in kernel.out_slots if o]
+    if any(o not in seen or o in seen.varied for o in outs):
+        return None, {}
     domain, _, op_type = kernel.op_name.partition("::")
     from_shapes, from_values = shape_rules(domain)
     if op_type not in from_shapes and not all(
         _constant(m, kernel.in_slots[k], writers) for k in from_values[op_type] if k < len(kernel.in_slots)
     ):
-        return None  # the output's shape depends on a value that may change from trip to trip
+        return None, {}  # the output's shape depends on a value that may change from trip to trip
     specs, checks = [], []
     for k, i in enumerate(kernel.in_slots):
         if _constant(m, i, writers):
             specs.append((m._initial[i].dtype, m._initial[i].shape))
             continue
         if i not in seen or i in seen.varied:
-            return None
+            return None, {}
         specs.append(seen[i])
         checks.append((k, np.dtype(seen[i][0]), tuple(seen[i][1])))
-    call = kernels.find_prepared("" if domain == "onnx" else domain, op_type)(kernel.attrs, specs, seen[out])
+    if _one_output(kernel) is None:
+        several = _prepared_outputs(m, kernel, specs, {o: seen[o] for o in outs})
+        if several is None:
+            return None, {}
+        step = _LoopOutputsStep()
+        step.call, step.in_slots, step.kernel = several.call, several.in_slots, kernel
+        step.out_slots, step.wanted = several.out_slots, several.wanted
+        step.checks = tuple(checks)
+        return step, {o: seen[o] for o, w in zip(step.out_slots, step.wanted) if w}
+    out = outs[0]
+    view = m._planned[out]  # the file's place, where it has one (a static type)
+    spec = seen[out] if view is None else (view.dtype, view.shape)
+    call = kernels.find_prepared("" if domain == "onnx" else domain, op_type)(kernel.attrs, specs, spec)
     if call is None:
-        return None
+        return None, {}
     step = _LoopStep()
     step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
     step.checks = tuple(checks)
-    return step
+    return step, ({out: spec} if view is None else {})
+
+
+def _fit(args: list, checks: tuple) -> bool:
+    """Whether the inputs at the checked positions are C-contiguous arrays of the noted types."""
+    for k, dtype, shape in checks:
+        a = args[k]
+        if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+            return False
+    return True
 
 
 class _LoopStep(_PreparedStep):
@@ -133,10 +168,8 @@ class _LoopStep(_PreparedStep):
     def run(self, frame: list) -> None:
         args = [frame[i] for i in self.in_slots]
         out = frame.planned[self.out_slot]
-        for k, dtype, shape in self.checks:
-            a = args[k]
-            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
-                return self._by_kernel(frame, out)
+        if not _fit(args, self.checks):
+            return self._by_kernel(frame, out)
         try:
             self.call(out, *args)
         except Exception:  # a failure the kernel names
@@ -157,3 +190,17 @@ class _LoopStep(_PreparedStep):
             frame[self.out_slot] = out
         else:  # another type than noted: no call is bound from here on
             frame.bound = None
+
+
+class _LoopOutputsStep(_PreparedOutputsStep):
+    """A prepared call of several outputs in a loop's body (Split): its inputs checked as a
+    _LoopStep's are before the call writes the outputs that steps read into their arena views;
+    else the kernel's way (its results copied into the views where they fit: ``Method._store``)."""
+
+    __slots__ = ("checks",)
+
+    def run(self, frame: list) -> None:
+        args = [frame[i] for i in self.in_slots]
+        if not _fit(args, self.checks):
+            return self.kernel.run(frame)
+        return _PreparedOutputsStep.run(self, frame)

@@ -339,10 +339,10 @@ class _ShapeSpecialization:
             kernel = steps[pc]
             out = kernel.out_slots[0]
             if pc >= m._specialization_limit:  # in a loop (loop_steps.py)
-                step = loop_step(m, kernel, seen, writers)
+                step, places = loop_step(m, kernel, seen, writers)
                 if step is not None:
                     steps[pc] = step
-                    held[out] = seen[out]
+                    held.update(places)
                 continue
             specs = [_known_spec(m, i, seen) for i in kernel.in_slots]
             if out not in seen or None in specs:

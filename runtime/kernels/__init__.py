@@ -45,6 +45,7 @@ _MODULES = (
     "reduction",
     "tensor",
     "pad_prepared",
+    "predicate_prepared",
     "indexing",
     "quantization",
     "recurrent",

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import offload
 from offload.runtime.loop_steps import _LoopStep
-from offload.runtime.steps import _BoundRun
+from offload.runtime.steps import _BoundRun, _PreparedStep
 
 from .onnx_graphs import model_bytes
 
@@ -228,7 +228,48 @@ def test_other_shapes_than_noted_take_the_kernels():
     feeds = {"k": np.array([3], np.int64), "M": np.array(4, np.int64), "x": np.array([0.5], np.float32)}
     for _ in range(3):
         _check(session, method, feeds)
-    assert {s.kernel.op_name for s in _loop_steps(method)} == {"onnx::Add", "onnx::Tanh"}
+    ops = {s.kernel.op_name for s in _loop_steps(method)}
+    assert {"onnx::Add", "onnx::Tanh"} <= ops  # the state's steps (and the trip count's Less)
     for k in (5, 1, 3):  # the same input shapes (the same specialization), states of other sizes
         got = _check(session, method, {**feeds, "k": np.array([k], np.int64)})
         assert got["s_end"].shape == (k,)
+
+
+def test_casts_and_comparisons_prepared_match_numpy():
+    """Cast between numpy's plain types and the comparisons, prepared calls into arena views
+    (tensor._CastCall, predicate_prepared.py), against numpy's astype and ufuncs in a static
+    method, with NaN and infinities among the compared floats."""
+    x = np.array([[-2.5, -0.5, 0.0, 0.5], [1.5, np.nan, np.inf, -np.inf], [3e9, -3e9, 7.0, 255.9]], np.float32)
+    y = np.array([[1, 0, 0, 0], [2, 0, 5, 0], [1, 1, 7, 255]], np.int32)
+    nodes = [
+        helper.make_node("Cast", ["y"], ["y64"], to=I64),
+        helper.make_node("Cast", ["y"], ["yf"], to=F32),
+        helper.make_node("Cast", ["x"], ["xd"], to=TensorProto.DOUBLE),
+        helper.make_node("Cast", ["y"], ["yb"], to=BOOL),
+        helper.make_node("Less", ["x", "yf"], ["lt"]),
+        helper.make_node("Equal", ["y64", "y64"], ["eq"]),
+        helper.make_node("And", ["lt", "yb"], ["both"]),
+        helper.make_node("Not", ["both"], ["nb"]),
+    ]
+    outs = [("y64", I64), ("yf", F32), ("xd", TensorProto.DOUBLE), ("yb", BOOL), ("lt", BOOL), ("eq", BOOL), ("nb", BOOL)]
+    data = model_bytes(
+        nodes, [("x", F32, [3, 4]), ("y", TensorProto.INT32, [3, 4])], [(n, t, [3, 4]) for n, t in outs]
+    )
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    prepared = {s.kernel.op_name for s in method._steps if isinstance(s, _PreparedStep)}
+    assert {"onnx::Cast", "onnx::Less", "onnx::Equal", "onnx::And", "onnx::Not"} <= prepared
+    yf = y.astype(np.float32)
+    want = {
+        "y64": y.astype(np.int64),
+        "yf": yf,
+        "xd": x.astype(np.float64),
+        "yb": y.astype(bool),
+        "lt": np.less(x, yf),
+        "eq": np.ones((3, 4), bool),
+        "nb": ~(np.less(x, yf) & y.astype(bool)),
+    }
+    for _ in range(2):
+        got = method.run({"x": x, "y": y})
+        for name, value in want.items():
+            assert got[name].dtype == value.dtype, name
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
