@@ -41,7 +41,6 @@ from .steps import (
     SubPlan,
     _JumpStep,
     _KernelStep,
-    _layout_only,
     _PreparedOutputsStep,
     _PreparedStep,
 )
@@ -164,6 +163,10 @@ class _LoopStep(_PreparedStep):
     shape) before the call writes into the output's arena view; else the kernel's way."""
 
     __slots__ = ("checks",)
+    # A kernel result of another layout is copied into the view and the steps after read the
+    # view: bound or not, they see the same arrays, and a later trip's product runs on the
+    # layout of the others.
+    keeps_layout = False
 
     def run(self, frame: list) -> None:
         args = [frame[i] for i in self.in_slots]
@@ -176,20 +179,6 @@ class _LoopStep(_PreparedStep):
             return self._by_kernel(frame, out)
         frame[self.out_slot] = out
         return None
-
-    def _by_kernel(self, frame: list, out: np.ndarray) -> None:
-        self.kernel.run(frame)
-        value = frame[self.out_slot]
-        if value is out:
-            return
-        if _layout_only(value, out):
-            # The view, C-contiguous, for the steps that read it too (not the kernel's layout, as
-            # _PreparedStep keeps): bound or not, the steps after it see the same arrays, and a
-            # later trip's product runs on the layout of the others.
-            np.copyto(out, value, casting="no")
-            frame[self.out_slot] = out
-        else:  # another type than noted: no call is bound from here on
-            frame.bound = None
 
 
 class _LoopOutputsStep(_PreparedOutputsStep):

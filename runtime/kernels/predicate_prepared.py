@@ -1,4 +1,4 @@
-"""Prepared calls of the comparisons and logic ops (Equal, Less, And, Not, …): one ufunc into the bool output.
+"""Prepared calls of the comparisons and logic ops (Equal, Less, And, Not, IsNaN…): one ufunc into the bool output.
 
 The kernels (``elementwise._predicate``) widen a narrow float to float32 and apply the ufunc;
 on inputs of one type numpy computes in directly (a bool, an integer, float32 or float64) the
@@ -12,18 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import UfuncCall, prepared
-
-_PREDICATES = {
-    "Equal": np.equal,
-    "Greater": np.greater,
-    "GreaterOrEqual": np.greater_equal,
-    "Less": np.less,
-    "LessOrEqual": np.less_equal,
-    "And": np.logical_and,
-    "Or": np.logical_or,
-    "Xor": np.logical_xor,
-    "Not": np.logical_not,
-}
+from .elementwise import PREDICATES
 
 
 def _predicate_call(fn):
@@ -40,5 +29,5 @@ def _predicate_call(fn):
     return factory
 
 
-for _name, _fn in _PREDICATES.items():
+for _name, _fn in PREDICATES.items():
     prepared(_name)(_predicate_call(_fn))

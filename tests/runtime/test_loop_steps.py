@@ -239,7 +239,9 @@ def test_casts_and_comparisons_prepared_match_numpy():
     """Cast between numpy's plain types and the comparisons, prepared calls into arena views
     (tensor._CastCall, predicate_prepared.py), against numpy's astype and ufuncs in a static
     method, with NaN and infinities among the compared floats."""
-    x = np.array([[-2.5, -0.5, 0.0, 0.5], [1.5, np.nan, np.inf, -np.inf], [3e9, -3e9, 7.0, 255.9]], np.float32)
+    x = np.array(
+        [[-2.5, -0.5, 0.0, 0.5], [1.5, np.nan, np.inf, -np.inf], [3e9, -3e9, 7.0, 255.9]], np.float32
+    )
     y = np.array([[1, 0, 0, 0], [2, 0, 5, 0], [1, 1, 7, 255]], np.int32)
     nodes = [
         helper.make_node("Cast", ["y"], ["y64"], to=I64),
@@ -251,7 +253,15 @@ def test_casts_and_comparisons_prepared_match_numpy():
         helper.make_node("And", ["lt", "yb"], ["both"]),
         helper.make_node("Not", ["both"], ["nb"]),
     ]
-    outs = [("y64", I64), ("yf", F32), ("xd", TensorProto.DOUBLE), ("yb", BOOL), ("lt", BOOL), ("eq", BOOL), ("nb", BOOL)]
+    outs = [
+        ("y64", I64),
+        ("yf", F32),
+        ("xd", TensorProto.DOUBLE),
+        ("yb", BOOL),
+        ("lt", BOOL),
+        ("eq", BOOL),
+        ("nb", BOOL),
+    ]
     data = model_bytes(
         nodes, [("x", F32, [3, 4]), ("y", TensorProto.INT32, [3, 4])], [(n, t, [3, 4]) for n, t in outs]
     )
