@@ -277,6 +277,32 @@ def softmax(ctx, input, *, axis):
     return _softmax(x, ax, out).astype(X.dtype, copy=False)
 
 
+@prepared("Softmax")
+def _softmax_call(attrs, inputs, output):
+    """Softmax of a non-empty float32 or float64 input of the output's type: the kernel's calls,
+    the quotient into the arena view."""
+    if len(inputs) != 1 or inputs[0] is None or output is None:
+        return None
+    (dtype, shape) = inputs[0]
+    if dtype not in (np.float32, np.float64) or output[0] != dtype or tuple(output[1]) != tuple(shape):
+        return None
+    if 0 in shape or not -len(shape) <= attrs["axis"] < len(shape):
+        return None
+    return _SoftmaxCall(attrs["axis"] % len(shape))
+
+
+class _SoftmaxCall:
+    __slots__ = ("axis",)
+
+    def __init__(self, axis: int):
+        self.axis = axis
+
+    def __call__(self, out, x):
+        if x.shape != out.shape:
+            raise TypeError("not the declared shape")
+        _softmax(x, self.axis, out)
+
+
 @kernel("LogSoftmax")
 def log_softmax(ctx, input, *, axis):
     X = np.asarray(input)
