@@ -19,13 +19,16 @@ from .steps import MethodState, StepInfo, _KernelStep, _PreparedStep, _ShapeStep
 
 class Noted(dict):
     """A first run's notes for a shape specialization: slot → (dtype, shape) of each value it may
-    hold, and in ``values`` the known values the kernel steps wrote (slot → read-only array)."""
+    hold; in ``values`` the known values the kernel steps wrote (slot → read-only array); in
+    ``varied`` the slots written with values of several types (a loop's, whose shape changed
+    from trip to trip) or with something else than an array after an array."""
 
-    __slots__ = ("values",)
+    __slots__ = ("values", "varied")
 
     def __init__(self):
         super().__init__()
         self.values: dict[int, np.ndarray] = {}
+        self.varied: set[int] = set()
 
 
 def known_notes(m: MethodState, limit: int) -> list[tuple[int, ...]]:

@@ -16,6 +16,7 @@ from .folded_values import Noted, fold_known, known_notes
 from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
+from .loop_steps import loop_candidates, loop_notes, loop_step
 from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _MoveStep, _PreparedStep, _ShapeStep
 
 _SHAPE_OF = {"onnx::Shape", "onnx::Size"}
@@ -205,10 +206,12 @@ def _find_specializable_steps(m: MethodState) -> None:
             m._planned[i] is None and m._initial[i] is None for i in kernel.in_slots
         ):
             found.append(pc)
-    m._specializable_steps = found
+    loops = loop_candidates(m, limit, writers)
+    noted = m._shaped | loop_notes(m, limit) if loops else m._shaped
+    m._specializable_steps = found + loops
     m._specialization_held = held
     m._specialization_limit = limit
-    m._specialization_notes = [tuple(v for v in s.info().writes if v in m._shaped) for s in m._steps]
+    m._specialization_notes = [tuple(v for v in s.info().writes if v in noted) for s in m._steps]
     m._known_notes = known_notes(m, limit)
 
 
@@ -264,9 +267,13 @@ def _plan_input(m: MethodState, i: int) -> bool:
     )
 
 
-def _note(seen: dict, slot: int, value) -> None:
+def _note(seen: Noted, slot: int, value) -> None:
     if type(value) is np.ndarray:
-        seen[slot] = (value.dtype, value.shape)
+        spec = (value.dtype, value.shape)
+        if seen.setdefault(slot, spec) != spec:
+            seen.varied.add(slot)
+    elif slot in seen:
+        seen.varied.add(slot)
 
 
 class _ShapeSpecializations:
@@ -323,9 +330,16 @@ class _ShapeSpecialization:
         inputs = set(m._input_slots)
         held: dict[int, tuple] = {}  # slot → (dtype, shape) of the values the specialization's arena holds
         self.folded = fold_known(m, steps, seen)  # slot → the known value the run's frames start with
+        writers = _straight_line(m)[1]
         for pc in m._specializable_steps:
             kernel = steps[pc]
             if type(kernel) is not _KernelStep:  # folded, or fused into the call before it
+                continue
+            if pc >= m._specialization_limit:  # in a loop (loop_steps.py)
+                step, places = loop_step(m, kernel, seen, writers)
+                if step is not None:
+                    steps[pc] = step
+                    held.update(places)
                 continue
             out = kernel.out_slots[0]
             out_spec = _known_spec(m, out, seen)  # a planned output: its view's
@@ -394,7 +408,8 @@ def _known_spec(m: MethodState, i: int, seen: dict) -> tuple | None:
 def _spans(m: MethodState, steps: list, held: dict) -> dict[int, tuple[int, int]]:
     """Each held value's lifetime, (first write, last read) with both ends inclusive so that a
     step's output never shares bytes with its inputs: method inputs from before the first step,
-    method results and values read from the first jump on (in a loop, perhaps again) to the end."""
+    method results and values read from the first jump on (in a loop, perhaps again) to the end,
+    values written from the first jump on from there (a loop's next trip writes them again)."""
     n, limit, inputs = len(steps), m._specialization_limit, set(m._input_slots)
     first = {v: -1 for v in held if v in inputs}
     last: dict[int, int] = {}
@@ -405,7 +420,7 @@ def _spans(m: MethodState, steps: list, held: dict) -> dict[int, tuple[int, int]
                 last[v] = max(last.get(v, -1), pc if pc < limit else n)
         for v in info.writes:
             if v in held:
-                first.setdefault(v, pc)
+                first.setdefault(v, min(pc, limit))
     for v in m._output_slots:
         if v in held:
             last[v] = n

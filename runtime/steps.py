@@ -160,6 +160,9 @@ class _PreparedStep:
     of another type than declared unbinds the rest of the run."""
 
     __slots__ = ("call", "in_slots", "kernel", "out_slot")
+    # Whether the steps after it read a kernel result of another layout in that layout (as
+    # evaluate's kernels do; bound calls read the view), or the view (loop_steps._LoopStep).
+    keeps_layout = True
 
     def run(self, frame: list) -> None:
         args = [frame[i] for i in self.in_slots]
@@ -188,6 +191,8 @@ class _PreparedStep:
         if _layout_only(value, out):
             # Kernels read the result in its layout, as evaluate's do; bound calls read the view.
             np.copyto(out, value, casting="no")
+            if not self.keeps_layout:
+                frame[self.out_slot] = out
         else:  # another type than declared (lenient, not strict): no call is bound from here on
             frame.bound = None
 

@@ -48,6 +48,7 @@ _MODULES = (
     "tensor",
     "pad_prepared",
     "where_prepared",
+    "predicate_prepared",
     "indexing",
     "quantization",
     "recurrent",

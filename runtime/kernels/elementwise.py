@@ -367,7 +367,8 @@ def mean(ctx, *data_0):
 
 # ---------------------------------------------------------------- comparison and logic
 
-for _name, _fn in {
+# (predicate_prepared.py makes their prepared calls)
+PREDICATES = {
     "Equal": np.equal,
     "Greater": np.greater,
     "GreaterOrEqual": np.greater_equal,
@@ -378,7 +379,8 @@ for _name, _fn in {
     "Xor": np.logical_xor,
     "Not": np.logical_not,
     "IsNaN": np.isnan,
-}.items():
+}
+for _name, _fn in PREDICATES.items():
     kernel(_name)(_predicate(_fn))
 
 

@@ -157,6 +157,30 @@ def shape(ctx, data, *, end, start):
     return out
 
 
+@prepared("Shape")
+def _shape_call(attrs, inputs, output):
+    """Shape into the arena view: the dims of the input's shape, whatever its layout."""
+    if len(inputs) != 1 or inputs[0] is None or output is None or output[0] != np.int64:
+        return None
+    if (len(tuple(inputs[0][1])[attrs["start"] : attrs["end"]]),) != tuple(output[1]):
+        return None
+    return _ShapeCall(attrs["start"], attrs["end"])
+
+
+class _ShapeCall:
+    __slots__ = ("end", "start")
+    any_layout = True
+
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+    def __call__(self, out, x):
+        dims = x.shape[self.start : self.end]
+        if len(dims) != len(out):
+            raise TypeError("not the declared rank")
+        out[:] = dims
+
+
 @kernel("Size")
 def size(ctx, data):
     return np.array(np.asarray(data).size, dtype=np.int64)
@@ -689,9 +713,36 @@ class _ReshapeCall:
 @prepared("Identity", "Cast")
 def _identity_call(attrs, inputs, output):
     # Identity, and Cast to the input's own type, return the input: its copy into the arena view
-    if not _moved(inputs, output) or len(inputs) != 1 or tuple(inputs[0][1]) != tuple(output[1]):
+    if len(inputs) != 1 or inputs[0] is None or output is None or tuple(inputs[0][1]) != tuple(output[1]):
         return None
-    return _ReshapeCall(tuple(output[1]))
+    if _moved(inputs, output):
+        return _ReshapeCall(tuple(output[1]))
+    if attrs.get("to") is not None and inputs[0][0] in _PLAIN_CAST and output[0] in _PLAIN_CAST:
+        return _CastCall()
+    return None
+
+
+# Types a Cast between converts as numpy's astype does (``elementwise._cast``'s last case): the
+# conversion np.copyto(casting="unsafe") makes too.
+_PLAIN_CAST = frozenset(
+    np.dtype(t)
+    for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+              np.uint64, np.float16, np.float32, np.float64)
+)  # fmt: skip
+
+
+class _CastCall:
+    """Cast between two ``_PLAIN_CAST`` types: the input converted into the arena view."""
+
+    __slots__ = ()
+
+    def __call__(self, out, x):
+        if x.shape != out.shape:  # copyto would broadcast it
+            raise TypeError("not the declared shape")
+        np.copyto(out, x, casting="unsafe")
+
+    def bind(self, out, x):
+        return functools.partial(np.copyto, out, x, casting="unsafe")
 
 
 @prepared("Transpose")

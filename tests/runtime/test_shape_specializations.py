@@ -313,8 +313,9 @@ def test_steps_past_an_if_are_prepared_per_shape_and_match_onnxruntime():
     assert _plan(method, ((1, 2, 40), ((), np.array(8000, np.int64).tobytes()))) is None  # run once
     plan = _plan(method, ((1, 2, 40), ((), sr)))
     assert plan is not None
-    # the taken branch's Conv with its Relu, and the last Conv, which reads the If's result
-    assert _prepared_ops(plan.steps) == ["Conv", "Conv", "Relu"]
+    # the taken branch's Conv with its Relu, the last Conv, which reads the If's result, and the
+    # comparison of sr that decides the branch (runtime/kernels/predicate_prepared.py)
+    assert _prepared_ops(plan.steps) == ["Conv", "Conv", "Greater", "Relu"]
 
 
 def test_an_input_that_is_data_as_well_does_not_decide_branches():
@@ -335,7 +336,8 @@ def test_an_input_that_is_data_as_well_does_not_decide_branches():
         feeds = {"x": rng.standard_normal((1, 2, 40)).astype(np.float32), "sr": np.array(sr, np.int64)}
         np.testing.assert_allclose(method.run(feeds)["y"], session.run(None, feeds)[0], rtol=RTOL, atol=5e-2)
     plan = _plan(method, ((1, 2, 40), ()))
-    assert plan is not None and _prepared_ops(plan.steps) == ["Conv", "Relu"]
+    # sr's Cast and comparison are prepared calls too (one Conv: the one after the If stays a kernel)
+    assert plan is not None and _prepared_ops(plan.steps) == ["Cast", "Conv", "Greater", "Relu"]
 
 
 def test_an_if_on_the_input_shapes_is_followed_by_prepared_steps():
