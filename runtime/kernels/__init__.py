@@ -45,6 +45,7 @@ _MODULES = (
     "reduction",
     "tensor",
     "pad_prepared",
+    "resize_prepared",
     "where_prepared",
     "indexing",
     "quantization",

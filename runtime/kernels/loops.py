@@ -2,7 +2,7 @@
 convolutions (``depthwise``, ``depthwise_last``), a convolution's column matrix (``im2col``),
 HardSigmoid and HardSwish (``hard_sigmoid``), erf (``erf``: numpy has none; a numpy series
 takes 45 passes over the array) and PRelu with one slope per channel (``prelu``, one pass for
-numpy's six). Each does the operations of the numpy calls it
+numpy's six) and one axis of a Resize (``resample``, one pass for two per tap). Each does the operations of the numpy calls it
 replaces, in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
@@ -480,3 +480,31 @@ def int8_product(x, w, b, scale, params, out):  # pragma: no cover - compiled
             v = lo if v < lo else v
             v = hi if v > hi else v
             out[i, o] = np.int8(v)
+
+
+@njit(cache=True, nogil=True)
+def resample(x, cols, weights, out):  # pragma: no cover - compiled
+    """One axis of a Resize (``tensor._resize_axis``'s numpy passes) in one: x (outer, in, inner)
+    and out (outer, out, inner), C-contiguous of one float type; out[o, j] = the sum over t of
+    x[o, cols[j, t]] · weights[j, t], the first product starting the sum and each later one
+    added in turn, as the kernel's multiply and add of one tap after the other round."""
+    outer, n_out, inner = out.shape
+    taps = cols.shape[1]
+    for o in range(outer):
+        for j in range(n_out):
+            if inner == 1:  # the last axis: the sum in a register
+                acc = x[o, cols[j, 0], 0] * weights[j, 0]
+                for t in range(1, taps):
+                    acc = acc + x[o, cols[j, t], 0] * weights[j, t]
+                out[o, j, 0] = acc
+                continue
+            dst = out[o, j]
+            src = x[o, cols[j, 0]]
+            w = weights[j, 0]
+            for k in range(inner):
+                dst[k] = src[k] * w
+            for t in range(1, taps):
+                src = x[o, cols[j, t]]
+                w = weights[j, t]
+                for k in range(inner):
+                    dst[k] = dst[k] + src[k] * w
