@@ -2,7 +2,8 @@
 convolutions (``depthwise``, ``depthwise_last``), a convolution's column matrix (``im2col``),
 HardSigmoid and HardSwish (``hard_sigmoid``), erf (``erf``: numpy has none; a numpy series
 takes 45 passes over the array) and PRelu with one slope per channel (``prelu``, one pass for
-numpy's six) and one axis of a Resize (``resample``, one pass for two per tap). Each does the operations of the numpy calls it
+numpy's six) and one axis of a Resize (``resample``, ``resample_last``: one pass for two per
+tap). Each does the operations of the numpy calls it
 replaces, in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
@@ -492,12 +493,6 @@ def resample(x, cols, weights, out):  # pragma: no cover - compiled
     taps = cols.shape[1]
     for o in range(outer):
         for j in range(n_out):
-            if inner == 1:  # the last axis: the sum in a register
-                acc = x[o, cols[j, 0], 0] * weights[j, 0]
-                for t in range(1, taps):
-                    acc = acc + x[o, cols[j, t], 0] * weights[j, t]
-                out[o, j, 0] = acc
-                continue
             dst = out[o, j]
             src = x[o, cols[j, 0]]
             w = weights[j, 0]
@@ -508,3 +503,23 @@ def resample(x, cols, weights, out):  # pragma: no cover - compiled
                 w = weights[j, t]
                 for k in range(inner):
                     dst[k] = dst[k] + src[k] * w
+
+
+@njit(cache=True, nogil=True)
+def resample_last(x, cols, weights, out):  # pragma: no cover - compiled
+    """``resample`` of the last axis (inner 1): x (outer, in), out (outer, out), the taps
+    transposed, cols and weights (taps, out). Tap after tap over a whole output row, so that
+    the loops run over contiguous columns and weights (2.3-2.7x faster than ``resample`` with
+    inner 1 on 128 x 32 x 16 ... 16 x 128 x 64 float32 maps, the same sums)."""
+    outer, n_out = out.shape
+    taps = cols.shape[0]
+    for o in range(outer):
+        src = x[o]
+        dst = out[o]
+        c, w = cols[0], weights[0]
+        for j in range(n_out):
+            dst[j] = src[c[j]] * w[j]
+        for t in range(1, taps):
+            c, w = cols[t], weights[t]
+            for j in range(n_out):
+                dst[j] = dst[j] + src[c[j]] * w[j]

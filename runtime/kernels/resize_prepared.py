@@ -3,9 +3,9 @@ and weights (or, in nearest mode, the input element each output copies) found on
 set, and each run the interpolation alone, into the output's arena view.
 
 Linear and cubic modes of float32 and float64 resample one axis after the other, in the
-kernel's order, with the compiled ``loops.resample`` (one pass over the axis where the kernel
-makes two numpy passes per tap, and the products and sums of the kernel in its order: the same
-bits). Nearest mode of any type is one ``numpy.take`` of the composed flat positions. The
+kernel's order, with the compiled ``loops.resample`` (``resample_last`` for the last axis): one
+pass over the axis where the kernel makes two numpy passes per tap, with the kernel's products
+and sums in its order (the same bits). Nearest mode of any type is one ``numpy.take`` of the composed flat positions. The
 kernel runs it (its result copied into the view) where the constants are computed by the graph,
 the mode is tf_crop_and_resize (extrapolated outputs), the loops are off, or the output shares
 the input's memory.
@@ -93,15 +93,13 @@ class _ResizeCall(_KeptCalls):
             shape[axis] = len(coords)
             dst = out if k == len(passes) - 1 else np.empty(shape, dtype=x.dtype)
             outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1 :]))
-            calls.append(
-                functools.partial(
-                    loops.resample,
-                    src.reshape(outer, in_len, inner),
-                    cols,
-                    weights,
-                    dst.reshape(outer, len(coords), inner),
-                )
-            )
+            if inner == 1:  # the last axis: tap after tap along output rows
+                rows_in, rows_out = src.reshape(outer, in_len), dst.reshape(outer, len(coords))
+                taps_major = np.ascontiguousarray(cols.T), np.ascontiguousarray(weights.T)
+                calls.append(functools.partial(loops.resample_last, rows_in, *taps_major, rows_out))
+            else:
+                planes_in, planes_out = src.reshape(outer, in_len, inner), dst.reshape(outer, len(coords), inner)
+                calls.append(functools.partial(loops.resample, planes_in, cols, weights, planes_out))
             src = dst
         return calls
 
