@@ -5,10 +5,10 @@ set, and each run the interpolation alone, into the output's arena view.
 Linear and cubic modes of float32 and float64 resample one axis after the other, in the
 kernel's order, with the compiled ``loops.resample`` (``resample_last`` for the last axis): one
 pass over the axis where the kernel makes two numpy passes per tap, with the kernel's products
-and sums in its order (the same bits). Nearest mode of any type is one ``numpy.take`` of the composed flat positions. The
-kernel runs it (its result copied into the view) where the constants are computed by the graph,
-the mode is tf_crop_and_resize (extrapolated outputs), the loops are off, or the output shares
-the input's memory.
+and sums in its order (the same bits). Nearest mode of any type is one ``numpy.take`` of the
+composed flat positions. The kernel runs it (its result copied into the view) where the
+constants are computed by the graph, the mode is tf_crop_and_resize (extrapolated outputs), the
+loops are off, or the output shares the input's memory.
 """
 
 from __future__ import annotations
