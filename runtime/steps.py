@@ -168,7 +168,7 @@ class _PreparedStep:
         for a in args:
             if type(a) is not np.ndarray or not a.flags.c_contiguous:
                 if type(a) is np.ndarray and getattr(self.call, "any_layout", False):
-                    continue  # an elementwise call whose bits do not depend on the layout
+                    continue  # a call whose bits are the kernel's on any layout (elementwise, MatMul)
                 if a is None and getattr(self.call, "omitted_inputs", False):
                     continue  # an omitted optional input, which the call takes as the kernel does
                 return self._by_kernel(frame, out)
