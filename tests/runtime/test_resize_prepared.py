@@ -138,3 +138,28 @@ def test_linear_resize_runs_the_compiled_loop():
     calls = step.call._calls(out, (x, None, method._initial[step.in_slots[2]]))
     loops = _util.compiled_loops()
     assert [c.func for c in calls] == [loops.resample, loops.resample_last]
+
+
+def test_tflite_resizes_run_prepared_against_litert(monkeypatch):
+    """The TFLite fixture of every RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR coordinate mode,
+    through the default passes into a .pte: against LiteRT's stored outputs, the kernels' bits."""
+    from tests.frontends.test_tflite import HERE, assert_close, oracle
+
+    program = offload.load(HERE / "image_ops.tflite")
+    method = offload.runtime.load(offload.save(offload.optimize(program))).method("forward")
+    resizes = [s for s in method._steps if getattr(s, "kernel", s).op_name == "onnx::Resize"]
+    assert len(resizes) >= 8 and all(type(s.call) is _ResizeCall for s in resizes)
+    taken = []
+    kernel_way = _PreparedStep._by_kernel
+
+    def by_kernel(self, frame, out):
+        taken.append(self.kernel.op_name)
+        return kernel_way(self, frame, out)
+
+    monkeypatch.setattr(_PreparedStep, "_by_kernel", by_kernel)
+    feeds, want = oracle("image_ops")
+    got = method.run(feeds)
+    assert_close(got, want)
+    for name, value in offload.evaluate(program, feeds).items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    assert "onnx::Resize" not in taken
