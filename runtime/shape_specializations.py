@@ -185,11 +185,12 @@ def _find_specializable_steps(m: MethodState) -> None:
                 and o not in results
             )
         out = _one_output(kernel)
+        factory = kernels.find_prepared("" if domain == "onnx" else domain, op_type)
         if (
             type(step) is not _KernelStep
             or out is None
             or not kernel.in_slots
-            or kernels.find_prepared("" if domain == "onnx" else domain, op_type) is None
+            or factory is None
             or m._planned[out] is not None
             or out not in m._shaped
             or writers.get(out) != 1
@@ -197,7 +198,8 @@ def _find_specializable_steps(m: MethodState) -> None:
             or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
         ):
             continue
-        if all(i and _plan_input(m, i) for i in kernel.in_slots):
+        takes_omitted = getattr(factory, "omitted_inputs", False)  # an omitted input is slot 0
+        if all(_plan_input(m, i) if i else takes_omitted for i in kernel.in_slots):
             found.append(pc)
     m._specializable_steps = found
     m._specialization_held = held
@@ -318,8 +320,8 @@ class _ShapeSpecialization:
         for pc in m._specializable_steps:
             kernel = steps[pc]
             out = kernel.out_slots[0]
-            specs = [_known_spec(m, i, seen) for i in kernel.in_slots]
-            if out not in seen or None in specs:
+            specs = [_known_spec(m, i, seen) if i else None for i in kernel.in_slots]
+            if out not in seen or any(s is None for i, s in zip(kernel.in_slots, specs) if i):
                 continue
             domain, _, op_type = kernel.op_name.partition("::")
             factory = kernels.find_prepared("" if domain == "onnx" else domain, op_type)

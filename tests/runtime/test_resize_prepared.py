@@ -163,3 +163,23 @@ def test_tflite_resizes_run_prepared_against_litert(monkeypatch):
     for name, value in offload.evaluate(program, feeds).items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
     assert "onnx::Resize" not in taken
+
+
+def test_a_symbolic_shape_specializes_the_resize(monkeypatch):
+    """An image of any size (a detector's): each repeated shape's plan runs the prepared call."""
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+    scales = np.array([1, 1, 2, 2], np.float32)
+    data = model_bytes([node], [("x", F32, [1, 3, "h", "w"])], [("y", F32, None)], [("scales", scales)])
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(33)
+    for h, w in [(5, 7), (5, 7), (8, 6), (5, 7), (8, 6)]:
+        x = rng.standard_normal((1, 3, h, w)).astype(np.float32)
+        got = method.run({"x": x})["y"]
+        np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=2e-6, atol=2e-6)
+        np.testing.assert_array_equal(got, offload.evaluate(program, {"x": x})["y"])
+    for h, w in [(5, 7), (8, 6)]:
+        plan = method._specializations.entries.get(((1, 3, h, w),))
+        steps = [s for s in plan.steps if getattr(s, "kernel", s).op_name == "onnx::Resize"]
+        assert [type(s.call) for s in steps] == [_ResizeCall]
