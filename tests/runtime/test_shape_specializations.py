@@ -224,7 +224,8 @@ def test_the_plan_arena_never_gives_two_live_values_the_same_bytes():
 
 def test_a_resize_by_constant_scales_is_planned_with_what_follows():
     """Resize's output shape follows from its input's shape and the values of its scales
-    (ir.SHAPE_FROM_VALUES): in a plan the Conv after it is prepared too (a segmenter's decoder)."""
+    (ir.SHAPE_FROM_VALUES): in a plan the Resize and the Conv after it are prepared (a segmenter's
+    decoder)."""
     rng = np.random.default_rng(5)
     nodes = [
         helper.make_node("Resize", ["x", "", "scales"], ["u"], mode="linear"),
@@ -244,7 +245,7 @@ def test_a_resize_by_constant_scales_is_planned_with_what_follows():
             method.run({"x": x})["y"], session.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL
         )
     plan = _plan(method, ((1, 3, 7, 9),))
-    assert plan is not None and _prepared_ops(plan.steps) == ["Conv", "Relu"]
+    assert plan is not None and _prepared_ops(plan.steps) == ["Conv", "Relu", "Resize"]
 
 
 def _branchy_conv1d() -> bytes:
@@ -335,7 +336,7 @@ def test_an_input_that_is_data_as_well_does_not_decide_branches():
         feeds = {"x": rng.standard_normal((1, 2, 40)).astype(np.float32), "sr": np.array(sr, np.int64)}
         np.testing.assert_allclose(method.run(feeds)["y"], session.run(None, feeds)[0], rtol=RTOL, atol=5e-2)
     plan = _plan(method, ((1, 2, 40), ()))
-    assert plan is not None and _prepared_ops(plan.steps) == ["Conv", "Relu"]
+    assert plan is not None and _prepared_ops(plan.steps) == ["Conv", "Relu", "Resize"]
 
 
 def test_an_if_on_the_input_shapes_is_followed_by_prepared_steps():
