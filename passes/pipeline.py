@@ -43,6 +43,7 @@ DEFAULT: tuple[str, ...] = (
     # a channels-last (TFLite) graph's layout-free ops move to the side of its convolutions
     "optimize_repeat_ops::transpose_regions",
     "optimize_repeat_ops::reduce_transposes",
+    "optimize_repeat_ops::unit_axis_moves",
     "optimize_repeat_ops::merge_consecutive_relus",
     "optimize_repeat_ops::merge_consecutive_paddings",
     "optimize_repeat_ops::cast_optimization",

@@ -92,7 +92,7 @@ def _bind_runs(
         if isinstance(step, (_FusedAway, _Folded)):  # nothing to run: a run goes on past it
             continue
         outs = _results_in_views(step, writers, inputs)
-        ok = outs is not None and all(i in certain for i in step.in_slots)
+        ok = outs is not None and all(i in certain or _omitted(step, i) for i in step.in_slots)
         if run and (not ok or pc in targets):
             bound = _BoundRun()
             bound.k, bound.end, bound.steps = len(bound_runs), run[-1] + 1, [steps[j] for j in run]
@@ -104,6 +104,12 @@ def _bind_runs(
         if ok:
             run.append(pc)
     return fast_steps, bound_runs
+
+
+def _omitted(step, slot: int) -> bool:
+    """Whether input ``slot`` of a prepared step is an omitted input (slot 0, always None) that
+    its call takes (``omitted_inputs``)."""
+    return slot == 0 and getattr(step.call, "omitted_inputs", False)
 
 
 def _results_in_views(step, writers: dict[int, int], inputs: set[int]) -> list[int] | None:

@@ -42,8 +42,8 @@ def _prepared(m: MethodState, step: _KernelStep, domain: str, op_type: str) -> _
     if out is None or any(isinstance(a, SubPlan) for a in step.attrs.values()):
         return None
     specs = [_static_spec(m, i) for i in step.in_slots]  # a method input's, checked when given
-    if any(spec is None or spec is False for spec in specs):
-        return None
+    if any(spec is False or (spec is None and not getattr(factory, "omitted_inputs", False)) for spec in specs):
+        return None  # an omitted input (None) only to a factory that says it takes one
     call = factory(step.attrs, specs, (out.dtype, out.shape))
     if call is None:
         return None

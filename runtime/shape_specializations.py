@@ -187,23 +187,25 @@ def _find_specializable_steps(m: MethodState) -> None:
                 and o not in results
             )
         out = _one_output(kernel)
+        factory = kernels.find_prepared("" if domain == "onnx" else domain, op_type)
         if (
             type(step) is not _KernelStep
             or out is None
             or not kernel.in_slots
-            or kernels.find_prepared("" if domain == "onnx" else domain, op_type) is None
+            or factory is None
             or (out not in m._shaped and m._planned[out] is None)
             or writers.get(out) != 1
             or out in inputs
             or any(isinstance(a, SubPlan) for a in kernel.attrs.values())
         ):
             continue
-        if not all(i and _plan_input(m, i) for i in kernel.in_slots):
+        takes_omitted = getattr(factory, "omitted_inputs", False)  # an omitted input is slot 0
+        if not all(_plan_input(m, i) if i else takes_omitted for i in kernel.in_slots):
             continue
         # a planned output: where an input's type is known only at a run (else the method's own
         # preparation made the call, or there is none for these types)
         if m._planned[out] is None or any(
-            m._planned[i] is None and m._initial[i] is None for i in kernel.in_slots
+            i and m._planned[i] is None and m._initial[i] is None for i in kernel.in_slots
         ):
             found.append(pc)
     loops = loop_candidates(m, limit, writers)
@@ -343,8 +345,8 @@ class _ShapeSpecialization:
                 continue
             out = kernel.out_slots[0]
             out_spec = _known_spec(m, out, seen)  # a planned output: its view's
-            specs = [_known_spec(m, i, seen) for i in kernel.in_slots]
-            if out_spec is None or None in specs:
+            specs = [_known_spec(m, i, seen) if i else None for i in kernel.in_slots]
+            if out_spec is None or any(s is None for i, s in zip(kernel.in_slots, specs) if i):
                 continue
             domain, _, op_type = kernel.op_name.partition("::")
             factory = kernels.find_prepared("" if domain == "onnx" else domain, op_type)

@@ -154,7 +154,8 @@ class _KernelStep:
 class _PreparedStep:
     """A kernel call prepared at load (``kernels.prepared``): its inputs go straight into the
     op's call writing into the output's arena view. An input that is not a C-contiguous array
-    (unless the call says ``any_layout``), or not of the declared type (the call raises before
+    (unless the call says ``any_layout``; None, an omitted input, where it says
+    ``omitted_inputs``), or not of the declared type (the call raises before
     writing), takes the kernel's way. Its
     result is always in the arena view, which bound calls read (``_bind_runs``); a kernel result
     of another type than declared unbinds the rest of the run."""
@@ -170,7 +171,9 @@ class _PreparedStep:
         for a in args:
             if type(a) is not np.ndarray or not a.flags.c_contiguous:
                 if type(a) is np.ndarray and getattr(self.call, "any_layout", False):
-                    continue  # an elementwise call whose bits do not depend on the layout
+                    continue  # a call whose bits are the kernel's on any layout (elementwise, MatMul)
+                if a is None and getattr(self.call, "omitted_inputs", False):
+                    continue  # an omitted optional input, which the call takes as the kernel does
                 return self._by_kernel(frame, out)
         try:
             self.call(out, *args)

@@ -15,7 +15,9 @@ outputs of ``Transpose(q)`` ops (*entries*) across readers and producers that ar
 - elementwise ops (unary, with scalar constant extras like Clip's bounds; binary, variadic and
   Where), every operand a region value, a constant (padded to rank R with leading 1s), or a
   value of rank R from outside (a *boundary input*);
-- ``Pad`` with constant pads (and no ``axes``), ``Concat`` (its axis renumbered).
+- ``Pad`` with constant pads (and no ``axes``), ``Concat`` (its axis renumbered), ``Resize``
+  with constant roi, scales and sizes (its ``axes`` renumbered in their order: the kernel
+  resamples one axis after the other in that order, so the sums round alike).
 
 Its edges: ``Transpose(inverse(q))`` readers (*exits*, they become the untransposed value
 itself), and *boundary outputs* (a value read by anything else or returned) which get one
@@ -114,6 +116,10 @@ class _Region:
             operands = op.inputs[:1]
         elif kind == "Concat":
             operands = list(op.inputs)
+        elif kind == "Resize":  # roi, scales and sizes constants, one per resized axis (axes' order)
+            if any(w is not None and const(w) is None for w in op.inputs[1:]):
+                return False
+            operands = op.inputs[:1]
         else:
             return False
         for w in operands:
@@ -196,7 +202,7 @@ class _Region:
             for w in op.inputs:
                 c = const(w)
                 if w is None or (
-                    c is not None and (c.ndim == 0 or (op.op_type == "Pad" and w is not op.inputs[0]))
+                    c is not None and (c.ndim == 0 or (op.op_type in ("Pad", "Resize") and w is not op.inputs[0]))
                 ):
                     inputs.append(w)
                 elif c is not None:
@@ -217,6 +223,10 @@ class _Region:
                 inputs[1] = rw.constant(block, moved, stem=f"{op.inputs[1].name}_t")
             elif op.op_type == "Concat":
                 attrs["axis"] = q[int(attrs.get("axis", 0)) % R]
+            elif op.op_type == "Resize":
+                # the same axes in the same order (the kernel resizes one after the other in it)
+                axes = attrs.get("axes")
+                attrs["axes"] = [q[int(a) % R] for a in (range(R) if axes is None else axes)]
             built = rw.build(block, op.op_type, inputs, attrs, before=op, stem=op.outputs[0].name)
             new[id(op.outputs[0])] = built.outputs[0]
         for x in exits:

@@ -2,7 +2,9 @@
 convolutions (``depthwise``, ``depthwise_last``), a convolution's column matrix (``im2col``),
 HardSigmoid and HardSwish (``hard_sigmoid``), erf (``erf``: numpy has none; a numpy series
 takes 45 passes over the array) and PRelu with one slope per channel (``prelu``, one pass for
-numpy's six) and, from pool_loops.py, 2-D max and average pools (``pool2d``). Each does the operations of the numpy calls it
+numpy's six), one axis of a Resize (``resample``, ``resample_last``: one pass for two per
+tap) and, from pool_loops.py, 2-D max and average pools (``pool2d``). Each does the operations
+of the numpy calls it
 replaces, in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
@@ -524,3 +526,45 @@ def int8_product(x, w, b, scale, params, out):  # pragma: no cover - compiled
             v = lo if v < lo else v
             v = hi if v > hi else v
             out[i, o] = np.int8(v)
+
+
+@njit(cache=True, nogil=True)
+def resample(x, cols, weights, out):  # pragma: no cover - compiled
+    """One axis of a Resize (``tensor._resize_axis``'s numpy passes) in one: x (outer, in, inner)
+    and out (outer, out, inner), C-contiguous of one float type; out[o, j] = the sum over t of
+    x[o, cols[j, t]] · weights[j, t], the first product starting the sum and each later one
+    added in turn, as the kernel's multiply and add of one tap after the other round."""
+    outer, n_out, inner = out.shape
+    taps = cols.shape[1]
+    for o in range(outer):
+        for j in range(n_out):
+            dst = out[o, j]
+            src = x[o, cols[j, 0]]
+            w = weights[j, 0]
+            for k in range(inner):
+                dst[k] = src[k] * w
+            for t in range(1, taps):
+                src = x[o, cols[j, t]]
+                w = weights[j, t]
+                for k in range(inner):
+                    dst[k] = dst[k] + src[k] * w
+
+
+@njit(cache=True, nogil=True)
+def resample_last(x, cols, weights, out):  # pragma: no cover - compiled
+    """``resample`` of the last axis (inner 1): x (outer, in), out (outer, out), the taps
+    transposed, cols and weights (taps, out). Tap after tap over a whole output row, so that
+    the loops run over contiguous columns and weights (2.3-2.7x faster than ``resample`` with
+    inner 1 on 128 x 32 x 16 ... 16 x 128 x 64 float32 maps, the same sums)."""
+    outer, n_out = out.shape
+    taps = cols.shape[0]
+    for o in range(outer):
+        src = x[o]
+        dst = out[o]
+        c, w = cols[0], weights[0]
+        for j in range(n_out):
+            dst[j] = src[c[j]] * w[j]
+        for t in range(1, taps):
+            c, w = cols[t], weights[t]
+            for j in range(n_out):
+                dst[j] = dst[j] + src[c[j]] * w[j]

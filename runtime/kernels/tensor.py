@@ -542,14 +542,10 @@ def _resize_axis(x, axis, coords, *, mode, nearest_mode, cubic_coeff_a, exclude_
     """``x`` resampled along ``axis`` at the given input coordinates."""
     in_len = x.shape[axis]
     if mode == "nearest":
-        if nearest_mode not in _ROUNDINGS:
-            raise unsupported("Resize", f"nearest_mode '{nearest_mode}'")
-        idx = np.clip(_ROUNDINGS[nearest_mode](coords), 0, in_len - 1).astype(np.int64)
-        return np.take(x, idx, axis=axis)
+        return np.take(x, _nearest_index(coords, in_len, nearest_mode), axis=axis)
     if mode not in ("linear", "cubic"):
         raise unsupported("Resize", f"mode '{mode}'")
-    key = (mode, coords.tobytes(), in_len, cubic_coeff_a, exclude_outside, stretch, x.dtype.char)
-    cols, weights = _taps(key)
+    cols, weights = _taps((mode, coords.tobytes(), in_len, cubic_coeff_a, exclude_outside, stretch, x.dtype.char))
     shape = [1] * x.ndim
     shape[axis] = len(coords)
     y = None
@@ -557,6 +553,13 @@ def _resize_axis(x, axis, coords, *, mode, nearest_mode, cubic_coeff_a, exclude_
         term = np.take(x, cols[:, t], axis=axis) * weights[:, t].reshape(shape)
         y = term if y is None else np.add(y, term, out=y)
     return y
+
+
+def _nearest_index(coords, in_len: int, nearest_mode: str):
+    """The input position each output of one axis copies in nearest mode."""
+    if nearest_mode not in _ROUNDINGS:
+        raise unsupported("Resize", f"nearest_mode '{nearest_mode}'")
+    return np.clip(_ROUNDINGS[nearest_mode](coords), 0, in_len - 1).astype(np.int64)
 
 
 @functools.lru_cache(maxsize=64)
@@ -617,6 +620,19 @@ def _resize_plan(X, roi, scales, sizes, axes, policy, crop):
     return list(zip(axes, outs, widths, sc, lo, hi))
 
 
+def _resize_passes(shape, plan, mode: str, transformation: str, antialias) -> list:
+    """Per resized axis that moves any element, in the plan's order: (axis, the input coordinate
+    each output samples, the filter's stretch)."""
+    passes = []
+    for axis, out_len, width, scale, lo, hi in plan:
+        in_len = shape[axis]
+        coords = _source_coords(transformation, out_len, width, in_len, scale, lo, hi)
+        if out_len == in_len and np.array_equal(coords, np.arange(in_len)):
+            continue  # this axis keeps every element where it is
+        passes.append((axis, coords, max(1.0, 1.0 / scale) if antialias and mode != "nearest" else 1.0))
+    return passes
+
+
 @kernel("Resize")
 def resize(
     ctx,
@@ -645,12 +661,8 @@ def resize(
     # integers rounded back.
     y = X if mode == "nearest" or X.dtype == np.float32 else X.astype(np.float64)
     outside = np.zeros([1] * X.ndim, dtype=bool)
-    for axis, out_len, width, scale, lo, hi in plan:
-        in_len = X.shape[axis]
-        coords = _source_coords(coordinate_transformation_mode, out_len, width, in_len, scale, lo, hi)
-        if out_len == in_len and np.array_equal(coords, np.arange(in_len)):
-            continue  # this axis keeps every element where it is
-        stretch = max(1.0, 1.0 / scale) if antialias and mode != "nearest" else 1.0
+    for axis, coords, stretch in _resize_passes(X.shape, plan, mode, coordinate_transformation_mode, antialias):
+        in_len, out_len = X.shape[axis], len(coords)
         y = _resize_axis(
             y,
             axis,

@@ -224,7 +224,8 @@ def test_the_plan_arena_never_gives_two_live_values_the_same_bytes():
 
 def test_a_resize_by_constant_scales_is_planned_with_what_follows():
     """Resize's output shape follows from its input's shape and the values of its scales
-    (ir.SHAPE_FROM_VALUES): in a plan the Conv after it is prepared too (a segmenter's decoder)."""
+    (ir.SHAPE_FROM_VALUES): in a plan the Resize and the Conv after it are prepared (a segmenter's
+    decoder)."""
     rng = np.random.default_rng(5)
     nodes = [
         helper.make_node("Resize", ["x", "", "scales"], ["u"], mode="linear"),
@@ -244,7 +245,7 @@ def test_a_resize_by_constant_scales_is_planned_with_what_follows():
             method.run({"x": x})["y"], session.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL
         )
     plan = _plan(method, ((1, 3, 7, 9),))
-    assert plan is not None and _prepared_ops(plan.steps) == ["Conv", "Relu"]
+    assert plan is not None and _prepared_ops(plan.steps) == ["Conv", "Relu", "Resize"]
 
 
 def _branchy_conv1d() -> bytes:
