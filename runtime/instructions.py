@@ -42,7 +42,9 @@ def _prepared(m: MethodState, step: _KernelStep, domain: str, op_type: str) -> _
     if out is None or any(isinstance(a, SubPlan) for a in step.attrs.values()):
         return None
     specs = [_static_spec(m, i) for i in step.in_slots]  # a method input's, checked when given
-    if any(spec is False or (spec is None and not getattr(factory, "omitted_inputs", False)) for spec in specs):
+    if any(
+        spec is False or (spec is None and not getattr(factory, "omitted_inputs", False)) for spec in specs
+    ):
         return None  # an omitted input (None) only to a factory that says it takes one
     call = factory(step.attrs, specs, (out.dtype, out.shape))
     if call is None:

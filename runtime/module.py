@@ -729,7 +729,8 @@ class Method:
             # a result in its planned view is in an arena: copied out (C-contiguous, as the view)
             n = len(self._output_slots) - len(states_into) if states_into else len(self._output_slots)
             results = [
-                frame[i].copy() if frame[i] is planned[i] else detach(frame[i]) for i in self._output_slots[:n]
+                frame[i].copy() if frame[i] is planned[i] else detach(frame[i])
+                for i in self._output_slots[:n]
             ]
             if states_into:
                 results += [_kept(frame[i], into) for i, into in zip(self._output_slots[n:], states_into)]

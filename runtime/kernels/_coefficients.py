@@ -1,5 +1,5 @@
 """The constants of the compiled loops' float32 erf, GELU and exp (``loops.erf32``, ``loops.gelu32``,
-``loops.sigmoid32``), shared with their numpy twins in ``elementwise`` (without importing numba)."""
+``loops.sigmoid32``), shared with their numpy twins in ``approximations`` (without importing numba)."""
 
 import math
 

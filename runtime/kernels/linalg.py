@@ -80,16 +80,18 @@ def _matmul_call(attrs, inputs, output):
 
 class _MatMulCall:
     __slots__ = ()
-    # Strided operands (a Transpose's view) too, each through the kernel's own numpy call for that
-    # layout: a strided stack's product as the kernel allocates it, copied into the view.
+    # Strided operands (a Transpose's view) too, each as the kernel computes it: a strided stack
+    # by the rows of its contiguous copy (``_rows``), a strided matrix by numpy's matmul of it.
     any_layout = True
 
     def __call__(self, out, a, b):
         if a.ndim > 2:
-            if not a.flags.c_contiguous:  # the kernel's matmul of the stack (no _rows), matrix by matrix
-                np.copyto(out, np.matmul(a, b), casting="no")
-                return
-            a, out = a.reshape(-1, a.shape[-1]), out.reshape(-1, out.shape[-1])
+            if not out.flags.c_contiguous:
+                raise TypeError("not the declared layout")
+            a = _rows(a, b) if not a.flags.c_contiguous else a.reshape(-1, a.shape[-1])
+            if a is None:
+                raise TypeError("not the declared types")
+            out = out.reshape(-1, out.shape[-1])
         np.matmul(a, b, out=out, casting="no")
 
     def bind(self, out, a, b):

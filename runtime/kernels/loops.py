@@ -294,7 +294,7 @@ def erf(x, out):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _erf_rational(d):  # pragma: no cover - compiled
     """erf(d) in float64 by the rational function of ERF_P / ERF_Q (Horner, highest power first,
-    as ``elementwise._erf_rational`` computes it: the same bits), ±1 from |d| = 4 on, NaN kept.
+    as ``approximations._erf_rational`` computes it: the same bits), ±1 from |d| = 4 on, NaN kept.
     Without a branch (t is clamped, the sign chosen by selects) and with numpy's error model (no
     division check: q >= 1), so that the loops calling it vectorize."""
     p0, p1, p2, p3, p4, p5, p6 = ERF_P
@@ -320,7 +320,7 @@ def erf32(x, out):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, error_model="numpy")
 def gelu32(x, out):  # pragma: no cover - compiled
     """out[i] = 0.5 · x · (1 + erf(x / √2)) for float32 x, in float64 (one rounding to out's type):
-    the argument x · GELU_SCALE, erf by ``_erf_rational``, as ``elementwise._gelu_exact`` computes
+    the argument x · GELU_SCALE, erf by ``_erf_rational``, as ``approximations._gelu_exact`` computes
     it with numpy (the same bits); x and out contiguous."""
     xs, ys = x.reshape(-1), out.reshape(-1)
     for i in range(xs.size):
@@ -344,7 +344,7 @@ def _float32_of_bits(typingctx, bits):
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _exp32(x):  # pragma: no cover - compiled
     """exp of a float32 in float32 arithmetic (``_coefficients``: clamp, two-part ln 2, Taylor
-    polynomial of degree 7, 2^n from exponent bits), as ``elementwise._exp32`` computes it with
+    polynomial of degree 7, 2^n from exponent bits), as ``approximations._exp32`` computes it with
     numpy: the same bits. Branch-free, so that the loops calling it vectorize."""
     c0, c1, c2, c3, c4, c5, c6, c7 = EXP_TAYLOR
     y = min(max(x, EXP_LO), EXP_HI)

@@ -12,9 +12,9 @@ from offload.ir import DataType
 
 from . import kernel, prepared
 from ._util import normalize_axes, normalize_axis, out_for, same_view, unsupported
+from .approximations import exp32_into
 from .buffers import _arena_buffers, _KeptCalls
 from .conv import _epilogue
-from .elementwise import exp32_into
 from .linalg import widened
 
 
@@ -266,7 +266,7 @@ def _softmax(x: np.ndarray, axis: int, out=None) -> np.ndarray:
     if x.size == 0:  # a max over an empty axis fills every other axis: (2**31 - 1, 0) makes 8 GiB
         return x.copy()
     e = x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
-    if e.dtype == np.float32:  # the compiled exp (elementwise.exp32_into), as the prepared call
+    if e.dtype == np.float32:  # the compiled exp (approximations.exp32_into), as the prepared call
         exp32_into(e, e)
     else:
         np.exp(e, out=e)

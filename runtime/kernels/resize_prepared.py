@@ -87,7 +87,15 @@ class _ResizeCall(_KeptCalls):
         for k, (axis, coords, stretch) in enumerate(passes):
             in_len = src.shape[axis]
             cols, weights = _taps(
-                (a["mode"], coords.tobytes(), in_len, a["cubic_coeff_a"], a["exclude_outside"], stretch, x.dtype.char)
+                (
+                    a["mode"],
+                    coords.tobytes(),
+                    in_len,
+                    a["cubic_coeff_a"],
+                    a["exclude_outside"],
+                    stretch,
+                    x.dtype.char,
+                )
             )
             shape = list(src.shape)
             shape[axis] = len(coords)
@@ -98,7 +106,10 @@ class _ResizeCall(_KeptCalls):
                 taps_major = np.ascontiguousarray(cols.T), np.ascontiguousarray(weights.T)
                 calls.append(functools.partial(loops.resample_last, rows_in, *taps_major, rows_out))
             else:
-                planes_in, planes_out = src.reshape(outer, in_len, inner), dst.reshape(outer, len(coords), inner)
+                planes_in, planes_out = (
+                    src.reshape(outer, in_len, inner),
+                    dst.reshape(outer, len(coords), inner),
+                )
                 calls.append(functools.partial(loops.resample, planes_in, cols, weights, planes_out))
             src = dst
         return calls

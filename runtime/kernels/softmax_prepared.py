@@ -1,6 +1,6 @@
 """Softmax's prepared call: the kernel's exp(x - max) / sum (runtime/kernels/normalization.py)
 computed in the output's arena view, for float32 and float64 (float32's exp by the compiled loop,
-``elementwise.exp32_into``, as the kernel's).
+``approximations.exp32_into``, as the kernel's).
 
 The kernel copies its input into its work type first (a copy of the same values where the type
 is already float32 or float64) and allocates the shifted values; here the shift, the exp and the
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import prepared
-from .elementwise import exp32_into
+from .approximations import exp32_into
 
 _WIDE = (np.dtype(np.float32), np.dtype(np.float64))
 

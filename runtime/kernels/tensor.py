@@ -545,7 +545,9 @@ def _resize_axis(x, axis, coords, *, mode, nearest_mode, cubic_coeff_a, exclude_
         return np.take(x, _nearest_index(coords, in_len, nearest_mode), axis=axis)
     if mode not in ("linear", "cubic"):
         raise unsupported("Resize", f"mode '{mode}'")
-    cols, weights = _taps((mode, coords.tobytes(), in_len, cubic_coeff_a, exclude_outside, stretch, x.dtype.char))
+    cols, weights = _taps(
+        (mode, coords.tobytes(), in_len, cubic_coeff_a, exclude_outside, stretch, x.dtype.char)
+    )
     shape = [1] * x.ndim
     shape[axis] = len(coords)
     y = None
@@ -661,7 +663,9 @@ def resize(
     # integers rounded back.
     y = X if mode == "nearest" or X.dtype == np.float32 else X.astype(np.float64)
     outside = np.zeros([1] * X.ndim, dtype=bool)
-    for axis, coords, stretch in _resize_passes(X.shape, plan, mode, coordinate_transformation_mode, antialias):
+    for axis, coords, stretch in _resize_passes(
+        X.shape, plan, mode, coordinate_transformation_mode, antialias
+    ):
         in_len, out_len = X.shape[axis], len(coords)
         y = _resize_axis(
             y,

@@ -111,7 +111,9 @@ def test_dequantize_int32_bias_per_axis(tmp_path):
 def test_dequantize_of_an_input_with_a_negative_zero_point(tmp_path):
     node = helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)
     scale = np.array([0.1, 0.3, 0.7], np.float32)
-    p = model([node], [("q", [2, 3, 4], np.int8)], ["y"], [("s", scale), ("z", np.array([-128, -1, 5], np.int8))])
+    p = model(
+        [node], [("q", [2, 3, 4], np.int8)], ["y"], [("s", scale), ("z", np.array([-128, -1, 5], np.int8))]
+    )
     q = RNG.integers(-128, 128, (2, 3, 4)).astype(np.int8)
     _exact(p, {"q": q}, tmp_path)
 
@@ -211,7 +213,9 @@ def test_a_constant_dequantize_folded_at_init_equals_onnxruntime(dtype, axis, tm
     C = w.shape[axis]
     ins = ["w", "s"] + ([] if dtype == np.int32 else ["z"])
     zp = RNG.integers(info.min if dtype == np.int8 else 0, 20, C).astype(dtype)
-    inits = [("w", w), ("s", RNG.uniform(1e-4, 0.1, C).astype(np.float32))] + ([("z", zp)] if len(ins) == 3 else [])
+    inits = [("w", w), ("s", RNG.uniform(1e-4, 0.1, C).astype(np.float32))] + (
+        [("z", zp)] if len(ins) == 3 else []
+    )
     nodes = [
         helper.make_node("DequantizeLinear", ins, ["wd"], axis=axis),
         helper.make_node("Add", ["x", "wd"], ["y"]),

@@ -111,7 +111,12 @@ def _tests_and_casts_reference(x: np.ndarray) -> dict:
     m = x32 * x32
     k = m >= x32
     s = k.astype(np.float32) + m
-    return {"k": k, "s": s.astype(np.float16), "i": s.astype(np.int32), "a": np.argmax(s, axis=1, keepdims=True)}
+    return {
+        "k": k,
+        "s": s.astype(np.float16),
+        "i": s.astype(np.int32),
+        "a": np.argmax(s, axis=1, keepdims=True),
+    }
 
 
 def test_comparisons_and_casts_of_float16_read_float32():

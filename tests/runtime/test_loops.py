@@ -365,7 +365,7 @@ def test_float32_erf_is_within_an_ulp_and_the_same_bits_without_numba():
     (no numba) gives the same float64 bits."""
     import math
 
-    from offload.runtime.kernels.elementwise import _erf_rational
+    from offload.runtime.kernels.approximations import _erf_rational
     from offload.runtime.kernels.loops import erf32
 
     rng = np.random.default_rng(11)
@@ -421,7 +421,7 @@ def test_float32_gelu_is_one_pass_with_the_same_bits_without_numba(monkeypatch):
     (x > -2), and within 4e-8 · |x| absolutely below (1 + erf cancels there)."""
     import math
 
-    from offload.runtime.kernels import elementwise
+    from offload.runtime.kernels import approximations
     from offload.runtime.kernels.loops import gelu32
 
     rng = np.random.default_rng(12)
@@ -434,8 +434,8 @@ def test_float32_gelu_is_one_pass_with_the_same_bits_without_numba(monkeypatch):
     ).astype(np.float32)
     got = np.empty(x.shape, np.float32)
     gelu32(x, got)
-    monkeypatch.setattr(elementwise, "compiled_loops", lambda: None)
-    numpy_path = elementwise._gelu_exact(x)
+    monkeypatch.setattr(approximations, "compiled_loops", lambda: None)
+    numpy_path = approximations._gelu_exact(x)
     np.testing.assert_array_equal(got.view(np.int32), numpy_path.view(np.int32))
     v = x[:-6].astype(np.float64)
     want = np.array([0.5 * t * (1.0 + math.erf(t / math.sqrt(2.0))) for t in v])
@@ -449,7 +449,7 @@ def test_float32_sigmoid_is_one_pass_with_the_same_bits_without_numba(monkeypatc
     """Sigmoid of float32 values in one compiled pass (``loops.sigmoid32``, a float32 exp of its
     own): within 2 float32 ulps of 1 / (1 + exp(-x)) in float64 where that is normal, 0 below
     exp's range, NaN kept, the same in place; the numpy path (no numba) gives the same bits."""
-    from offload.runtime.kernels import elementwise
+    from offload.runtime.kernels import approximations
     from offload.runtime.kernels.loops import sigmoid32
 
     rng = np.random.default_rng(13)
@@ -462,9 +462,9 @@ def test_float32_sigmoid_is_one_pass_with_the_same_bits_without_numba(monkeypatc
     ).astype(np.float32)
     got = np.empty_like(x)
     sigmoid32(x, got)
-    monkeypatch.setattr(elementwise, "compiled_loops", lambda: None)
+    monkeypatch.setattr(approximations, "compiled_loops", lambda: None)
     numpy_path = np.empty_like(x)
-    elementwise._sigmoid32(numpy_path, x)
+    approximations._sigmoid32(numpy_path, x)
     np.testing.assert_array_equal(got.view(np.int32), numpy_path.view(np.int32))
     want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
     normal = np.isfinite(x) & (want >= np.finfo(np.float32).tiny)
@@ -480,7 +480,7 @@ def test_float32_exp_is_within_an_ulp_with_the_same_bits_without_numba(monkeypat
     """exp of float32 values in one compiled pass (``loops.exp32``, Softmax's exp): within one
     float32 ulp of the correctly rounded exp where that is normal, 0 below and inf above exp's
     float32 range, NaN kept, the same in place; the numpy path (no numba) gives the same bits."""
-    from offload.runtime.kernels import elementwise
+    from offload.runtime.kernels import approximations
     from offload.runtime.kernels.loops import exp32
 
     rng = np.random.default_rng(14)
@@ -493,9 +493,9 @@ def test_float32_exp_is_within_an_ulp_with_the_same_bits_without_numba(monkeypat
     ).astype(np.float32)
     got = np.empty_like(x)
     exp32(x, got)
-    monkeypatch.setattr(elementwise, "compiled_loops", lambda: None)
+    monkeypatch.setattr(approximations, "compiled_loops", lambda: None)
     numpy_path = np.empty_like(x)
-    elementwise.exp32_into(numpy_path, x)
+    approximations.exp32_into(numpy_path, x)
     np.testing.assert_array_equal(got.view(np.int32), numpy_path.view(np.int32))
     want = np.exp(x.astype(np.float64))
     normal = np.isfinite(x) & (want >= np.finfo(np.float32).tiny) & (want <= np.finfo(np.float32).max)

@@ -47,7 +47,10 @@ CASES = [
         {"sizes": [11, 9], "axes": [1, 2], **LIN, "coordinate_transformation_mode": "align_corners"},
     ),
     ((3, 17), {"scales": [1, 3.0], **LIN}),
-    ((1, 3, 4, 5), {"scales": [1, 1, 2, 3], "mode": "nearest", "coordinate_transformation_mode": "asymmetric"}),
+    (
+        (1, 3, 4, 5),
+        {"scales": [1, 1, 2, 3], "mode": "nearest", "coordinate_transformation_mode": "asymmetric"},
+    ),
     ((1, 3, 8, 9), {"sizes": [1, 3, 5, 4], "mode": "nearest", "nearest_mode": "floor"}),
     ((1, 3, 4, 5), {"sizes": [1, 3, 7, 9], "mode": "nearest", "nearest_mode": "ceil"}),
     ((1, 5, 4, 3), {"sizes": [9, 7], "axes": [1, 2], "mode": "nearest", "nearest_mode": "round_prefer_ceil"}),
