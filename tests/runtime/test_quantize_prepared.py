@@ -144,3 +144,37 @@ def test_quantize_reads_its_scale_at_every_run_and_gives_nan_zero(loops, monkeyp
     x[1, 7] = np.nan
     y = module.run({"x": x, "s": np.array(0.05, np.float32)})["y"]
     assert y[1, 7] == 0
+
+
+@pytest.mark.parametrize("loops", ["compiled", "numpy"])
+def test_dynamic_quantize_linear_matches_onnxruntime(loops, monkeypatch):
+    """DynamicQuantizeLinear's y by the compiled pass (``loops.quantize8``) and by the numpy
+    passes: onnxruntime's integers, scale and zero point, on inputs of either sign and all
+    positive (the range always holds 0)."""
+    from offload.runtime.kernels import quantization
+
+    if loops == "numpy":
+        monkeypatch.setattr(quantization, "compiled_loops", lambda: None)
+    graph = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 333])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.UINT8, [6, 333]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("z", TensorProto.UINT8, []),
+        ],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    module = offload.runtime.load(offload.save(offload.load(data)))
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(15)
+    for x in (
+        rng.uniform(-3, 5, (6, 333)),
+        rng.uniform(0.5, 2, (6, 333)),
+        rng.standard_normal((6, 333)) * 40,
+    ):
+        feeds = {"x": x.astype(np.float32)}
+        got, want = module.run(feeds), dict(zip(["y", "s", "z"], session.run(None, feeds)))
+        for name in ("y", "s", "z"):
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
