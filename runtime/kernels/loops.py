@@ -3,9 +3,11 @@ convolutions (``depthwise``, ``depthwise_last``), a convolution's column matrix 
 HardSigmoid and HardSwish (``hard_sigmoid``), erf (``erf``: numpy has none; a numpy series
 takes 45 passes over the array) and PRelu with one slope per channel (``prelu``, one pass for
 numpy's six), one axis of a Resize (``resample``, ``resample_last``: one pass for two per
-tap) and, from pool_loops.py, 2-D max and average pools (``pool2d``). Each does the operations
-of the numpy calls it
-replaces, in their order, so that its results are theirs (tests/runtime/test_loops.py).
+tap), float32 erf, GELU, exp and sigmoid (``erf32``, ``gelu32``, ``exp32``, ``sigmoid32``:
+their numpy twins are in approximations.py), 8-bit quantization (``quantize8``,
+``dequantize8``), int8 convolutions and products, and, from pool_loops.py, 2-D max and average
+pools (``pool2d``). Each does the operations of the numpy calls it replaces (or its twin's), in
+their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
 numpy computes it with one pass over the whole map per tap (``conv_recipe._ConvRecipe.rows``) or one

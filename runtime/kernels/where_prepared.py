@@ -31,8 +31,7 @@ class _WhereCall:
         _check_where(out, c, a, b)
         choose = c.copy() if np.may_share_memory(c, out) else c
         keep = a.copy() if np.may_share_memory(a, out) else a
-        np.copyto(out, b, casting="no")
-        np.copyto(out, keep, casting="no", where=choose)
+        _where_into(out, choose, keep, b)
 
     def bind(self, out, c, a, b):
         _check_where(out, c, a, b)

@@ -445,6 +445,23 @@ def test_float32_gelu_is_one_pass_with_the_same_bits_without_numba(monkeypatch):
     assert got[-6] == 0 and got[-4] == np.inf and np.isnan(got[-3]) and np.isnan(got[-2]) and got[-1] == x[-1]
 
 
+def _one_pass_and_its_twin(monkeypatch, loop, twin, x: np.ndarray) -> np.ndarray:
+    """The compiled float32 loop's result on ``x``, checked bit for bit against the loop run in
+    place and against its numpy twin (``twin(out, x)``, run with the compiled loops turned off)."""
+    from offload.runtime.kernels import approximations
+
+    got = np.empty_like(x)
+    loop(x, got)
+    in_place = x.copy()
+    loop(in_place, in_place)
+    np.testing.assert_array_equal(in_place.view(np.int32), got.view(np.int32))
+    monkeypatch.setattr(approximations, "compiled_loops", lambda: None)
+    numpy_path = np.empty_like(x)
+    twin(numpy_path, x)
+    np.testing.assert_array_equal(got.view(np.int32), numpy_path.view(np.int32))
+    return got
+
+
 def test_float32_sigmoid_is_one_pass_with_the_same_bits_without_numba(monkeypatch):
     """Sigmoid of float32 values in one compiled pass (``loops.sigmoid32``, a float32 exp of its
     own): within 2 float32 ulps of 1 / (1 + exp(-x)) in float64 where that is normal, 0 below
@@ -460,20 +477,12 @@ def test_float32_sigmoid_is_one_pass_with_the_same_bits_without_numba(monkeypatc
             [0.0, -0.0, np.inf, -np.inf, np.nan, 88.7, -88.7, -87.0, -104.0, 1e-30],
         ]
     ).astype(np.float32)
-    got = np.empty_like(x)
-    sigmoid32(x, got)
-    monkeypatch.setattr(approximations, "compiled_loops", lambda: None)
-    numpy_path = np.empty_like(x)
-    approximations._sigmoid32(numpy_path, x)
-    np.testing.assert_array_equal(got.view(np.int32), numpy_path.view(np.int32))
+    got = _one_pass_and_its_twin(monkeypatch, sigmoid32, approximations._sigmoid32, x)
     want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
     normal = np.isfinite(x) & (want >= np.finfo(np.float32).tiny)
     np.testing.assert_array_max_ulp(got[normal], want[normal].astype(np.float32), maxulp=2)
     assert np.all(np.abs(got[~normal & ~np.isnan(x)] - want[~normal & ~np.isnan(x)]) < 1.2e-38)
     assert got[-10] == 0.5 and got[-8] == 1.0 and got[-7] == 0.0 and np.isnan(got[-6]) and got[-2] == 0.0
-    in_place = x.copy()
-    sigmoid32(in_place, in_place)
-    np.testing.assert_array_equal(in_place.view(np.int32), got.view(np.int32))
 
 
 def test_float32_exp_is_within_an_ulp_with_the_same_bits_without_numba(monkeypatch):
@@ -491,17 +500,9 @@ def test_float32_exp_is_within_an_ulp_with_the_same_bits_without_numba(monkeypat
             [0.0, -np.inf, np.inf, np.nan, -100.0, 89.0],
         ]
     ).astype(np.float32)
-    got = np.empty_like(x)
-    exp32(x, got)
-    monkeypatch.setattr(approximations, "compiled_loops", lambda: None)
-    numpy_path = np.empty_like(x)
-    approximations.exp32_into(numpy_path, x)
-    np.testing.assert_array_equal(got.view(np.int32), numpy_path.view(np.int32))
+    got = _one_pass_and_its_twin(monkeypatch, exp32, approximations.exp32_into, x)
     want = np.exp(x.astype(np.float64))
     normal = np.isfinite(x) & (want >= np.finfo(np.float32).tiny) & (want <= np.finfo(np.float32).max)
     np.testing.assert_array_max_ulp(got[normal], want[normal].astype(np.float32), maxulp=1)
     assert got[-6] == 1.0 and got[-5] == 0.0 and got[-4] == np.inf and np.isnan(got[-3])
     assert got[-2] == 0.0 and got[-1] == np.inf
-    in_place = x.copy()
-    exp32(in_place, in_place)
-    np.testing.assert_array_equal(in_place.view(np.int32), got.view(np.int32))
