@@ -223,7 +223,7 @@ class _ConvRecipe:
         loops = _loops() if len(g.kernel) == 2 else None
         (sh, sw), (dh, dw) = g.strides, g.dilations
         for i in range(n):
-            if loops is not None:  # the windows straight from the image, one pass
+            if loops is not None and x[i].flags.c_contiguous:  # the windows straight from the image, one pass
                 calls.append(
                     functools.partial(loops.im2col, x[i], cols, sh, sw, g.begin[0], g.begin[1], dh, dw)
                 )
