@@ -120,7 +120,9 @@ class _ConvRecipe:
         if self.path in ("rows", "last", "direct"):  # these copy all the input before writing
             return getattr(self, self.path)(out, x, w, b, buffers, shared, finish)
         calls = []
-        if shared:
+        # the columns and taps paths copy all of an image (into the column matrix, the padded
+        # buffer) before they write its result: one image needs no copy of its own
+        if shared and not (self.path in ("columns", "taps") and self.x_shape[0] == 1):
             copy = buffers.get(("input",), self.x_shape, self.dtype)
             calls.append(functools.partial(np.copyto, copy, x))
             x = copy

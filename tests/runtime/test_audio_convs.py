@@ -2,8 +2,10 @@
 the CPU executor: Conv or BatchNormalization -> LeakyRelu -> Max with a (1, 1, 1, 1) constant
 fused into one prepared step (the one-element operand read as its value, runtime/kernels/conv.py
 ``_epilogue``), and the column matrix of 1 x 3 and 3 x 1 kernels on maps a few columns wide
-copied a tap's rows at a time (runtime/kernels/loops.py ``im2col_runs``). Against onnxruntime,
-bit for bit against the ops run apart (offload.evaluate), the column matrix against numpy's."""
+copied a tap's rows at a time (runtime/kernels/loops.py ``im2col_runs``), and a conv of one
+image written over its input without a copy of it first (runtime/kernels/conv_recipe.py
+``_ConvRecipe.calls``). Against onnxruntime, bit for bit against the ops run apart
+(offload.evaluate), the column matrix against numpy's."""
 
 from __future__ import annotations
 
@@ -142,3 +144,48 @@ def test_narrow_convs_on_the_columns_path_match(kernel):
     x_shape = (1, 24, 16, 8)
     method = _check(_model("Conv", x_shape, (1, 1, 1, 1), kernel), x_shape)
     assert _first_call(method, _ConvCall).recipe.path == "columns"
+
+
+# (input shape, weights shape, pads, path): one image whose result the memory plan may place over it
+OVER_INPUT = [
+    ((1, 16, 10, 8), (16, 16, 1, 3), (0, 1, 0, 1), "columns"),
+    ((1, 16, 10, 8), (24, 16, 3, 1), (0, 0, 0, 0), "columns"),
+    ((1, 32, 9, 7), (8, 32, 3, 3), (1, 1, 1, 1), "taps"),
+    ((2, 16, 10, 8), (16, 16, 1, 3), (0, 1, 0, 1), "columns"),  # two images: copied first
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,pads,path", OVER_INPUT)
+def test_a_result_written_over_its_input(x_shape, w_shape, pads, path):
+    """The columns and taps paths read all of one image before they write its result: with the
+    output in the input's memory the same bits as apart, with no copy of the input for one image
+    (a copy for two: the first image's result would overwrite the second's input)."""
+    from offload.runtime.kernels import buffers, conv_recipe, windows
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = (rng.standard_normal(w_shape) * 0.3).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    g = windows._geometry("Conv", x_shape, w_shape[2:], "NOTSET", (1, 1), pads, (1, 1))
+    plan = conv_recipe._ConvRecipe(x_shape, w_shape, np.float32, g, 1)
+    assert plan.path == path
+    apart = np.empty(plan.out_shape, np.float32)
+    buffers._run_calls(plan.calls(apart, x, w, b, buffers._Buffers()))
+    memory = np.empty(max(x.size, apart.size), np.float32)
+    inside, out = memory[: x.size].reshape(x_shape), memory[: apart.size].reshape(plan.out_shape)
+    inside[...] = x
+    scratch = buffers._Buffers()
+    buffers._run_calls(plan.calls(out, inside, w, b, scratch))
+    np.testing.assert_array_equal(out, apart)
+    assert any(role[0] == ("input",) for role in scratch.arrays) == (x_shape[0] > 1)
+    (want,) = ort.InferenceSession(
+        model_bytes(
+            [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=list(pads))],
+            [("x", F32, list(x_shape))],
+            [("y", F32, None)],
+            [("w", w), ("b", b)],
+            opset=17,
+        ),
+        providers=["CPUExecutionProvider"],
+    ).run(None, {"x": x})
+    np.testing.assert_allclose(apart, want, rtol=1e-4, atol=1e-4)
