@@ -6,7 +6,8 @@ numpy's six), one axis of a Resize (``resample``, ``resample_last``: one pass fo
 tap), float32 erf, GELU, exp and sigmoid (``erf32``, ``gelu32``, ``exp32``, ``sigmoid32``:
 their numpy twins are in approximations.py), 8-bit quantization (``quantize8``,
 ``dequantize8``), int8 convolutions and products, and, from pool_loops.py, 2-D max and average
-pools (``pool2d``). Each does the operations of the numpy calls it replaces (or its twin's), in
+pools (``pool2d``), and, from spread_loops.py, a ConvTranspose's taps spread to their places
+(``spread_taps``). Each does the operations of the numpy calls it replaces (or its twin's), in
 their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
@@ -34,6 +35,7 @@ from numba.extending import intrinsic
 
 from ._coefficients import ERF_P, ERF_Q, EXP_HI, EXP_LO, EXP_TAYLOR, F32, GELU_SCALE, LN2_HI, LN2_LO, LOG2E
 from .pool_loops import pool2d  # noqa: F401 - reached as compiled_loops().pool2d
+from .spread_loops import spread_taps  # noqa: F401 - reached as compiled_loops().spread_taps
 
 
 @njit(cache=True, nogil=True, inline="always")
