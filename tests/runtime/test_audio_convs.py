@@ -14,12 +14,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-import offload
 from offload.runtime.kernels import _util
 from offload.runtime.kernels.conv import _Conv1dCall, _ConvCall
 from offload.runtime.kernels.normalization import _BatchNormCall
 from offload.runtime.steps import _FusedAway, _PreparedStep
 
+from .harness import checked_method
 from .onnx_graphs import model_bytes
 
 F32 = TensorProto.FLOAT
@@ -55,17 +55,10 @@ def _model(first: str, x_shape: tuple, floor_shape: tuple, kernel: tuple = (1, 3
 
 def _check(data: bytes, x_shape: tuple):
     """The method of ``data`` after runs that match onnxruntime and offload.evaluate."""
-    program = offload.load(data)
-    method = offload.runtime.load(offload.save(program)).method("forward")
-    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    for seed in (1, 2):
-        feeds = {"x": (np.random.default_rng(seed).standard_normal(x_shape) * 2).astype(np.float32)}
-        (want,) = session.run(None, feeds)
-        for _ in range(2):  # the second run reuses the bound calls
-            got = method.run(feeds)["y"]
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-            np.testing.assert_array_equal(got, offload.evaluate(program, feeds)["y"])
-    return method
+    feeds = [
+        {"x": (np.random.default_rng(s).standard_normal(x_shape) * 2).astype(np.float32)} for s in (1, 2)
+    ]
+    return checked_method(data, feeds, rtol=1e-4, atol=1e-5)
 
 
 def _first_call(method, kind):

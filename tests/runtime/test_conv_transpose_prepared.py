@@ -5,15 +5,14 @@ for bit against the kernel (offload.evaluate), and the forms the kernel keeps.""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-import offload
 from offload.runtime.kernels import _util
 from offload.runtime.kernels.conv_transpose_prepared import _ConvTransposeCall
 from offload.runtime.steps import _PreparedStep
 
+from .harness import checked_method
 from .onnx_graphs import model_bytes
 
 
@@ -37,17 +36,8 @@ def _model(x_shape, m: int, kernel: int, strides: int, bias: bool, **attrs) -> b
 
 def _run(data: bytes, x_shape) -> object:
     """The method of ``data`` after runs that match onnxruntime and the kernel."""
-    program = offload.load(data)
-    method = offload.runtime.load(offload.save(program)).method("forward")
-    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    for seed in (1, 2):
-        feeds = {"x": np.random.default_rng(seed).standard_normal(x_shape).astype(np.float32)}
-        (want,) = session.run(None, feeds)
-        for _ in range(2):  # the second run reuses the bound calls
-            got = method.run(feeds)["y"]
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-            np.testing.assert_array_equal(got, offload.evaluate(program, feeds)["y"])
-    return method
+    feeds = [{"x": np.random.default_rng(s).standard_normal(x_shape).astype(np.float32)} for s in (1, 2)]
+    return checked_method(data, feeds, rtol=1e-5, atol=1e-5)
 
 
 def _prepared(method) -> list:
