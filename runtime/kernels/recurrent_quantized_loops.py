@@ -46,7 +46,7 @@ def _step_row(k, n, reverse, lens):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, error_model="numpy")
 def quantized_gates(
     k, reverse, lens, xw, h, c, rt, r_zero, r_scale, bias, peep, flags, clip, hq, acc, tanh_in, go
-):  # pragma: no cover - compiled  # noqa: E501
+):  # pragma: no cover - compiled
     """Step k's gate sums. ``flags`` = (has bias, has peepholes, has clip); ``tanh_in`` [N, 3H]
     receives the arguments of tanh for i, f (halved) and c, ``go`` [N, H] the output gate's
     input and recurrent products; ``hq`` [N, H] int16 and ``acc`` [N, 4H] int32 are scratch."""
@@ -116,7 +116,7 @@ def quantized_gates(
 @njit(cache=True, nogil=True, error_model="numpy")
 def lstm_cells(
     tanh_out, go, c, bias, peep, flags, clip, input_forget, c_new, cell_in
-):  # pragma: no cover - compiled  # noqa: E501
+):  # pragma: no cover - compiled
     """From tanh of i/2, f/2 and c: the new cell state into ``c_new`` [N, H] and, with the
     output gate's halved sum, into tanh's argument ``cell_in`` [N, 2H]."""
     N, H = c.shape
