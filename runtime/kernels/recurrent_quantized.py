@@ -29,6 +29,13 @@ dequantized weights: 2.0e-2); 10.6 ms of CPU a call at one thread, against 5.6 m
 LSTM and 1.2-1.7 ms for onnxruntime (float64 products instead of ``_integer_product``'s float32
 ones: 24 ms).
 
+With the default activations and the compiled loops on, a direction's steps run in
+recurrent_quantized_loops.py (``_compiled_direction``): three compiled calls and two numpy tanh
+calls a step instead of about 45 numpy calls, the recurrent product in int32 from R's own 8 bits
+(1 MB a direction instead of 4) — the same bits. The same op's shapes, random int8 weights, one
+thread, in alternating rounds on the 2-core machine shared with other work: 14.8-15.6 ms a call
+by the numpy step, 5.9-6.2 by the compiled one.
+
 What this does not reproduce, by choice:
 
 - onnxruntime splits the batch across its intra-op threads when the batch is larger than 4 (or
