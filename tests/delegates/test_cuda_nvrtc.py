@@ -322,7 +322,9 @@ def test_the_implicit_gemm_conv_compiles_for_every_blocking_with_one_fma_per_pro
     for wpt in (1, 4, 8):
         ptx = nvrtc.compile(source("matmul.cl"), f"-DWPT={wpt}", "sm_80", "ptx").decode()
         kernel = ptx[ptx.index(".entry conv_gemm(") :].split(".entry ", 2)[1]
-        assert kernel.count("fma.rn.f32") >= wpt * wpt and "mul.f32" not in kernel and "mul.rn.f32" not in kernel
+        assert (
+            kernel.count("fma.rn.f32") >= wpt * wpt and "mul.f32" not in kernel and "mul.rn.f32" not in kernel
+        )
 
 
 def test_a_refused_source_fails_with_the_nvrtc_log():

@@ -30,7 +30,13 @@ INPUTS = {
 # a GPU (more than one input channel per group, C/G * prod(kernel) >= 64, not a plain 1x1)
 CONVS = {
     "pad": ("xa", (12, 8, 3, 3), {"pads": [1, 1, 1, 1]}, True, None),
-    "dilated": ("xa", (6, 8, 3, 3), {"strides": [2, 1], "dilations": [2, 3], "pads": [2, 0, 1, 3]}, True, None),
+    "dilated": (
+        "xa",
+        (6, 8, 3, 3),
+        {"strides": [2, 1], "dilations": [2, 3], "pads": [2, 0, 1, 3]},
+        True,
+        None,
+    ),
     "nonsquare": ("xa", (6, 8, 5, 3), {"strides": [2, 1], "pads": [2, 1, 2, 1]}, False, None),
     "7x7s2": ("xb", (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, True, "Relu"),
     "1x1s2": ("xc", (24, 64, 1, 1), {"strides": [2, 2]}, False, None),
@@ -65,7 +71,12 @@ def _spread():
                 nodes.append(helper.make_node("Relu", [s], [name]))
         elif after == "BatchNormalization":
             m = ws[0]
-            stats = [RNG.standard_normal(m), RNG.standard_normal(m), RNG.standard_normal(m), RNG.random(m) + 0.5]
+            stats = [
+                RNG.standard_normal(m),
+                RNG.standard_normal(m),
+                RNG.standard_normal(m),
+                RNG.random(m) + 0.5,
+            ]
             init += [(f"{k}_{name}", v.astype(np.float32)) for k, v in zip(("g", "be", "mu", "var"), stats)]
             bn = [c] + [f"{k}_{name}" for k in ("g", "be", "mu", "var")]
             nodes.append(helper.make_node("BatchNormalization", bn, [name]))

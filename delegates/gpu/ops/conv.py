@@ -20,8 +20,8 @@ Every conv runs as a 3-D one (missing leading spatial dims have size 1, kernel 1
   older formats, run ``im2col``.)
 - ``im2col`` otherwise: per (image, group) ``im2col.cl`` writes the column matrix into a step
   scratch buffer, then one GEMM. On a CPU device ``im2col_packed`` writes it straight in the
-  packed GEMM's panel layout (one pass), which the packed GEMM reads 8x faster on PoCL than
-  the GPU tiling that ``conv_gemm`` shares with ``gemm_blocked`` (``linalg``'s docstring).
+  packed GEMM's panel layout (one pass): PoCL runs the packed GEMM about 8x faster than the GPU
+  tiling that ``conv_gemm`` shares with ``gemm_blocked`` (``linalg``'s docstring).
 
 On PoCL (2 CPU cores, median of 5 runs): 3x3 64→64 on 56x56 direct 325 ms, im2col+GEMM 331 ms;
 1x1 256→64 on 56x56 direct 688 ms, GEMM 105 ms; depthwise 3x3 on 32x112x112 direct 28 ms,
@@ -30,7 +30,8 @@ GEMM side (cuBLAS) only gains, hence the low threshold.
 
 The GEMMs are ``linalg.GemmCall``s run by the builder's ``gemm`` when it has one (cuBLAS on CUDA),
 else by the matmul.cl kernel ``linalg.variant_for`` picks for the device's kind; the bias rides on the GEMM (strides scm=1, scn=0) when the conv
-has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no offset).
+has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no offset; ``conv_gemm``
+adds each group's own).
 A depthwise Conv step with key ``shuffle`` (S, ``gpu/shuffle.py``) reads its input's channels
 shuffled in S groups, through its kernel's indexing (the channel shuffle before it costs no copy).
 What the plan fused into the Conv (step key ``epilogue``, ``gpu/epilogue.py``) is applied where
