@@ -4,6 +4,7 @@ builds once), planned with the kernels made for a GPU device and for a CPU devic
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from onnx import helper
 
 import offload
-from offload.delegates.cuda.record import record
+from offload.delegates.cuda.record import RecordingBuilder, record
 from offload.delegates.gpu.plan import parse
 from offload.delegates.opencl.runtime import OpenCLRuntime
 
@@ -95,6 +96,12 @@ def _delegate(program):
     return d
 
 
+@functools.cache
+def _spread_delegate():
+    """``PROGRAM``'s Delegate, lowered once for the tests here (none changes it)."""
+    return _delegate(PROGRAM)
+
+
 def _run(blob: bytes, d, device_kind: str):
     """The outputs of the plan ``blob`` on PoCL with the kernels made for ``device_kind``, by name,
     and the kernels it launched."""
@@ -120,7 +127,7 @@ def _old_format(blob: bytes) -> bytes:
 
 @needs_opencl
 def test_a_gpu_runs_each_conv_as_one_implicit_gemm_bit_for_bit_as_im2col_then_the_gemm():
-    d = _delegate(PROGRAM)
+    d = _spread_delegate()
     want = reference(PROGRAM, FEEDS)
     got, kernels = _run(d.attributes["processed"], d, "gpu")
     assert kernels.count("conv_gemm") == len(CONVS), kernels
@@ -136,7 +143,7 @@ def test_a_gpu_runs_each_conv_as_one_implicit_gemm_bit_for_bit_as_im2col_then_th
 
 @needs_opencl
 def test_a_cpu_device_writes_the_columns_into_the_packed_gemms_panels():
-    d = _delegate(PROGRAM)
+    d = _spread_delegate()
     want = reference(PROGRAM, FEEDS)
     got, kernels = _run(d.attributes["processed"], d, "cpu")
     assert "conv_gemm" not in kernels and "im2col_packed" in kernels
@@ -145,7 +152,7 @@ def test_a_cpu_device_writes_the_columns_into_the_packed_gemms_panels():
 
 
 def _recorded(blas: bool) -> list[str]:
-    d = _delegate(PROGRAM)
+    d = _spread_delegate()
     plan = parse(d.attributes["processed"], "opencl")
     constants = d.attributes["fallback"].constants
     host = {int(i): constants[n].const_value for i, n in plan["weights"].items()}
@@ -158,6 +165,12 @@ def test_each_conv_is_one_launch_on_a_gpu(blas):
     kernels = _recorded(blas)
     # the Convs, the Clip and the two Abs of the residuals: nothing else
     assert kernels.count("conv_gemm") == len(CONVS) and len(kernels) == len(CONVS) + 3, kernels
+
+
+def test_a_device_whose_work_groups_hold_fewer_than_256_items_writes_the_columns(monkeypatch):
+    monkeypatch.setattr(RecordingBuilder, "max_local_size", 64, raising=False)
+    kernels = _recorded(False)
+    assert "conv_gemm" not in kernels and kernels.count("im2col") >= len(CONVS), kernels
 
 
 def test_the_plan_asks_for_implicit_columns_on_convs_that_gather_them_only():
@@ -176,7 +189,7 @@ def test_the_plan_asks_for_implicit_columns_on_convs_that_gather_them_only():
     "step,why", [({"type": "Relu", "columns": "implicit"}, "columns"), ({"columns": "im2col"}, "columns")]
 )
 def test_a_damaged_columns_key_is_a_model_format_error(step, why):
-    plan = json.loads(_delegate(PROGRAM).attributes["processed"])
+    plan = json.loads(_spread_delegate().attributes["processed"])
     conv = next(s for s in plan["ops"] if s["type"] == "Conv")
     conv.update(step)
     with pytest.raises(offload.errors.ModelFormatError, match=why):
