@@ -58,7 +58,8 @@ def parse_device(spec: CompileSpec) -> int:
 
 def compile_kernels(plan: dict, host: dict, archs: list[str], signatures=((),)) -> list[blob.Binary]:
     """A cubin per architecture, and PTX for the newest, of every kernel the plan's launchers ask
-    for at each input signature (GEMMs go to cuBLAS, so matmul.cl is not among them)."""
+    for at each input signature (GEMMs go to cuBLAS: matmul.cl comes in only for the implicit-GEMM
+    Conv, ``conv_gemm``)."""
     if not nvrtc.available():
         raise CompileSpecError(f"cuda backend: compile spec 'arch' needs NVRTC: {nvrtc.IMPORT_ERROR}")
     supported = set(nvrtc.supported_archs())

@@ -160,6 +160,16 @@ def _with_epilogue(ops: list[Operation], vid, x: Value | None = None) -> dict:
     return step
 
 
+def _mark_columns(step: dict, shapes: dict) -> None:
+    """A Conv step with more than one input channel per group (``W``'s dim 1) gets implicit
+    im2col columns (plan format 8): a depthwise one runs direct and gathers nothing."""
+    if step["type"] != "Conv" or len(step["inputs"]) < 2 or step["inputs"][1] is None:
+        return
+    w = shapes.get(str(step["inputs"][1]))
+    if w is not None and len(w) > 1 and w[1] != 1:
+        step["columns"] = "implicit"
+
+
 def _single(op: Operation, vid) -> dict:
     """The plan step of one op."""
     return {
@@ -335,6 +345,8 @@ class GPUCompiler(BackendCompiler):
                 elif op.op_type == "Loop":
                     step["body"] = sub(op.attributes["body"])
                 out.append((group, step))
+            for _, step in out:
+                _mark_columns(step, shapes)
             return out
 
         def sub(block) -> dict:
