@@ -13,7 +13,7 @@ import json
 from offload.ir import Program
 
 from ..backend import CompileSpec, CompileSpecError, PreprocessResult
-from ..gpu.compiler import PRECISION_SPEC, GPUCompiler
+from ..gpu.compiler import IMPLICIT_CONV_SPEC, PRECISION_SPEC, GPUCompiler
 from ..gpu.precision import FP16_CHECK_SPEC, MIXED_SPEC, flag_spec
 from ..gpu.specialize import MAX_SHAPES_SPEC, SHAPES_SPEC, planned_shapes
 from . import blob, nvrtc
@@ -30,6 +30,7 @@ SPEC_KEYS = {
         "1 (default) | 0: capture each specialization's kernel launches between cuBLAS calls as CUDA "
         "graphs on its first run and launch those after (CuPy stream capture); 0: launch by launch"
     ),
+    "implicit_conv": IMPLICIT_CONV_SPEC,
     "max_shapes": MAX_SHAPES_SPEC,
     "shapes": SHAPES_SPEC,
 }

@@ -12,6 +12,7 @@ import pytest
 from onnx import helper
 
 import offload
+from offload.delegates.backend import CompileSpecError
 from offload.delegates.cuda.record import RecordingBuilder, record
 from offload.delegates.gpu.plan import parse
 from offload.delegates.opencl.runtime import OpenCLRuntime
@@ -183,6 +184,15 @@ def test_the_plan_asks_for_implicit_columns_on_convs_that_gather_them_only():
     plan = parse(d.attributes["processed"], "opencl")
     assert plan["format"] == "offload-gpu-plan/8"
     assert [s.get("columns") for s in plan["ops"]] == ["implicit", None]
+
+
+def test_the_implicit_conv_spec_off_plans_the_columns_into_a_buffer():
+    lowered = offload.to_backend(PROGRAM, "opencl", compile_specs={"opencl": {"implicit_conv": "0"}})
+    (d,) = [op for op in lowered.main.body.operations if op.op_type == "Delegate"]
+    plan = parse(d.attributes["processed"], "opencl")
+    assert not any("columns" in s for s in plan["ops"])
+    with pytest.raises(CompileSpecError, match="implicit_conv"):
+        offload.to_backend(PROGRAM, "opencl", compile_specs={"opencl": {"implicit_conv": "yes"}})
 
 
 @pytest.mark.parametrize(
