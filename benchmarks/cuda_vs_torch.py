@@ -307,15 +307,15 @@ def max_abs_diff(got, want) -> tuple[float, float]:
     return diff, scale
 
 
-def offload_method(path: str, backend: str, precision: str):
+def offload_method(path: str, backend: str, precision: str, extra: dict | None = None):
     """The ``forward`` method of the .pte of the ONNX file at ``path``, lowered to ``backend``
-    (``cpu``: none, offload's CPU executor)."""
+    (``cpu``: none, offload's CPU executor) with the compile specs ``extra`` besides precision."""
     import offload
 
     program = offload.load(path)
     if backend != "cpu":
-        specs = {backend: {"precision": "fp16"}} if precision == "fp16" else None
-        program = offload.to_backend(program, backend, compile_specs=specs)
+        specs = dict(extra or {}, **({"precision": "fp16"} if precision == "fp16" else {}))
+        program = offload.to_backend(program, backend, compile_specs={backend: specs} if specs else None)
     elif precision == "fp16":
         raise ValueError("offload's CPU executor has no fp16 storage: use --offload-backend opencl")
     return offload.runtime.load(offload.save(program)).method("forward")
@@ -345,7 +345,9 @@ def measure(row: Row, model, x, path: str, args, timer: Timer) -> None:
     GPU) torch graphs on ``model`` (already in the row's precision, on the device) and ``x``."""
     import torch
 
-    method = offload_method(path, args.offload_backend, row.precision)
+    method = offload_method(
+        path, args.offload_backend, row.precision, dict(getattr(args, "spec", None) or [])
+    )
     tx = x.half() if row.precision == "fp16" else x
     out_where = "device" if args.device == "cuda" else "host"
     with torch.no_grad():
@@ -472,6 +474,12 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--threads", type=int, default=0, help="torch CPU threads with --device cpu (0: torch's default)"
+    )
+    parser.add_argument(
+        "--spec",
+        action="append",
+        type=lambda kv: tuple(kv.split("=", 1)) if "=" in kv else parser.error(f"--spec {kv}: KEY=VALUE"),
+        help="an offload compile spec KEY=VALUE for the backend (repeatable), e.g. implicit_conv=0",
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)

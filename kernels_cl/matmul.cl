@@ -71,7 +71,7 @@ __kernel void gemm(GEMM_ARGS) {
 // Register blocking: a work-group of 16 x 16 work-items computes a BM x BN block of C, each
 // work-item a WPT x WPT sub-block (rows ty + 16 i, columns tx + 16 j), from K-slices of 16 held
 // in local memory; each loaded value is reused WPT times from registers. WPT (-DWPT=4 or 8)
-// sets the block: 64 x 64 or 128 x 128.
+// sets the block: 64 x 64 or 128 x 128 (conv_gemm also takes -DWPT=1: 16 x 16).
 // Launch: local (16, 16, 1), global (round_up(N, BN) / WPT, round_up(M, BM) / WPT, batch).
 #ifndef WPT
 #define WPT 4
@@ -80,6 +80,31 @@ __kernel void gemm(GEMM_ARGS) {
 #define BM (RTS * WPT)
 #define BN (RTS * WPT)
 #define BK 16
+// The work-item's WPT x WPT accumulators of a blocked kernel, zeroed.
+#define BLOCKED_ACC                                   \
+    float acc[WPT][WPT];                              \
+    for (int i = 0; i < WPT; ++i)                     \
+        for (int j = 0; j < WPT; ++j) acc[i][j] = 0.0f;
+// One K-slice of BK from the tiles As and Bs into acc, k in order.
+#define BLOCKED_SLICE                                                           \
+    for (int k = 0; k < BK; ++k) {                                              \
+        float a[WPT], b[WPT];                                                   \
+        for (int i = 0; i < WPT; ++i) a[i] = As[k][ty + i * RTS];               \
+        for (int j = 0; j < WPT; ++j) b[j] = Bs[k][tx + j * RTS];               \
+        for (int i = 0; i < WPT; ++i)                                           \
+            for (int j = 0; j < WPT; ++j) acc[i][j] += a[i] * b[j];             \
+    }
+// The block's outputs inside M x N through gemm_store (C row-major, N columns, at c_off).
+#define BLOCKED_STORE(C, c_off, bias, bias_off, epilogue, scm, scn, alpha, beta)                     \
+    for (int i = 0; i < WPT; ++i) {                                                                  \
+        const int row = row0 + ty + i * RTS;                                                         \
+        for (int j = 0; j < WPT; ++j) {                                                              \
+            const int col = col0 + tx + j * RTS;                                                     \
+            if (row < M && col < N)                                                                  \
+                gemm_store(C, c_off, N, row, col, acc[i][j], bias, bias_off, epilogue, scm, scn, alpha, beta); \
+        }                                                                                            \
+    }
+
 __kernel void gemm_blocked(GEMM_ARGS) {
     GEMM_BATCH
     __local float As[BK][BM];
@@ -87,9 +112,7 @@ __kernel void gemm_blocked(GEMM_ARGS) {
     const int tx = get_local_id(0), ty = get_local_id(1);
     const int tid = ty * RTS + tx;
     const int row0 = get_group_id(1) * BM, col0 = get_group_id(0) * BN;
-    float acc[WPT][WPT];
-    for (int i = 0; i < WPT; ++i)
-        for (int j = 0; j < WPT; ++j) acc[i][j] = 0.0f;
+    BLOCKED_ACC
     for (int t = 0; t < K; t += BK) {
         for (int l = tid; l < BK * BM; l += RTS * RTS) {
             const int k = l % BK, m = l / BK;  // neighbours read along k: contiguous when sak = 1
@@ -102,22 +125,63 @@ __kernel void gemm_blocked(GEMM_ARGS) {
             Bs[k][n] = (gc < N && gk < K) ? LOADF(B, b_off + gk * sbk + gc * sbn) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int k = 0; k < BK; ++k) {
-            float a[WPT], b[WPT];
-            for (int i = 0; i < WPT; ++i) a[i] = As[k][ty + i * RTS];
-            for (int j = 0; j < WPT; ++j) b[j] = Bs[k][tx + j * RTS];
-            for (int i = 0; i < WPT; ++i)
-                for (int j = 0; j < WPT; ++j) acc[i][j] += a[i] * b[j];
-        }
+        BLOCKED_SLICE
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    for (int i = 0; i < WPT; ++i) {
-        const int row = row0 + ty + i * RTS;
-        for (int j = 0; j < WPT; ++j) {
-            const int col = col0 + tx + j * RTS;
-            if (row < M && col < N) gemm_store(C, c_off, N, row, col, acc[i][j], bias, bias_off, epilogue, scm, scn, alpha, beta);
+    BLOCKED_STORE(C, c_off, bias, bias_off, epilogue, scm, scn, alpha, beta)
+}
+
+// Conv as an implicit GEMM: per image n and group g (global dimension 2: n * G + g), the GEMM
+// Y_g = W_g [M/G, K] x Col [K, P] of im2col.cl's column matrix (K = C/G * KD*KH*KW rows (c, kd, kh,
+// kw), P = OD*OH*OW columns (od, oh, ow), 0 where a tap falls in the padding), whose elements the
+// B tile loads gather straight from X: no column buffer, one launch for every image and group.
+// Tiles, loaded values and the k order are gemm_blocked's, so the result is bit for bit that of
+// im2col then gemm_blocked. X: N x C x ID x IH x IW; Wt: M x C/G x KD x KH x KW; bias: M; output
+// image n at Y + y_off + n * y_image (y_image = M * P, or a Concat's image), row m, column p at
+// m * P + p. epilogue: gemm_store's bits (bias, then what Y holds, then Relu).
+// Launch: local (16, 16, 1), global (round_up(P, BN) / WPT, round_up(M/G, BM) / WPT, N * G).
+__kernel void conv_gemm(__global const stype* X, __global const stype* Wt, __global const stype* bias,
+                        __global stype* Y, const int epilogue, const int y_off, const int y_image,
+                        const int C, const int G, const int Mg, CONV_GEOMETRY) {
+    const int z = get_global_id(2), n = z / G, g = z % G;
+    const int cg = C / G, M = Mg, N = OD * OH * OW, K = cg * KD * KH * KW;
+    const size_t plane = (size_t)ID * IH * IW;
+    __global const stype* x = X + ((size_t)n * C + (size_t)g * cg) * plane;
+    __global const stype* w = Wt + (size_t)g * Mg * K;
+    const int c_off = y_off + n * y_image + g * Mg * N, bias_off = g * Mg;
+    __local float As[BK][BM];
+    __local float Bs[BK][BN];
+    const int tx = get_local_id(0), ty = get_local_id(1);
+    const int tid = ty * RTS + tx;
+    const int row0 = get_group_id(1) * BM, col0 = get_group_id(0) * BN;
+    // A work-item loads one column of each B tile (RTS * RTS is a multiple of BN): its output
+    // position, and where its window starts in X, are the same for every K-slice.
+    const int bn = tid % BN, gc = col0 + bn;
+    const int ow = gc % OW, oh = (gc / OW) % OH, od = gc / (OW * OH);
+    const int id0 = od * SD - PD, ih0 = oh * SH - PH, iw0 = ow * SW - PW;
+    BLOCKED_ACC
+    for (int t = 0; t < K; t += BK) {
+        for (int l = tid; l < BK * BM; l += RTS * RTS) {
+            const int k = l % BK, m = l / BK;
+            const int gr = row0 + m, gk = t + k;
+            As[k][m] = (gr < M && gk < K) ? LOADF(w, (size_t)gr * K + gk) : 0.0f;
         }
+        for (int k = tid / BN; k < BK; k += RTS * RTS / BN) {
+            const int gk = t + k;
+            float v = 0.0f;
+            if (gc < N && gk < K) {
+                const int kw = gk % KW, kh = (gk / KW) % KH, kd = (gk / (KW * KH)) % KD, c = gk / (KW * KH * KD);
+                const int id = id0 + kd * DD, ih = ih0 + kh * DH, iw = iw0 + kw * DW;
+                if (id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW)
+                    v = LOADF(x, c * plane + ((size_t)id * IH + ih) * IW + iw);
+            }
+            Bs[k][bn] = v;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        BLOCKED_SLICE
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
+    BLOCKED_STORE(Y, c_off, bias, bias_off, epilogue, 1, 0, 1.0f, 1.0f)
 }
 
 // For a CPU device (PoCL): A and B packed into panels, then one work-item per RM x 16 block of

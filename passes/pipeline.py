@@ -40,6 +40,7 @@ DEFAULT: tuple[str, ...] = (
     "optimize_tensor_operation::slices_concat_to_scatter",
     "optimize_repeat_ops::merge_consecutive_reshapes",
     "optimize_repeat_ops::merge_consecutive_transposes",
+    "optimize_repeat_ops::keep_reduced_dims",
     # a channels-last (TFLite) graph's layout-free ops move to the side of its convolutions
     "optimize_repeat_ops::transpose_regions",
     "optimize_repeat_ops::reduce_transposes",

@@ -13,7 +13,7 @@ import json
 from offload.ir import Program
 
 from ..backend import CompileSpec, CompileSpecError, PreprocessResult
-from ..gpu.compiler import PRECISION_SPEC, GPUCompiler
+from ..gpu.compiler import IMPLICIT_CONV_SPEC, PRECISION_SPEC, GPUCompiler
 from ..gpu.precision import FP16_CHECK_SPEC, MIXED_SPEC, flag_spec
 from ..gpu.specialize import MAX_SHAPES_SPEC, SHAPES_SPEC, planned_shapes
 from . import blob, nvrtc
@@ -30,6 +30,7 @@ SPEC_KEYS = {
         "1 (default) | 0: capture each specialization's kernel launches between cuBLAS calls as CUDA "
         "graphs on its first run and launch those after (CuPy stream capture); 0: launch by launch"
     ),
+    "implicit_conv": IMPLICIT_CONV_SPEC,
     "max_shapes": MAX_SHAPES_SPEC,
     "shapes": SHAPES_SPEC,
 }
@@ -58,7 +59,8 @@ def parse_device(spec: CompileSpec) -> int:
 
 def compile_kernels(plan: dict, host: dict, archs: list[str], signatures=((),)) -> list[blob.Binary]:
     """A cubin per architecture, and PTX for the newest, of every kernel the plan's launchers ask
-    for at each input signature (GEMMs go to cuBLAS, so matmul.cl is not among them)."""
+    for at each input signature (GEMMs go to cuBLAS: matmul.cl comes in only for the implicit-GEMM
+    Conv, ``conv_gemm``)."""
     if not nvrtc.available():
         raise CompileSpecError(f"cuda backend: compile spec 'arch' needs NVRTC: {nvrtc.IMPORT_ERROR}")
     supported = set(nvrtc.supported_archs())

@@ -21,7 +21,7 @@ from .epilogue import ADDS, epilogues, residual
 from .host import host_inputs
 from .ops import ELEMENTWISE
 from .plan import FORMAT, MAX_ELEMENTS, PRECISIONS
-from .precision import fp16_check, keep_fp32, mixed, too_wide
+from .precision import flag_spec, fp16_check, keep_fp32, mixed, too_wide
 from .shuffle import shuffles
 from .specialize import max_shapes, shape_sets
 
@@ -160,6 +160,16 @@ def _with_epilogue(ops: list[Operation], vid, x: Value | None = None) -> dict:
     return step
 
 
+def _mark_columns(step: dict, shapes: dict) -> None:
+    """A Conv step with more than one input channel per group (``W``'s dim 1) gets implicit
+    im2col columns (plan format 8): a depthwise one runs direct and gathers nothing."""
+    if step["type"] != "Conv" or len(step["inputs"]) < 2 or step["inputs"][1] is None:
+        return
+    w = shapes.get(str(step["inputs"][1]))
+    if w is not None and len(w) > 1 and w[1] != 1:
+        step["columns"] = "implicit"
+
+
 def _single(op: Operation, vid) -> dict:
     """The plan step of one op."""
     return {
@@ -199,6 +209,18 @@ def _fused(ops: list[Operation], vid) -> dict:
     }
 
 
+IMPLICIT_CONV_SPEC = (
+    "1 (default) | 0: on a GPU device, a Conv whose GEMM reads im2col columns gathers them from its "
+    "input in one launch (conv_gemm); 0: the columns are written to a buffer first, then the GEMM "
+    "(cuBLAS on CUDA)"
+)
+
+
+def implicit_conv(specs: list[CompileSpec], backend: str) -> bool:
+    """The ``implicit_conv`` spec (True when absent)."""
+    return flag_spec(specs, "implicit_conv", True, backend)
+
+
 def precision(specs: list[CompileSpec], backend: str) -> str:
     """The ``precision`` spec ("fp32" when absent); CompileSpecError for any other value."""
     found = "fp32"
@@ -229,6 +251,7 @@ class GPUCompiler(BackendCompiler):
         mixed(specs, self.name)
         max_shapes(specs, self.name)
         shape_sets(specs, self.name)
+        implicit_conv(specs, self.name)
 
     def supports(self, op: Operation, ctx=None) -> Support:
         found = super().supports(op, ctx)
@@ -285,6 +308,7 @@ class GPUCompiler(BackendCompiler):
 
         plan = {"format": FORMAT, "inputs": [vid(v) for v in body.inputs], "weights": {}, "ops": []}
         stored = precision(compile_specs, self.name)
+        implicit = implicit_conv(compile_specs, self.name)
         if stored != "fp32":  # absent means fp32: fp32 plans stay as they were
             plan["precision"] = stored
         for op in body.operations:
@@ -335,6 +359,8 @@ class GPUCompiler(BackendCompiler):
                 elif op.op_type == "Loop":
                     step["body"] = sub(op.attributes["body"])
                 out.append((group, step))
+            for _, step in out if implicit else ():
+                _mark_columns(step, shapes)
             return out
 
         def sub(block) -> dict:

@@ -31,13 +31,17 @@ A "Conv" step may carry what the plan fused into it (``epilogue.py``, format 6):
 ["Relu"] | ["Add"] | ["Add", "Relu"], in order after the bias, and for "Add" "residual": the value
 id added (the step's output is then the Add's or the Relu's value). A depthwise "Conv" step may
 carry "shuffle": S (format 7, ``shuffle.py``): it reads its input's channels shuffled in S groups,
-as the Reshape-Transpose-Reshape it replaces would have copied them.
+as the Reshape-Transpose-Reshape it replaces would have copied them. A "Conv" step whose weight
+has more than one input channel per group carries "columns": "implicit" (format 8): where it runs
+as a GEMM over its im2col columns on a GPU device, that GEMM gathers them from X as it loads its
+tiles (one launch, ``ops/conv.py``); a step without it (formats up to 7) writes the columns to
+a buffer first.
 
 Control steps (``control.py``) hold sub-plans {"inputs": [id], "ops": [step], "outputs": [id]}
 over the same value ids: "If" has "branches": [then, else], "Loop" has "body". A tensor (an
 attribute or a constant) is {"array": [...], "dtype", "shape"}.
 Formats 1 and 2 (float32 only, no "dtypes"), 3 (static shapes, no "host_inputs"), 4 (no
-control steps), 5 (no epilogues) and 6 (no shuffles) still load.
+control steps), 5 (no epilogues), 6 (no shuffles) and 7 (no implicit columns) still load.
 """
 
 import json
@@ -46,7 +50,7 @@ import numpy as np
 
 from offload.errors import ModelFormatError
 
-FORMAT = "offload-gpu-plan/7"
+FORMAT = "offload-gpu-plan/8"
 PRECISIONS = ("fp32", "fp16")  # how float32 values are stored on the device
 FORMATS = (
     "offload-opencl-plan/1",
@@ -55,10 +59,12 @@ FORMATS = (
     "offload-gpu-plan/4",
     "offload-gpu-plan/5",
     "offload-gpu-plan/6",
+    "offload-gpu-plan/7",
     FORMAT,
 )
 MAX_NESTING = 16  # control steps inside control steps
 EPILOGUES = (["Relu"], ["Add"], ["Add", "Relu"])  # what a Conv step may run after its bias (format 6)
+COLUMNS = ("implicit",)  # how a Conv step's GEMM gets its im2col columns (format 8)
 MAX_SYMBOL = 128  # characters of a symbolic dim's name
 
 
@@ -179,6 +185,9 @@ def parse(processed: bytes | dict, backend: str) -> dict:
             shuffle = step.get("shuffle")
             if shuffle is not None and (step["type"] != "Conv" or type(shuffle) is not int or shuffle < 1):
                 raise bad(f"{where}step {k} has a shuffle {shuffle!r} (a Conv's: a number of groups)")
+            columns = step.get("columns")
+            if columns is not None and (step["type"] != "Conv" or columns not in COLUMNS):
+                raise bad(f"{where}step {k} has columns {columns!r} (a Conv's: one of {COLUMNS})")
             subs = {"If": step.get("branches"), "Loop": [step.get("body")]}.get(step["type"])
             if subs is None:
                 continue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..backend import CompileSpec, CompileSpecError
-from ..gpu.compiler import PRECISION_SPEC, GPUCompiler
+from ..gpu.compiler import IMPLICIT_CONV_SPEC, PRECISION_SPEC, GPUCompiler
 from ..gpu.precision import FP16_CHECK_SPEC, MIXED_SPEC
 from ..gpu.specialize import MAX_SHAPES_SPEC, SHAPES_SPEC
 
@@ -13,6 +13,7 @@ SPEC_KEYS = {
     "precision": PRECISION_SPEC,
     "fp16_check": FP16_CHECK_SPEC,
     "mixed": MIXED_SPEC,
+    "implicit_conv": IMPLICIT_CONV_SPEC,
     "max_shapes": MAX_SHAPES_SPEC,
     "shapes": SHAPES_SPEC,
 }

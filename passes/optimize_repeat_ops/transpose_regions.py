@@ -17,7 +17,13 @@ outputs of ``Transpose(q)`` ops (*entries*) across readers and producers that ar
   value of rank R from outside (a *boundary input*);
 - ``Pad`` with constant pads (and no ``axes``), ``Concat`` (its axis renumbered), ``Resize``
   with constant roi, scales and sizes (its ``axes`` renumbered in their order: the kernel
-  resamples one axis after the other in that order, so the sums round alike).
+  resamples one axis after the other in that order, so the sums round alike);
+- reductions (``REDUCTIONS``) that keep their dims, with constant axes (renumbered): a TFLite
+  ``MEAN`` over H and W (a squeeze-and-excitation block's pooling) then reads the channels-first
+  array. Max and Min give the same values; the sums add the same terms in the other layout's
+  memory order, so a Sum or Mean may differ in its last bits from the transposed one (the
+  difference of any reordered float sum), which the tolerances of the runtimes compared against
+  cover.
 
 Its edges: ``Transpose(inverse(q))`` readers (*exits*, they become the untransposed value
 itself), and *boundary outputs* (a value read by anything else or returned) which get one
@@ -43,7 +49,8 @@ After::
     %y_t: (1,4,8,8,fp32) = Add(A=%r, B=%c2)
     %y: (1,8,8,4,fp32) = Transpose(data=%y_t, perm=[0, 2, 3, 1])     # a boundary output
 
-Not taken: ops whose result depends on the layout (Reshape, Softmax, reductions, MatMul), a
+Not taken: ops whose result depends on the layout (Reshape, Softmax, MatMul, reductions that drop
+dims), a
 Pad with ``axes`` or pads computed at run time, operands of another rank that are not
 constants, values used in a nested block (they are boundary outputs).
 """
@@ -60,10 +67,30 @@ from .merge_consecutive_transposes import perm_of
 from .reduce_transposes import BINARY, UNARY
 
 VARIADIC = frozenset(["Sum", "Mean", "Max", "Min"])
+REDUCTIONS = frozenset(
+    [
+        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+        "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
+    ]
+)  # fmt: skip
+
+
+def _reduced_axes(op: Operation) -> list[int] | None:
+    """A keepdims reduction's axes as given (attribute, or constant input 1; [] for none), or None
+    when they are computed at run time or the reduction drops dims."""
+    if not op.attributes.get("keepdims", 1):
+        return None
+    if len(op.inputs) > 1 and op.inputs[1] is not None:
+        axes = const(op.inputs[1])
+        return None if axes is None or axes.ndim > 1 else [int(a) for a in axes.reshape(-1)]
+    return [int(a) for a in op.attributes.get("axes") or []]
 
 
 def _inverse(q: list[int]) -> list[int]:
     return [int(i) for i in np.argsort(q)]
+
+
+_OWN_CONSTANTS = REDUCTIONS | {"Pad", "Resize"}  # constant inputs after the data: not transposed
 
 
 class _Region:
@@ -118,6 +145,10 @@ class _Region:
             operands = list(op.inputs)
         elif kind == "Resize":  # roi, scales and sizes constants, one per resized axis (axes' order)
             if any(w is not None and const(w) is None for w in op.inputs[1:]):
+                return False
+            operands = op.inputs[:1]
+        elif kind in REDUCTIONS:
+            if len(op.inputs) > 2 or _reduced_axes(op) is None:
                 return False
             operands = op.inputs[:1]
         else:
@@ -202,7 +233,8 @@ class _Region:
             for w in op.inputs:
                 c = const(w)
                 if w is None or (
-                    c is not None and (c.ndim == 0 or (op.op_type in ("Pad", "Resize") and w is not op.inputs[0]))
+                    c is not None
+                    and (c.ndim == 0 or (op.op_type in _OWN_CONSTANTS and w is not op.inputs[0]))
                 ):
                     inputs.append(w)
                 elif c is not None:
@@ -227,6 +259,13 @@ class _Region:
                 # the same axes in the same order (the kernel resizes one after the other in it)
                 axes = attrs.get("axes")
                 attrs["axes"] = [q[int(a) % R] for a in (range(R) if axes is None else axes)]
+            elif op.op_type in REDUCTIONS:
+                moved = sorted(q[a % R] for a in _reduced_axes(op))
+                if len(op.inputs) > 1 and op.inputs[1] is not None:
+                    axes = np.asarray(moved, dtype=np.int64)
+                    inputs[1] = rw.constant(block, axes, stem=f"{op.inputs[1].name}_t")
+                elif "axes" in attrs:
+                    attrs["axes"] = moved
             built = rw.build(block, op.op_type, inputs, attrs, before=op, stem=op.outputs[0].name)
             new[id(op.outputs[0])] = built.outputs[0]
         for x in exits:

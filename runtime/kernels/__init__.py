@@ -71,6 +71,7 @@ _MODULES = (
     "detection",
     "tflite_int8",
     "tflite_int8_prepared",
+    "conv_integer_prepared",
     "plumbing",
     "delegate",
 )

@@ -200,14 +200,18 @@ def shifted(x, zero_point, per_row: bool = False) -> np.ndarray:
     return x - zp.astype(np.float32)
 
 
-def exact_product(a: np.ndarray, w: np.ndarray, w_max: float) -> np.ndarray:
+def exact_product(a: np.ndarray, w: np.ndarray, w_max: float, w_l1: float | None = None) -> np.ndarray:
     """``a @ w`` of integer-valued float32 operands (``w`` a matrix whose largest magnitude is
     ``w_max``), exactly: float32 products over slices of the inner axis short enough that every
     partial sum stays below 2**24 (any summation order is then exact), the slices' sums added in
-    float64. float32 operands read half the bytes of float64 ones."""
+    float64. float32 operands read half the bytes of float64 ones. With ``w_l1``, the largest L1
+    norm of a column of w: any partial sum of a column's products is at most max|a| · w_l1, so
+    below 2**24 one float32 product is exact, whatever k (returned as float32)."""
     a_max = float(np.abs(a).max(initial=0))
     k, shape = a.shape[-1], a.shape[:-1] + w.shape[1:]
     a = a.reshape(-1, k)  # a stack of rows as one product: each row alone would read all of w
+    if w_l1 is not None and a_max * w_l1 < 2**24:
+        return np.matmul(a, w).reshape(shape)
     rows = k if a_max * w_max == 0 else max(1, int(2**24 // (a_max * w_max)))
     if rows >= k:
         return np.matmul(a, w).astype(np.float64).reshape(shape)
@@ -235,13 +239,14 @@ def _matmul_integer_call(attrs, inputs, output):
 
 class _MatMulIntegerCall:
     """MatMulInteger into its int32 arena view. With B and its zero point constants of the file
-    (read-only arrays), B less its zero point is made in float32 once and kept (``exact_product``
-    reads it each run), bound or called."""
+    (read-only arrays), B less its zero point is made in float32 once and kept with its largest
+    magnitude and column L1 norm (``exact_product`` reads them each run: one float32 product
+    where the norm allows), bound or called."""
 
     __slots__ = ("last",)
 
     def __init__(self):
-        self.last = None  # (b, b_zero_point, w, w_max): one tuple, replaced whole (threads)
+        self.last = None  # (b, b_zero_point, w, w_max, w_l1): one tuple, replaced whole (threads)
 
     def __call__(self, out, a, b, a_zero_point=None, b_zero_point=None):
         self.bind(out, a, b, a_zero_point, b_zero_point)()
@@ -252,11 +257,12 @@ class _MatMulIntegerCall:
         last = self.last
         if last is None or last[0] is not b or last[1] is not b_zero_point:
             w = shifted(b, b_zero_point)
-            last = self.last = (b, b_zero_point, w, float(np.abs(w).max(initial=0)))
-        w, w_max = last[2], last[3]
+            w_l1 = float(np.abs(w).sum(axis=0, dtype=np.float64).max(initial=0))
+            last = self.last = (b, b_zero_point, w, float(np.abs(w).max(initial=0)), w_l1)
+        w, w_max, w_l1 = last[2], last[3], last[4]
 
         def run():
-            y = exact_product(shifted(a, a_zero_point, per_row=True), w, w_max)
+            y = exact_product(shifted(a, a_zero_point, per_row=True), w, w_max, w_l1)
             np.copyto(out, y, casting="unsafe")
 
         return run

@@ -5,9 +5,9 @@ takes 45 passes over the array) and PRelu with one slope per channel (``prelu``,
 numpy's six), one axis of a Resize (``resample``, ``resample_last``: one pass for two per
 tap), float32 erf, GELU, exp and sigmoid (``erf32``, ``gelu32``, ``exp32``, ``sigmoid32``:
 their numpy twins are in approximations.py), 8-bit quantization (``quantize8``,
-``dequantize8``), int8 convolutions and products, and, from pool_loops.py, 2-D max and average
-pools (``pool2d``), and, from spread_loops.py, a ConvTranspose's taps spread to their places
-(``spread_taps``). Each does the operations of the numpy calls it replaces (or its twin's), in
+``dynamic_quantize8``, ``dequantize8``), int8 convolutions and products, and, from pool_loops.py,
+2-D max and average pools (``pool2d``), and, from spread_loops.py, a ConvTranspose's taps spread
+to their places (``spread_taps``). Each does the operations of the numpy calls it replaces (or its twin's), in
 their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
@@ -456,6 +456,33 @@ def quantize8(x, scale, zero, lo, hi, out):  # pragma: no cover - compiled
     for i in range(xs.size):
         q = np.rint(xs[i] / s) + z
         q = min(max(q, lo), hi)
+        ys[i] = q if q == q else F32(0.0)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def dynamic_quantize8(x, lo, hi, out, scale_out, zero_out):  # pragma: no cover - compiled
+    """DynamicQuantizeLinear of float32 x (C-contiguous) into uint8 ``out`` from its min ``lo``
+    and max ``hi`` (numpy's reductions), as quantization.py's kernel computes it: the range
+    widened to hold 0 (a NaN bound gives 0, as Python's min(0.0, nan)), scale (hi − lo) / 255
+    in float32, zero point rint(−lo / scale) clipped to [0, 255], then ``quantize8``'s steps;
+    all zeros where the scale is 0. The scale and zero point go to the 0-d ``scale_out``
+    (float32) and ``zero_out`` (uint8)."""
+    lo = lo if lo < 0 else F32(0.0)
+    hi = hi if hi > 0 else F32(0.0)
+    s = F32((hi - lo) / F32(255))
+    xs, ys = x.reshape(-1), out.reshape(-1)
+    scale_out[()] = s
+    if s == 0:
+        zero_out[()] = 0
+        for i in range(ys.size):
+            ys[i] = 0
+        return
+    z = np.rint(-lo / s)
+    z = min(max(z, F32(0.0)), F32(255.0)) if z == z else F32(0.0)
+    zero_out[()] = np.uint8(z)
+    for i in range(xs.size):
+        q = np.rint(xs[i] / s) + z
+        q = min(max(q, F32(0.0)), F32(255.0))
         ys[i] = q if q == q else F32(0.0)
 
 

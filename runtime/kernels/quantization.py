@@ -115,6 +115,11 @@ def dequantize_linear(ctx, x, x_scale, x_zero_point=None, *, axis, block_size, o
 @kernel("DynamicQuantizeLinear")
 def dynamic_quantize_linear(ctx, x):
     x = x.astype(np.float32, copy=False)
+    loops = compiled_loops()
+    if loops is not None and x.size and x.flags.c_contiguous:  # the same arithmetic, one call
+        y, scale, zero = np.empty(x.shape, np.uint8), np.empty((), np.float32), np.empty((), np.uint8)
+        loops.dynamic_quantize8(x, x.min(), x.max(), y, scale, zero)
+        return y, scale, zero
     # The range always includes 0 so that 0 is exactly representable.
     lo = np.float32(min(0.0, x.min())) if x.size else np.float32(0)
     hi = np.float32(max(0.0, x.max())) if x.size else np.float32(0)
@@ -122,12 +127,6 @@ def dynamic_quantize_linear(ctx, x):
     if scale == 0:  # an all-zero input: every value quantizes to 0
         return np.zeros(x.shape, np.uint8), np.array(scale), np.array(0, np.uint8)
     zero_point = _saturate_int(np.rint(-lo / scale), np.dtype(np.uint8))
-    loops = compiled_loops()
-    if loops is not None and x.flags.c_contiguous:  # the same arithmetic in one pass
-        y = np.empty(x.shape, np.uint8)
-        zp = np.array(zero_point, np.uint8)
-        loops.quantize8(x, np.array(scale, np.float32), zp, np.float32(0), np.float32(255), y)
-        return y, np.array(scale, np.float32), zp
     y = _saturate_int(np.rint(x / scale) + np.float32(zero_point), np.dtype(np.uint8))
     return y, np.array(scale, np.float32), np.array(zero_point, np.uint8)
 

@@ -175,11 +175,12 @@ def device_kind() -> str:
 
 def conv_kernels(kernels: set[str], ws, attrs: dict, bias: bool, kind: str) -> set[str]:
     """The kernels a Conv launches on a device of ``kind``, from those it launches on a GPU: a CPU
-    device runs direct only depthwise convs, by rows, and writes im2col straight into the packed
-    GEMM's panels."""
+    device runs direct only depthwise convs, by rows, and where a GPU gathers im2col's columns in
+    its GEMM (``conv_gemm``) writes them straight into the packed GEMM's panels, then adds a
+    grouped conv's bias."""
     if kind != "cpu":
         return kernels
-    if ws[1] > 1 and "conv_direct" in kernels:
+    if (ws[1] > 1 and "conv_direct" in kernels) or "conv_gemm" in kernels:
         kernels = {"im2col", "gemm"} | ({"add_bias"} if bias and attrs.get("group", 1) > 1 else set())
     rename = {"im2col": "im2col_packed", "conv_direct": "conv_depthwise_rows"}
     return {rename.get(k, k) for k in kernels}

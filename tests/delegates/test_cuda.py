@@ -183,6 +183,7 @@ def test_cuda_is_a_builtin_backend():
         "graph",
         "max_shapes",
         "shapes",
+        "implicit_conv",
     }
 
 

@@ -301,7 +301,7 @@ def test_every_gemm_variant_compiles_and_sums_with_one_fma_per_product():
     half, and the CPU kernel's float8 lanes (the prelude's struct) multiply-add in one fma as the
     scalar kernels do, so the variants agree on CUDA as on OpenCL."""
     text = source("matmul.cl")
-    opts = {linalg.variant_option(v) for v in linalg.VARIANTS}
+    opts = {linalg.variant_option(v) for v in linalg.VARIANTS} | {"-DWPT=1"}  # conv_gemm's 16 x 16
     programs = {
         Program(text, f"{o} {h}".strip()): f"matmul.cl {o} {h}" for o in opts for h in ("", "-DOFFLOAD_FP16")
     }
@@ -313,6 +313,18 @@ def test_every_gemm_variant_compiles_and_sums_with_one_fma_per_product():
     # the k loop's 12 float8 accumulators multiply-add in fmas (unfused: 96 adds a k step); the
     # only float adds are the epilogue's residual adds, one for each of the 16 columns it stores
     assert packed.count("fma.rn.f32") >= 12 and packed.count("add.f32") <= 16 and "add.rn.f32" not in packed
+
+
+def test_the_implicit_gemm_conv_compiles_for_every_blocking_with_one_fma_per_product():
+    """conv_gemm (matmul.cl) compiles for each blocking a plan asks for (16 x 16, 64 x 64 and 128 x
+    128 outputs a work-group), and every product of its k loop is a multiply-add in one fma: no
+    float multiply stands alone (its store adds the bias with alpha = beta = 1 folded away)."""
+    for wpt in (1, 4, 8):
+        ptx = nvrtc.compile(source("matmul.cl"), f"-DWPT={wpt}", "sm_80", "ptx").decode()
+        kernel = ptx[ptx.index(".entry conv_gemm(") :].split(".entry ", 2)[1]
+        assert (
+            kernel.count("fma.rn.f32") >= wpt * wpt and "mul.f32" not in kernel and "mul.rn.f32" not in kernel
+        )
 
 
 def test_a_refused_source_fails_with_the_nvrtc_log():

@@ -56,7 +56,7 @@ def _stays_on_cpu(program) -> bool:
 
 
 # (X shape, W shape, attributes, bias, the kernels the strategy picks on a GPU; a CPU device
-# runs direct only depthwise convs, and im2col_packed for im2col)
+# runs direct only depthwise convs, and im2col_packed + the packed GEMM for conv_gemm)
 CONV_CASES = [
     # direct on a GPU: few products per output (C/G * prod(kernel) < 64)
     ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}, True, {"conv_direct"}),
@@ -76,40 +76,40 @@ CONV_CASES = [
         True,
         {"conv_direct"},
     ),
-    # im2col + GEMM, bias on the GEMM
+    # one implicit GEMM (conv_gemm: im2col's columns gathered in its tile loads), bias at its store
     (
         (2, 8, 10, 9),
         (5, 8, 3, 3),
         {"dilations": [2, 3], "strides": [1, 2], "pads": [2, 0, 1, 3]},
         True,
-        {"im2col", "gemm"},
+        {"conv_gemm"},
     ),
-    ((1, 16, 12, 11), (20, 16, 5, 4), {"strides": [3, 2], "pads": [2, 1, 2, 2]}, True, {"im2col", "gemm"}),
-    # im2col + GEMM per group, bias added after
-    ((2, 16, 7, 8), (6, 8, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, True, {"im2col", "gemm", "add_bias"}),
-    ((1, 24, 6, 6), (9, 8, 3, 3), {"group": 3}, False, {"im2col", "gemm"}),
+    ((1, 16, 12, 11), (20, 16, 5, 4), {"strides": [3, 2], "pads": [2, 1, 2, 2]}, True, {"conv_gemm"}),
+    # grouped: one implicit GEMM for every image and group, the bias at its store
+    ((2, 16, 7, 8), (6, 8, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, True, {"conv_gemm"}),
+    ((1, 24, 6, 6), (9, 8, 3, 3), {"group": 3}, False, {"conv_gemm"}),
     # 1x1, stride 1, unpadded: GEMM straight on X
     ((2, 6, 5, 5), (3, 6, 1, 1), {}, True, {"gemm"}),
     # 1x1 grouped: the groups one batch of GEMMs, the bias in it
     ((1, 8, 4, 6), (6, 4, 1, 1), {"group": 2}, True, {"gemm"}),
     ((2, 9, 3, 5), (6, 3, 1, 1), {"group": 3}, True, {"gemm"}),
-    ((1, 70, 4, 3), (5, 70, 1, 1), {"strides": [2, 1]}, False, {"im2col", "gemm"}),
+    ((1, 70, 4, 3), (5, 70, 1, 1), {"strides": [2, 1]}, False, {"conv_gemm"}),
     ((1, 6, 5, 5), (4, 6, 1, 1), {"strides": [2, 2]}, True, {"conv_direct"}),
     # auto_pad (odd total padding with stride 2 tells UPPER from LOWER)
-    ((1, 8, 8, 7), (4, 8, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, True, {"im2col", "gemm"}),
-    ((1, 8, 8, 7), (4, 8, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, True, {"im2col", "gemm"}),
+    ((1, 8, 8, 7), (4, 8, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, True, {"conv_gemm"}),
+    ((1, 8, 8, 7), (4, 8, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, True, {"conv_gemm"}),
     ((1, 2, 8, 7), (4, 2, 4, 2), {"auto_pad": "SAME_LOWER", "strides": [3, 2]}, False, {"conv_direct"}),
-    ((1, 8, 8, 7), (4, 8, 3, 3), {"auto_pad": "VALID", "strides": [2, 1]}, False, {"im2col", "gemm"}),
+    ((1, 8, 8, 7), (4, 8, 3, 3), {"auto_pad": "VALID", "strides": [2, 1]}, False, {"conv_gemm"}),
     ((1, 2, 5, 5), (3, 2, 2, 2), {"auto_pad": "SAME_UPPER"}, True, {"conv_direct"}),
     # 1-D and 3-D
-    ((2, 8, 20), (4, 8, 9), {"strides": [2], "pads": [3, 4], "dilations": [2]}, True, {"im2col", "gemm"}),
+    ((2, 8, 20), (4, 8, 9), {"strides": [2], "pads": [3, 4], "dilations": [2]}, True, {"conv_gemm"}),
     ((1, 3, 11), (2, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2]}, True, {"conv_direct"}),
     (
         (1, 4, 5, 6, 7),
         (3, 4, 2, 3, 3),
         {"pads": [1, 0, 1, 0, 1, 1], "strides": [1, 2, 1]},
         True,
-        {"im2col", "gemm"},
+        {"conv_gemm"},
     ),
     ((2, 2, 4, 5, 3), (4, 1, 2, 2, 2), {"group": 2, "dilations": [2, 1, 1]}, False, {"conv_direct"}),
     ((1, 4, 3, 4, 5), (2, 4, 1, 1, 1), {}, True, {"gemm"}),

@@ -351,13 +351,13 @@ CONV_CASES = [
         (5, 8, 3, 3),
         {"dilations": [2, 1], "strides": [1, 2], "pads": [2, 0, 1, 1]},
         True,
-        {"im2col", "gemm"},
+        {"conv_gemm"},
     ),
-    ((2, 16, 7, 8), (6, 8, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, True, {"im2col", "gemm", "add_bias"}),
+    ((2, 16, 7, 8), (6, 8, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, True, {"conv_gemm"}),
     ((2, 6, 5, 5), (3, 6, 1, 1), {}, True, {"gemm"}),
     ((1, 8, 4, 6), (6, 4, 1, 1), {"group": 2}, True, {"gemm"}),
-    ((2, 8, 20), (4, 8, 9), {"strides": [2], "pads": [3, 4]}, False, {"im2col", "gemm"}),
-    ((1, 4, 5, 6, 7), (3, 4, 2, 3, 3), {"pads": [1, 0, 1, 0, 1, 1]}, True, {"im2col", "gemm"}),
+    ((2, 8, 20), (4, 8, 9), {"strides": [2], "pads": [3, 4]}, False, {"conv_gemm"}),
+    ((1, 4, 5, 6, 7), (3, 4, 2, 3, 3), {"pads": [1, 0, 1, 0, 1, 1]}, True, {"conv_gemm"}),
 ]
 
 

@@ -172,3 +172,44 @@ def test_an_exit_that_is_a_graph_output_of_the_graph_input_stays():
     data = model(nodes, {"x": (F32, [1, 4, 6, 5])}, {"y": (F32, None), "z": (F32, None)})
     out = check(data, P, X)
     assert [o.name for o in out.main.outputs] == ["y", "z"]
+
+
+@pytest.mark.parametrize(
+    "reduce, opset, inits",
+    [
+        (node("ReduceMean", ["a"], ["m"], axes=[1, 2]), 13, {}),
+        (node("ReduceMax", ["a", "axes"], ["m"]), 18, {"axes": np.array([-3, 2], np.int64)}),
+        (node("ReduceSum", ["a", "axes"], ["m"]), 13, {"axes": np.array([3], np.int64)}),
+    ],
+    ids=["mean-hw-attribute", "max-hw-input", "sum-c-input"],
+)
+def test_a_reduction_that_keeps_dims_reduces_the_other_layout(reduce, opset, inits):
+    """A squeeze-and-excitation block as a TFLite file gives it: MEAN over H and W of the
+    channels-last array, a 1x1 Conv, Sigmoid, Mul with the block's input. The reduction's axes
+    are renumbered and both Transposes go; the sum adds the same terms in the channels-first
+    order (within float rounding of onnxruntime and of the graph before the pass)."""
+    ch = 1 if reduce.op_type == "ReduceSum" else 4
+    nodes = [
+        node("Transpose", ["x"], ["a"], perm=TO_NHWC),
+        reduce,
+        *_conv("m", "e", "w", pads=(0, 0, 0, 0)),
+        node("Sigmoid", ["e"], ["g"]),
+        node("Mul", ["a", "g"], ["s"]),
+        node("Transpose", ["s"], ["y"], perm=TO_NCHW),
+    ]
+    inits = {**inits, "w": rand(4, ch, 1, 1, seed=9)}
+    data = model(nodes, {"x": (F32, [1, 4, 6, 5])}, {"y": (F32, None)}, inits, opset=opset)
+    out = check_against_onnxruntime(data, P, X, rtol=1e-5, atol=1e-6)
+    assert op_types(out)["Transpose"] == 0
+    before, after = offload.evaluate(offload.load(data), X)["y"], offload.evaluate(out, X)["y"]
+    np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-7)
+
+
+def test_a_reduction_that_drops_dims_stays():
+    nodes = [
+        node("Transpose", ["x"], ["a"], perm=TO_NHWC),
+        node("ReduceMean", ["a"], ["m"], axes=[1, 2], keepdims=0),
+        node("Relu", ["m"], ["y"]),
+    ]
+    original, out = optimized(model(nodes, {"x": (F32, [1, 4, 6, 5])}, {"y": (F32, None)}), P)
+    assert op_types(out) == op_types(original)

@@ -167,3 +167,34 @@ def test_a_chain_of_elementwise_ops_fuses_into_the_conv(case, ops, conv_loops):
             got = method.run(feeds)["y"]
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
             np.testing.assert_array_equal(got, offload.evaluate(program, feeds)["y"])
+
+
+def test_a_shape_specialization_keeps_the_pairs_the_method_fused():
+    """A method whose static part holds Conv → (Conv + Relu, fused at load) and whose other input
+    has a symbolic dim: each input shape gets a shape specialization, a copy of the method's
+    steps fused again, where the Conv is followed by the fused pair (a step of two kernels, no
+    epilogue op of its own): it stays as it is, and every run matches onnxruntime."""
+    rng = np.random.default_rng(4)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["y"]),
+        helper.make_node("Relu", ["z"], ["y2"]),
+    ]
+    inits = [
+        ("w1", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+        ("w2", rng.standard_normal((4, 4, 3, 3)).astype(np.float32)),
+    ]
+    data = model_bytes(
+        nodes, [("x", F32, [1, 3, 8, 8]), ("z", F32, ["N", 2])], [("y", F32, None), ("y2", F32, None)], inits
+    )
+    method = offload.runtime.load(offload.save(offload.load(data))).method("forward")
+    assert any(isinstance(s, _PreparedStep) and isinstance(s.kernel, _KernelPair) for s in method._steps)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    for n in (1, 1, 3, 3):  # the second run at a shape runs its specialization
+        feeds = {"x": x, "z": rng.standard_normal((n, 2)).astype(np.float32)}
+        got = method.run(feeds)
+        for name, want in zip(("y", "y2"), session.run(["y", "y2"], feeds)):
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-4)
+    assert len(method._specializations.entries) == 2

@@ -148,9 +148,9 @@ def test_quantize_reads_its_scale_at_every_run_and_gives_nan_zero(loops, monkeyp
 
 @pytest.mark.parametrize("loops", ["compiled", "numpy"])
 def test_dynamic_quantize_linear_matches_onnxruntime(loops, monkeypatch):
-    """DynamicQuantizeLinear's y by the compiled pass (``loops.quantize8``) and by the numpy
-    passes: onnxruntime's integers, scale and zero point, on inputs of either sign and all
-    positive (the range always holds 0)."""
+    """DynamicQuantizeLinear by the compiled call (``loops.dynamic_quantize8``) and by the numpy
+    passes: onnxruntime's integers, scale and zero point, on inputs of either sign, all
+    positive and all negative (the range always holds 0)."""
     from offload.runtime.kernels import quantization
 
     if loops == "numpy":
@@ -173,6 +173,7 @@ def test_dynamic_quantize_linear_matches_onnxruntime(loops, monkeypatch):
         rng.uniform(-3, 5, (6, 333)),
         rng.uniform(0.5, 2, (6, 333)),
         rng.standard_normal((6, 333)) * 40,
+        rng.uniform(-2, -0.5, (6, 333)),
     ):
         feeds = {"x": x.astype(np.float32)}
         got, want = module.run(feeds), dict(zip(["y", "s", "z"], session.run(None, feeds)))

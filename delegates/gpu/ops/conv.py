@@ -11,9 +11,17 @@ Every conv runs as a 3-D one (missing leading spatial dims have size 1, kernel 1
 - ``direct`` when each output sums fewer than ``DIRECT_MAX_K[kind]`` = C/G * prod(kernel)
   products, by the device's kind: on a GPU the GEMM's K loop is then one to three tiles, and
   im2col's extra pass over memory dominates. On a CPU device never (see below).
-- ``im2col`` otherwise: per (image, group) ``im2col.cl`` writes the column matrix
-  [C/G * prod(kernel), prod(output spatial)] into a step scratch buffer, then one GEMM. On a CPU
-  device ``im2col_packed`` writes it straight in the packed GEMM's panel layout (one pass).
+- ``implicit`` otherwise on a GPU device, for a step of plan format 8 on (key ``"columns":
+  "implicit"``): one ``conv_gemm`` launch (matmul.cl) for every image and group, the blocked GEMM
+  whose B tiles gather im2col's columns straight from X, with the bias, residual and Relu at its
+  store. Its sums are those of im2col then ``gemm_blocked``, bit for bit, without writing and
+  reading back the [C/G * prod(kernel), prod(output spatial)] columns, and without the per-group
+  ``add_bias`` launch. (A device whose work-groups hold fewer than 256 work-items, and plans of
+  older formats, run ``im2col``.)
+- ``im2col`` otherwise: per (image, group) ``im2col.cl`` writes the column matrix into a step
+  scratch buffer, then one GEMM. On a CPU device ``im2col_packed`` writes it straight in the
+  packed GEMM's panel layout (one pass): PoCL runs the packed GEMM about 8x faster than the GPU
+  tiling that ``conv_gemm`` shares with ``gemm_blocked`` (``linalg``'s docstring).
 
 On PoCL (2 CPU cores, median of 5 runs): 3x3 64→64 on 56x56 direct 325 ms, im2col+GEMM 331 ms;
 1x1 256→64 on 56x56 direct 688 ms, GEMM 105 ms; depthwise 3x3 on 32x112x112 direct 28 ms,
@@ -22,7 +30,8 @@ GEMM side (cuBLAS) only gains, hence the low threshold.
 
 The GEMMs are ``linalg.GemmCall``s run by the builder's ``gemm`` when it has one (cuBLAS on CUDA),
 else by the matmul.cl kernel ``linalg.variant_for`` picks for the device's kind; the bias rides on the GEMM (strides scm=1, scn=0) when the conv
-has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no offset).
+has one group, and is added by ``add_bias`` otherwise (a GemmCall's bias has no offset; ``conv_gemm``
+adds each group's own).
 A depthwise Conv step with key ``shuffle`` (S, ``gpu/shuffle.py``) reads its input's channels
 shuffled in S groups, through its kernel's indexing (the channel shuffle before it costs no copy).
 What the plan fused into the Conv (step key ``epilogue``, ``gpu/epilogue.py``) is applied where
@@ -45,7 +54,7 @@ from offload.ir import DataType
 
 from ...backend import OpCapability, Support
 from .. import slices
-from ..api import Buf, Builder, Scratch, float_options, fp16, source
+from ..api import Buf, Builder, Scratch, float_options, fp16, options, source
 from . import linalg
 
 _F32 = frozenset({DataType.FLOAT})
@@ -111,13 +120,16 @@ def _as3(xs: list[int], fill: int) -> list[int]:
     return [fill] * (3 - len(xs)) + list(xs)
 
 
-def _strategy(cg: int, ks, strides, begin, end, kind: str = "gpu") -> str:
-    """How a Conv runs, "direct", "gemm" or "im2col", by the rule of the module docstring."""
+def _strategy(cg: int, ks, strides, begin, end, kind: str = "gpu", implicit: bool = False) -> str:
+    """How a Conv runs, "direct", "gemm", "implicit" or "im2col", by the rule of the module
+    docstring; ``implicit``: the step's plan asks for implicit columns and the device can run them."""
     if cg == 1:
         return "direct"
     if all(k == 1 for k in ks) and all(s == 1 for s in strides) and not any(begin) and not any(end):
         return "gemm"
-    return "direct" if cg * math.prod(ks) < DIRECT_MAX_K[kind] else "im2col"
+    if cg * math.prod(ks) < DIRECT_MAX_K[kind]:
+        return "direct"
+    return "implicit" if implicit and kind == "gpu" else "im2col"
 
 
 def _conv(b: Builder, step: dict) -> None:
@@ -137,12 +149,13 @@ def _conv(b: Builder, step: dict) -> None:
     geo += [i32(v) for v in (*_as3(strides, 1), *_as3(begin, 0), *_as3(dils, 1))]
     blas = getattr(b, "gemm", None)
     kind = "cpu" if blas is None and getattr(b, "device_kind", "gpu") == "cpu" else "gpu"
-    how = _strategy(cg, ks, strides, begin, end, kind)
+    implicit = step.get("columns") == "implicit" and getattr(b, "max_local_size", 256) >= 256
+    how = _strategy(cg, ks, strides, begin, end, kind, implicit)
     epilogue = step.get("epilogue") or []
     residual = step.get("residual") if "Add" in epilogue else None
     # the kernels that write every output once, after its bias, can add the residual there; a
     # grouped conv run as per-group GEMMs adds its bias afterwards (add_bias), so it cannot
-    epilogue_in_kernel = G == 1 or how in ("direct", "gemm")
+    epilogue_in_kernel = G == 1 or how in ("direct", "gemm", "implicit")
     in_place = (
         residual is not None and epilogue_in_kernel and _writable_in_place(b, residual, out, (x, w, bias))
     )
@@ -177,8 +190,14 @@ def _conv(b: Builder, step: dict) -> None:
             b.launch(program, "conv_direct", (N * M * math.prod(outs),), None, args)
         _add_residual(b, step, out, residual, in_place, "Relu" in epilogue)
         return
-    run = blas or (lambda g: linalg.gemm_kernel(b, g))
     mg, K, P, IP = M // G, cg * math.prod(ks), math.prod(outs), math.prod(ins)
+    if how == "implicit":
+        flags = int(bias is not None) | int(relu) << 1 | int(in_place) << 2
+        args = [Buf(x), Buf(w), Buf(bias if bias is not None else out), Buf(out), i32(flags)]
+        _conv_gemm(b, args + [i32(base), i32(image), i32(C), i32(G), i32(mg), *geo], N * G, mg, P)
+        _add_residual(b, step, out, residual, in_place, "Relu" in epilogue)
+        return
+    run = blas or (lambda g: linalg.gemm_kernel(b, g))
     if how == "gemm" and G > 1:  # the groups as one batch of GEMMs, the bias and Relu in it
         for n in range(N):
             batch = dict(batch=G, sab=mg * K, sbb=cg * IP, scb=mg * P, sbias=mg if bias is not None else 0)
@@ -239,6 +258,17 @@ def _conv(b: Builder, step: dict) -> None:
         args = [Buf(out), Buf(bias), i32(N * M), i32(M), i32(P), i32(int(relu) << 1)]
         b.launch(b.program(source("conv.cl"), float_options(b)), "add_bias", (P, N * M), None, args)
     _add_residual(b, step, out, residual, in_place, "Relu" in epilogue)
+
+
+def _conv_gemm(b: Builder, args: list, images: int, m: int, p: int) -> None:
+    """One ``conv_gemm`` launch over ``images`` (image, group) pairs of an m x p output each, with
+    the blocking ``linalg.blocked_variant`` gives a GEMM of that output, else 16 x 16 tiles."""
+    variant = linalg.blocked_variant(m, p, ("blocked8", "blocked"))
+    wpt = linalg.VARIANTS[variant][1] // 16 if variant else 1
+    block = 16 * wpt
+    program = b.program(source("matmul.cl"), options(b, f"-DWPT={wpt}"))
+    grid = (-(-p // block) * 16, -(-m // block) * 16, images)
+    b.launch(program, "conv_gemm", grid, (16, 16, 1), args)
 
 
 def _writable_in_place(b: Builder, residual: int, out: int, reads) -> bool:

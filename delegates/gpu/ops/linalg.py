@@ -72,13 +72,20 @@ def variant_for(b: Builder, g: GemmCall) -> str:
         return "packed6" if g.b_packed or min(g.M, g.N) >= 8 else "naive"
     if g.M <= 4:
         return "naive"
+    blocked = blocked_variant(g.M, g.N, fits)
+    return blocked or next((v for v in ("tile16", "tile8") if v in fits), "naive")
+
+
+def blocked_variant(m: int, n: int, fits) -> str | None:
+    """The register-blocked variant ("blocked8" or "blocked") among ``fits`` for an m x n output
+    on a GPU, or None where blocking does not pay off."""
     # 64 x 64 blocks pay off from about 2 blocks' worth of outputs, even when one side is below
     # 64 (ResNet's 7x7 layers: N = 49 ran 3-4x faster blocked than tiled on PoCL)
-    if min(g.M, g.N) >= 32 and g.M * g.N >= 128 * 128 and "blocked8" in fits:
+    if min(m, n) >= 32 and m * n >= 128 * 128 and "blocked8" in fits:
         return "blocked8"  # 2-2.5x the 4 x 4 blocking on PoCL from 256 x 784 up
-    if min(g.M, g.N) >= 32 and g.M * g.N >= 2 * 64 * 64 and "blocked" in fits:
+    if min(m, n) >= 32 and m * n >= 2 * 64 * 64 and "blocked" in fits:
         return "blocked"
-    return next((v for v in ("tile16", "tile8") if v in fits), "naive")
+    return None
 
 
 CAPS = {"MatMul": OpCapability(_F32, max_rank=6), "Gemm": OpCapability(_F32, max_rank=2)}
