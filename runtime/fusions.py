@@ -31,7 +31,7 @@ def _fusion_context(m: MethodState, steps: list) -> tuple[dict[int, int], set[in
 
 def _fuse_epilogues(m: MethodState, steps: list) -> None:
     """Pair a prepared Conv with the prepared elementwise ops right after it (Relu, Clip,
-    HardSwish, HardSigmoid, LeakyRelu, Max or Min with a 0-d operand: ``conv._Epilogue``; a chain
+    HardSwish, HardSigmoid, LeakyRelu, Max or Min with a one-element operand: ``conv._Epilogue``; a chain
     of them, as Conv → LeakyRelu → Max, one after another) where each op is the only reader of the conv's
     result, which is not a result of the method, and the op is no jump's target: the conv's
     plan applies the op to each part of its output as it writes it, into the op's arena view

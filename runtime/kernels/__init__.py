@@ -47,6 +47,7 @@ _MODULES = (
     "reduction_prepared",
     "tensor",
     "pad_prepared",
+    "conv_transpose_prepared",
     "resize_prepared",
     "where_prepared",
     "predicate_prepared",

@@ -101,7 +101,7 @@ class _Epilogue(NamedTuple):
 
     def calls(self, part, extras: tuple, buffers) -> list:
         """The op's calls on ``part`` of the output, its other inputs ``extras`` (Clip's 0-d
-        bounds, Max's or Min's 0-d operand), then those of the ops after it."""
+        bounds, Max's or Min's operand, all 0-d: ``scalar_extras``), then those of the ops after it."""
         mine, rest = extras[: self.extras], extras[self.extras :]
         calls = self._own(part, mine, buffers)
         return calls if self.then is None else calls + self.then.calls(part, rest, buffers)
@@ -129,9 +129,12 @@ class _Epilogue(NamedTuple):
         return [_hard_passes(part, part, self.alpha, self.beta, swish, temp)]
 
 
-def _epilogue(op_type: str, attrs: dict, extras: list, dtype) -> _Epilogue | None:
-    """The _Epilogue of an op with inputs beyond the conv's result of specs ``extras``, or None
-    where its prepared call is not one that runs in place per part (Clip's bounds not 0-d)."""
+def _epilogue(op_type: str, attrs: dict, extras: list, dtype, rank: int) -> _Epilogue | None:
+    """The _Epilogue of an op with inputs beyond the conv's result (of ``rank`` dimensions) of
+    specs ``extras``, or None where its prepared call is not one that runs in place per part
+    (Clip's bounds not 0-d). Max's or Min's operand may be any one-element tensor of at most
+    ``rank`` dimensions (tf2onnx's (1, 1, 1, 1) constants): it broadcasts to the result's shape,
+    so the op reads it as its one value (``scalar_extras``)."""
     if op_type == "Relu" and not extras:
         return _Epilogue("Relu")
     if op_type == "Clip" and len(extras) == 2 and all(e == (dtype, ()) for e in extras):
@@ -140,9 +143,24 @@ def _epilogue(op_type: str, attrs: dict, extras: list, dtype) -> _Epilogue | Non
         return _Epilogue(op_type, attrs.get("alpha", 1 / 6), attrs.get("beta", 0.5))
     if op_type == "LeakyRelu" and not extras and np.dtype(dtype).kind == "f":
         return _Epilogue("LeakyRelu", attrs.get("alpha", 0.01))
-    if op_type in ("Max", "Min") and len(extras) == 1 and extras[0] == (dtype, ()):
+    if op_type in ("Max", "Min") and len(extras) == 1 and _one_value(extras[0], dtype, rank):
         return _Epilogue(op_type, extras=1)
     return None
+
+
+def _one_value(spec: tuple, dtype, rank: int) -> bool:
+    """Whether a (dtype, shape) spec is a one-element tensor of ``dtype`` that broadcasts to any
+    shape of ``rank`` dimensions without changing it."""
+    value_dtype, shape = spec
+    return value_dtype == dtype and len(shape) <= rank and all(d == 1 for d in shape)
+
+
+def scalar_extras(extras: tuple, dtype) -> tuple:
+    """An epilogue's extra inputs as 0-d views, each a one-element array of ``dtype`` (checked:
+    a bound call's arrays are those its plan was made for)."""
+    if any(e.dtype != dtype or e.size != 1 for e in extras):
+        raise TypeError("not the declared types")
+    return tuple(e.reshape(()) for e in extras)
 
 
 class _ConvCall(_KeptCalls):
@@ -159,10 +177,13 @@ class _ConvCall(_KeptCalls):
         self.recipe, self.epilogue, self.n_conv = recipe, epilogue, n_conv
         self.last = None  # (out, args, calls): one tuple, replaced whole (threads)
 
-    def with_epilogue(self, op_type: str, attrs: dict, n_conv: int, extras: list) -> _ConvCall | None:
-        """This conv followed by ``op_type`` (its first input this conv's result, its others of
-        specs ``extras``) as one call, or None where that op is not one a recipe applies."""
-        epilogue = _epilogue(op_type, attrs, extras, self.recipe.dtype)
+    def with_epilogue(
+        self, op_type: str, attrs: dict, n_conv: int, extras: list, rank: int = 4
+    ) -> _ConvCall | None:
+        """This conv followed by ``op_type`` (its first input this conv's result, of ``rank``
+        dimensions, its others of specs ``extras``) as one call, or None where that op is not
+        one a recipe applies."""
+        epilogue = _epilogue(op_type, attrs, extras, self.recipe.dtype, rank)
         if epilogue is None:
             return None
         if self.epilogue is not None:  # an op after the one fused already: n_conv counts its inputs
@@ -182,8 +203,7 @@ class _ConvCall(_KeptCalls):
         self._check(out, x, w, b)
         finish = None
         if self.epilogue is not None:
-            if any(e.dtype != self.recipe.dtype or e.ndim for e in extras):
-                raise TypeError("not the declared types")
+            extras = scalar_extras(extras, self.recipe.dtype)
             epilogue = self.epilogue
 
             def finish(part):
@@ -322,7 +342,7 @@ class _Conv1dCall:
         return self.inner.bind(*(a.reshape(_height_one(a.shape)) for a in (out, x, w)), *rest)
 
     def with_epilogue(self, op_type: str, attrs: dict, n_conv: int, extras: list):
-        inner = self.inner.with_epilogue(op_type, attrs, n_conv, extras)
+        inner = self.inner.with_epilogue(op_type, attrs, n_conv, extras, rank=3)
         return None if inner is None else _Conv1dCall(inner)
 
 

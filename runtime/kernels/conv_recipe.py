@@ -120,7 +120,9 @@ class _ConvRecipe:
         if self.path in ("rows", "last", "direct"):  # these copy all the input before writing
             return getattr(self, self.path)(out, x, w, b, buffers, shared, finish)
         calls = []
-        if shared:
+        # the columns and taps paths copy all of an image (into the column matrix, the padded
+        # buffer) before they write its result: one image needs no copy of its own
+        if shared and not (self.path in ("columns", "taps") and self.x_shape[0] == 1):
             copy = buffers.get(("input",), self.x_shape, self.dtype)
             calls.append(functools.partial(np.copyto, copy, x))
             x = copy
@@ -223,7 +225,7 @@ class _ConvRecipe:
         loops = _loops() if len(g.kernel) == 2 else None
         (sh, sw), (dh, dw) = g.strides, g.dilations
         for i in range(n):
-            if loops is not None:  # the windows straight from the image, one pass
+            if loops is not None and x[i].flags.c_contiguous:  # the windows straight from the image, one pass
                 calls.append(
                     functools.partial(loops.im2col, x[i], cols, sh, sw, g.begin[0], g.begin[1], dh, dw)
                 )

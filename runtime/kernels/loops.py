@@ -5,8 +5,9 @@ takes 45 passes over the array) and PRelu with one slope per channel (``prelu``,
 numpy's six), one axis of a Resize (``resample``, ``resample_last``: one pass for two per
 tap), float32 erf, GELU, exp and sigmoid (``erf32``, ``gelu32``, ``exp32``, ``sigmoid32``:
 their numpy twins are in approximations.py), 8-bit quantization (``quantize8``,
-``dynamic_quantize8``, ``dequantize8``), int8 convolutions and products, and, from pool_loops.py, 2-D max and average
-pools (``pool2d``). Each does the operations of the numpy calls it replaces (or its twin's), in
+``dynamic_quantize8``, ``dequantize8``), int8 convolutions and products, and, from pool_loops.py,
+2-D max and average pools (``pool2d``), and, from spread_loops.py, a ConvTranspose's taps spread
+to their places (``spread_taps``). Each does the operations of the numpy calls it replaces (or its twin's), in
 their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
@@ -34,6 +35,7 @@ from numba.extending import intrinsic
 
 from ._coefficients import ERF_P, ERF_Q, EXP_HI, EXP_LO, EXP_TAYLOR, F32, GELU_SCALE, LN2_HI, LN2_LO, LOG2E
 from .pool_loops import pool2d  # noqa: F401 - reached as compiled_loops().pool2d
+from .spread_loops import spread_taps  # noqa: F401 - reached as compiled_loops().spread_taps
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -252,9 +254,13 @@ def im2col(x, cols, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
     ox * sw + kj * dw - left], zero outside x; x is (C, H, W), cols (C, KH, KW, OH, OW), both
     C-contiguous. One pass, each row of cols written once, where numpy copies the padded image
     into its stride phases and then each tap's windows out of them (``conv_recipe._ConvRecipe.columns``):
-    the same values, so the same product."""
+    the same values, so the same product. At stride 1 with output rows as wide as the input's
+    (``im2col_runs``) a tap's rows inside x are one run of x."""
     channels, h, wd = x.shape
     kh, kw, oh, ow = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]
+    if sh == 1 and sw == 1 and ow == wd:
+        im2col_runs(x, cols, top, left, dh, dw)
+        return
     for c in range(channels):
         for ki in range(kh):
             for kj in range(kw):
@@ -283,6 +289,43 @@ def im2col(x, cols, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
                     else:
                         for t in range(hi - lo):
                             part[t] = src[t * sw]
+
+
+@njit(cache=True, nogil=True)
+def im2col_runs(x, cols, top, left, dh, dw):  # pragma: no cover - compiled
+    """``im2col`` at stride 1 where OW = W: the rows of a tap that fall inside x are one run of
+    x's channel, copied as one (audio models' maps 4 to 32 columns wide spent more time starting
+    rows than copying them), then the columns past the input's edges zeroed."""
+    channels, h, wd = x.shape
+    kh, kw, oh, ow = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]
+    for c in range(channels):
+        image = x[c].reshape(h * wd)
+        for ki in range(kh):
+            r = ki * dh - top  # the input row of output row oy: oy + r
+            oy0 = min(oh, max(0, -r))
+            oy1 = max(oy0, min(oh, h - r))
+            for kj in range(kw):
+                off = kj * dw - left  # the input column of output column ox: ox + off
+                lo, hi = min(ow, max(0, -off)), max(0, min(ow, wd - off))
+                plane = cols[c, ki, kj].reshape(oh * ow)
+                for t in range(oy0 * ow):
+                    plane[t] = 0
+                for t in range(oy1 * ow, oh * ow):
+                    plane[t] = 0
+                if oy1 == oy0:
+                    continue
+                d0, s0, n = oy0 * ow, (oy0 + r) * wd + off, (oy1 - oy0) * ow
+                a, b = max(0, -s0), min(n, h * wd - s0)  # what the run skips is past an edge
+                run, source = plane[d0 + a : d0 + b], image[s0 + a : s0 + b]
+                for t in range(b - a):
+                    run[t] = source[t]
+                if lo > 0 or hi < ow:
+                    for oy in range(oy0, oy1):
+                        row = oy * ow
+                        for t in range(lo):
+                            plane[row + t] = 0
+                        for t in range(max(lo, hi), ow):
+                            plane[row + t] = 0
 
 
 @njit(cache=True, nogil=True)

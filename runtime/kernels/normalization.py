@@ -14,7 +14,7 @@ from . import kernel, prepared
 from ._util import normalize_axes, normalize_axis, out_for, same_view, unsupported
 from .approximations import exp32_into
 from .buffers import _arena_buffers, _KeptCalls
-from .conv import _epilogue
+from .conv import _epilogue, scalar_extras
 from .linalg import widened
 
 
@@ -89,8 +89,9 @@ class _BatchNormCall(_KeptCalls):
     parameters are of its type: the kernel's x * a + b per channel (a and b computed as the
     kernel computes them: once where the parameters are constants, else at each run), by chunks
     of channels (``_NORM_CHUNK_BYTES``). With an ``epilogue`` (Relu, Clip, HardSwish,
-    HardSigmoid: ``conv._Epilogue``) it applies that op to each chunk in place and writes the op's
-    output; the op's other inputs follow the five of BatchNormalization. The same numpy ops on
+    HardSigmoid, LeakyRelu, Max or Min with a one-element operand, or a chain of them:
+    ``conv._Epilogue``) it applies those ops to each chunk in place and writes the last op's
+    output; the ops' other inputs follow the five of BatchNormalization. The same numpy ops on
     the same elements as the two steps: the same bits. Its calls are made once per arena set
     when bound, and kept for the last arrays when called unbound (``buffers._KeptCalls``)."""
 
@@ -103,8 +104,12 @@ class _BatchNormCall(_KeptCalls):
     def with_epilogue(self, op_type: str, attrs: dict, n_norm: int, extras: list):
         """This op (its ``n_norm`` inputs) followed by ``op_type`` reading its result alone, as one
         call, or None."""
-        epilogue = _epilogue(op_type, attrs, extras, self.dtype)
-        if epilogue is None or n_norm != 5 or self.epilogue is not None:
+        epilogue = _epilogue(op_type, attrs, extras, self.dtype, len(self.shape))
+        if epilogue is None:
+            return None
+        if self.epilogue is not None:  # an op after the one fused already (n_norm counts its inputs)
+            epilogue = self.epilogue.followed_by(epilogue)
+        elif n_norm != 5:
             return None
         return _BatchNormCall(self.epsilon, self.shape, self.dtype, epilogue)
 
@@ -121,8 +126,9 @@ class _BatchNormCall(_KeptCalls):
             raise TypeError("not the declared types")
         if any(p.dtype != self.dtype or p.shape != (c,) for p in params):
             raise TypeError("not the declared parameter types")
-        if (self.epilogue is None and extras) or any(e.dtype != self.dtype or e.ndim for e in extras):
+        if self.epilogue is None and extras:
             raise TypeError("not the declared types")
+        extras = scalar_extras(tuple(extras), self.dtype)
         calls = []
         if np.may_share_memory(out, x) and not same_view(out, x):
             copy = np.empty(self.shape, self.dtype)

@@ -1,6 +1,7 @@
 """What several of the CPU executor's test modules share: a check run on threads at once, the
-conv path a plan takes with or without the compiled loops, and a depthwise conv's float64 sums
-(onnxruntime has no float64 or float16 Conv on the CPU)."""
+conv path a plan takes with or without the compiled loops, a depthwise conv's float64 sums
+(onnxruntime has no float64 or float16 Conv on the CPU), and a method checked against
+onnxruntime and offload.evaluate."""
 
 from __future__ import annotations
 
@@ -38,3 +39,22 @@ def depthwise_sums(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1
             ]
             y += window * w[None, :, 0, i, j, None, None].astype(np.float64)
     return y if b is None else y + b[None, :, None, None]
+
+
+def checked_method(data: bytes, feeds_list: list[dict], rtol: float, atol: float):
+    """The forward method of the ONNX model ``data`` after two runs on each of ``feeds_list``:
+    each within rtol / atol of onnxruntime and bit for bit offload.evaluate's (the kernels)."""
+    import onnxruntime as ort
+
+    import offload
+
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for feeds in feeds_list:
+        (want,) = session.run(None, feeds)
+        for _ in range(2):  # the second run reuses the bound calls
+            got = method.run(feeds)["y"]
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+            np.testing.assert_array_equal(got, offload.evaluate(program, feeds)["y"])
+    return method
