@@ -17,6 +17,7 @@ from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
 from .loop_steps import loop_candidates, loop_notes, loop_step
+from .straight_paths import straighten
 from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _MoveStep, _PreparedStep, _ShapeStep
 
 _SHAPE_OF = {"onnx::Shape", "onnx::Size"}
@@ -372,6 +373,7 @@ class _ShapeSpecialization:
             steps[pc] = step
             held.update((o, outs[o]) for o, w in zip(step.out_slots, step.wanted) if w)
         held.update((o, seen[o]) for o in m._specialization_held if o in seen and o not in held)
+        straighten(m, steps, self.folded, held)
         _fuse_epilogues(m, steps)
         _fuse_depthwise_pointwise(m, steps)
         self.steps = steps
