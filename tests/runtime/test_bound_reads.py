@@ -1,0 +1,84 @@
+"""Bound calls that read their operands in place: a Gather of constant indices (one index, or a
+run of consecutive ones) copies from a view of what it takes, ReduceSum and ReduceMean of constant
+axes reduce straight into the output's place; against onnxruntime, and offload.evaluate bit for
+bit, and the bound calls are those."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import offload
+from offload.runtime.kernels.reduction_prepared import _mean_into
+
+from .onnx_graphs import model_bytes
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _model() -> bytes:
+    nodes = [
+        helper.make_node("Gather", ["state", "zero"], ["h"], axis=0),  # an exported LSTM's state[0]
+        helper.make_node("Gather", ["state", "last"], ["c"], axis=0),  # -1: counted from the end
+        helper.make_node("Gather", ["x", "run"], ["cols"], axis=2),  # consecutive: a slice
+        helper.make_node("Gather", ["x", "swapped"], ["picked"], axis=1),  # np.take's
+        helper.make_node("ReduceMean", ["x", "minus_one"], ["mean"], keepdims=0),
+        helper.make_node("ReduceMean", ["x", "outer"], ["mean_kept"], keepdims=1),
+        helper.make_node("ReduceSum", ["x", "middle"], ["total"], keepdims=0),
+        helper.make_node("ReduceMean", ["one", "minus_one"], ["single"], keepdims=0),  # of one element
+    ]
+    inits = [
+        ("zero", np.array(0, np.int64)),
+        ("last", np.array(-1, np.int64)),
+        ("run", np.array([1, 2], np.int64)),
+        ("swapped", np.array([2, 0], np.int64)),
+        ("minus_one", np.array([-1], np.int64)),
+        ("outer", np.array([0, 2], np.int64)),
+        ("middle", np.array([1], np.int64)),
+    ]
+    return model_bytes(
+        nodes,
+        [("state", F32, [2, 1, 8]), ("x", F32, [3, 5, 4]), ("one", F32, [1, 1])],
+        [
+            ("h", F32, [1, 8]),
+            ("c", F32, [1, 8]),
+            ("cols", F32, [3, 5, 2]),
+            ("picked", F32, [3, 2, 4]),
+            ("mean", F32, [3, 5]),
+            ("mean_kept", F32, [1, 5, 1]),
+            ("total", F32, [3, 4]),
+            ("single", F32, [1]),
+        ],
+        inits,
+    )
+
+
+def test_gathers_and_reductions_bound_in_place_match_onnxruntime_and_evaluate():
+    data = _model()
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(9)
+    for _ in range(3):
+        feeds = {
+            "state": rng.standard_normal((2, 1, 8)).astype(np.float32),
+            "x": (rng.standard_normal((3, 5, 4)) * 10).astype(np.float32),
+            "one": rng.standard_normal((1, 1)).astype(np.float32),
+        }
+        got = method.run(feeds)
+        want = dict(zip(method.output_names, session.run(None, feeds)))
+        by_evaluate = offload.evaluate(program, feeds)
+        for name in method.output_names:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
+            np.testing.assert_array_equal(got[name], by_evaluate[name])
+        for name in ("h", "c", "cols", "picked"):
+            np.testing.assert_array_equal(got[name], want[name])
+    bound = [c for run in method._pool[0][2] for c in run]
+    funcs = [getattr(c, "func", c) for c in bound]
+    assert funcs.count(np.copyto) == 3  # state[0], state[-1] and the run of columns
+    assert funcs.count(np.take) == 1  # indices out of order
+    assert funcs.count(_mean_into) == 3 and funcs.count(np.add.reduce) == 1
+    assert all(isinstance(c, functools.partial) for c in bound)
