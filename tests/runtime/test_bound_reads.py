@@ -82,3 +82,55 @@ def test_gathers_and_reductions_bound_in_place_match_onnxruntime_and_evaluate():
     assert funcs.count(np.take) == 1  # indices out of order
     assert funcs.count(_mean_into) == 3 and funcs.count(np.add.reduce) == 1
     assert all(isinstance(c, functools.partial) for c in bound)
+
+
+def test_an_lstm_without_sequence_lengths_is_bound_with_the_steps_around_it():
+    """An exported voice-activity net's decoder: the state's two halves gathered and unsqueezed
+    into the LSTM's initial states, its final states squeezed back. The LSTM's prepared call joins
+    the bound run, so the Squeezes that read its results do too; onnxruntime's results, and
+    evaluate's bit for bit, at every step of a stream whose state goes around."""
+    H = 16
+    rng = np.random.default_rng(10)
+    nodes = [
+        helper.make_node("Gather", ["state", "zero"], ["h"], axis=0),
+        helper.make_node("Gather", ["state", "one"], ["c"], axis=0),
+        helper.make_node("Unsqueeze", ["h", "axis0"], ["h0"]),
+        helper.make_node("Unsqueeze", ["c", "axis0"], ["c0"]),
+        helper.make_node("Unsqueeze", ["x", "axis0"], ["xs"]),
+        helper.make_node("LSTM", ["xs", "W", "R", "B", "", "h0", "c0"], ["Y", "Yh", "Yc"], hidden_size=H),
+        helper.make_node("Squeeze", ["Yh", "axis0"], ["h1"]),
+        helper.make_node("Squeeze", ["Yc", "axis0"], ["c1"]),
+        helper.make_node("Unsqueeze", ["h1", "axis0"], ["h2"]),
+        helper.make_node("Unsqueeze", ["c1", "axis0"], ["c2"]),
+        helper.make_node("Concat", ["h2", "c2"], ["new_state"], axis=0),
+        helper.make_node("Relu", ["h1"], ["y"]),
+    ]
+    inits = [
+        ("zero", np.array(0, np.int64)),
+        ("one", np.array(1, np.int64)),
+        ("axis0", np.array([0], np.int64)),
+        ("W", (rng.standard_normal((1, 4 * H, 8)) * 0.3).astype(np.float32)),
+        ("R", (rng.standard_normal((1, 4 * H, H)) * 0.3).astype(np.float32)),
+        ("B", (rng.standard_normal((1, 8 * H)) * 0.3).astype(np.float32)),
+    ]
+    data = model_bytes(
+        nodes,
+        [("x", F32, [1, 8]), ("state", F32, [2, 1, H])],
+        [("y", F32, [1, H]), ("new_state", F32, [2, 1, H])],
+        inits,
+    )
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    state = np.zeros((2, 1, H), np.float32)
+    for _ in range(4):
+        feeds = {"x": rng.standard_normal((1, 8)).astype(np.float32), "state": state}
+        got = method.run(feeds)
+        want = dict(zip(["y", "new_state"], session.run(None, feeds)))
+        by_evaluate = offload.evaluate(program, feeds)
+        for name in ("y", "new_state"):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(got[name], by_evaluate[name])
+        state = got["new_state"]
+    runs = [[s.kernel.op_name for s in run] for run in method._bound_runs]
+    assert any("onnx::LSTM" in ops and ops.count("onnx::Squeeze") == 2 for ops in runs), runs
