@@ -8,8 +8,8 @@ from offload.ir import TensorType
 
 from .folded_values import _Folded
 from .pte_values import value_type
-from .straight_paths import _Goto, _Skipped
 from .steps import MethodState, _BoundRun, _FusedAway, _JumpStep, _PreparedOutputsStep, _PreparedStep
+from .straight_paths import _Goto, _Skipped
 
 # Method inputs of a static tensor type up to this size get a place of their own in each arena
 # set (``_place_inputs``): a run copies such an input into it, and the prepared steps that read it

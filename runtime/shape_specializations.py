@@ -17,8 +17,8 @@ from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
 from .loop_steps import loop_candidates, loop_notes, loop_step
-from .straight_paths import straighten
 from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _MoveStep, _PreparedStep, _ShapeStep
+from .straight_paths import straighten
 
 _SHAPE_OF = {"onnx::Shape", "onnx::Size"}
 

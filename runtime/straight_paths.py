@@ -72,7 +72,9 @@ class _MoveCopy:
 
     def __call__(self, out: np.ndarray, x) -> None:
         if type(x) is not np.ndarray or x.dtype != out.dtype or x.shape != out.shape:
-            raise TypeError(f"move: {getattr(x, 'dtype', type(x).__name__)} into {out.dtype}{list(out.shape)}")
+            raise TypeError(
+                f"move: {getattr(x, 'dtype', type(x).__name__)} into {out.dtype}{list(out.shape)}"
+            )
         np.copyto(out, x)
 
     def bind(self, out: np.ndarray, x: np.ndarray):

@@ -206,22 +206,32 @@ COLUMNS = [
 ]
 
 
-@pytest.mark.parametrize("case", COLUMNS, ids=lambda c: f"{c[0]}-{c[1]}-g{c[2]}-s{c[3]}")
-def test_im2col_gives_the_numpy_columns(case, monkeypatch):
-    """The columns path's column matrix by loops.im2col holds numpy's copies' values: the same
-    product, bit for bit; and the conv is float64 sums' within float32's rounding. (These column
-    matrices are small enough for the numpy copy: the compiled loop is made to take them.)"""
-    monkeypatch.setattr(conv_recipe, "_NUMPY_COLUMNS", 0)
+def _columns_case(case, seed: int) -> tuple:
+    """A columns-path case's input, weights, bias and recipe."""
     x_shape, w_shape, group, strides, pads, dilations = case
-    rng = np.random.default_rng(12)
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     b = rng.standard_normal(w_shape[0]).astype(np.float32)
     g = windows._geometry("Conv", x_shape, w_shape[2:], "NOTSET", dilations, pads, strides)
     plan = conv_recipe._ConvRecipe(x_shape, w_shape, np.float32, g, group)
     assert plan.path == "columns"
+    return x, w, b, plan
+
+
+def _takes_im2col(plan, x, w, b) -> bool:
     calls = plan.calls(np.empty(plan.out_shape, np.float32), x, w, b, buffers._Buffers())
-    assert any(getattr(c, "func", None) is _util.compiled_loops().im2col for c in calls)
+    return any(getattr(c, "func", None) is _util.compiled_loops().im2col for c in calls)
+
+
+@pytest.mark.parametrize("case", COLUMNS, ids=lambda c: f"{c[0]}-{c[1]}-g{c[2]}-s{c[3]}")
+def test_im2col_gives_the_numpy_columns(case, monkeypatch):
+    """The columns path's column matrix by loops.im2col holds numpy's copies' values: the same
+    product, bit for bit; and the conv is float64 sums' within float32's rounding. (These column
+    matrices are small enough for the numpy copy: the compiled loop is made to take them.)"""
+    monkeypatch.setattr(conv_recipe, "_NUMPY_COLUMNS", 0)
+    x, w, b, plan = _columns_case(case, 12)
+    assert _takes_im2col(plan, x, w, b)
     got = _run(plan, x, w, b)
     _util._LOOPS, loops = False, _util._LOOPS
     try:
@@ -250,17 +260,11 @@ def test_a_small_column_matrix_is_a_numpy_copy_with_im2col_bits(case, monkeypatc
     """A column matrix of at most _NUMPY_COLUMNS elements is copied from the padded image's window
     view (no compiled call to dispatch): the same columns as loops.im2col's, so the same product
     bit for bit, and within float32's rounding of onnxruntime's conv."""
-    x_shape, w_shape, group, strides, pads, dilations = case
-    rng = np.random.default_rng(13)
-    x = rng.standard_normal(x_shape).astype(np.float32)
-    w = rng.standard_normal(w_shape).astype(np.float32)
-    b = rng.standard_normal(w_shape[0]).astype(np.float32)
-    g = windows._geometry("Conv", x_shape, w_shape[2:], "NOTSET", dilations, pads, strides)
+    x_shape, w_shape, group, strides, pads, _ = case
+    x, w, b, plan = _columns_case(case, 13)
+    g = plan.g
     for bias in (b, None):
-        plan = conv_recipe._ConvRecipe(x_shape, w_shape, np.float32, g, group)
-        assert plan.path == "columns"
-        calls = plan.calls(np.empty(plan.out_shape, np.float32), x, w, bias, buffers._Buffers())
-        assert not any(getattr(c, "func", None) is _util.compiled_loops().im2col for c in calls)
+        assert not _takes_im2col(plan, x, w, bias)
         got = _run(plan, x, w, bias)
         with monkeypatch.context() as m:
             m.setattr(conv_recipe, "_NUMPY_COLUMNS", 0)

@@ -20,8 +20,19 @@ from .onnx_graphs import model_bytes
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def _branch(name: str, nodes: list, out: str):
-    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, F32, None)])
+def _if(cond: str, out: str, then_node, else_node):
+    """If(cond) with one node a branch, each branch's result its node's first output."""
+
+    def branch(name, node):
+        return helper.make_graph([node], name, [], [helper.make_tensor_value_info(node.output[0], F32, None)])
+
+    return helper.make_node(
+        "If",
+        [cond],
+        [out],
+        then_branch=branch(f"{out}_then", then_node),
+        else_branch=branch(f"{out}_else", else_node),
+    )
 
 
 def _vad_like() -> bytes:
@@ -31,22 +42,20 @@ def _vad_like() -> bytes:
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
         helper.make_node("Equal", ["sr", "rate"], ["is16k"]),
-        helper.make_node(
-            "If",
-            ["is16k"],
-            ["scaled"],
-            then_branch=_branch("k16", [helper.make_node("Mul", ["r", "two"], ["a"])], "a"),
-            else_branch=_branch("k8", [helper.make_node("Mul", ["r", "three"], ["b"])], "b"),
+        _if(
+            "is16k",
+            "scaled",
+            helper.make_node("Mul", ["r", "two"], ["a"]),
+            helper.make_node("Mul", ["r", "three"], ["b"]),
         ),
         helper.make_node("Shape", ["scaled"], ["s"]),
         helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
         helper.make_node("Equal", ["n", "one"], ["single"]),
-        helper.make_node(
-            "If",
-            ["single"],
-            ["joined"],
-            then_branch=_branch("sq", [helper.make_node("Squeeze", ["scaled", "zero"], ["c"])], "c"),
-            else_branch=_branch("id", [helper.make_node("Identity", ["scaled"], ["d"])], "d"),
+        _if(
+            "single",
+            "joined",
+            helper.make_node("Squeeze", ["scaled", "zero"], ["c"]),
+            helper.make_node("Identity", ["scaled"], ["d"]),
         ),
         helper.make_node("Abs", ["joined"], ["g"]),
         helper.make_node("ReduceMean", ["g", "last"], ["y"], keepdims=0),
@@ -110,12 +119,11 @@ def test_a_jump_on_data_is_left_as_it_is():
         helper.make_node("Relu", ["x"], ["r"]),
         helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
         helper.make_node("Greater", ["total", "zero"], ["positive"]),
-        helper.make_node(
-            "If",
-            ["positive"],
-            ["y"],
-            then_branch=_branch("p", [helper.make_node("Mul", ["r", "two"], ["a"])], "a"),
-            else_branch=_branch("q", [helper.make_node("Identity", ["r"], ["b"])], "b"),
+        _if(
+            "positive",
+            "y",
+            helper.make_node("Mul", ["r", "two"], ["a"]),
+            helper.make_node("Identity", ["r"], ["b"]),
         ),
     ]
     inits = [("zero", np.array(0.0, np.float32)), ("two", np.array(2.0, np.float32))]
