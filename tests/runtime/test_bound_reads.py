@@ -134,3 +134,46 @@ def test_an_lstm_without_sequence_lengths_is_bound_with_the_steps_around_it():
         state = got["new_state"]
     runs = [[s.kernel.op_name for s in run] for run in method._bound_runs]
     assert any("onnx::LSTM" in ops and ops.count("onnx::Squeeze") == 2 for ops in runs), runs
+
+
+def test_an_lstm_whose_final_states_are_results_of_a_static_type_is_prepared_per_shape():
+    """Another export of the same net: X follows from an input of a symbolic batch (known per
+    shape specialization), while the final states are method results of a static type (places
+    in the file's arena). The specialization prepares the LSTM and binds it with the steps
+    around it; onnxruntime's results, and evaluate's bit for bit, over a stream."""
+    H = 16
+    rng = np.random.default_rng(11)
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "axis0"], ["xs"]),
+        helper.make_node("LSTM", ["xs", "W", "R", "B", "", "h", "c"], ["Y", "hn", "cn"], hidden_size=H),
+        helper.make_node("Squeeze", ["hn", "axis0"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["y"]),
+    ]
+    inits = [
+        ("axis0", np.array([0], np.int64)),
+        ("W", (rng.standard_normal((1, 4 * H, 8)) * 0.3).astype(np.float32)),
+        ("R", (rng.standard_normal((1, 4 * H, H)) * 0.3).astype(np.float32)),
+        ("B", (rng.standard_normal((1, 8 * H)) * 0.3).astype(np.float32)),
+    ]
+    data = model_bytes(
+        nodes,
+        [("x", F32, ["batch", 8]), ("h", F32, [1, 1, H]), ("c", F32, [1, 1, H])],
+        [("y", F32, None), ("hn", F32, [1, 1, H]), ("cn", F32, [1, 1, H])],
+        inits,
+    )
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    h = c = np.zeros((1, 1, H), np.float32)
+    for _ in range(4):
+        feeds = {"x": rng.standard_normal((1, 8)).astype(np.float32), "h": h, "c": c}
+        got = method.run(feeds)
+        want = dict(zip(["y", "hn", "cn"], session.run(None, feeds)))
+        by_evaluate = offload.evaluate(program, feeds)
+        for name in ("y", "hn", "cn"):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(got[name], by_evaluate[name])
+        h, c = got["hn"], got["cn"]
+    plan = method._specializations.entries.get(((1, 8), (1, 1, H), (1, 1, H)))
+    runs = [[s.kernel.op_name for s in run] for run in plan.bound_runs]
+    assert any("onnx::LSTM" in ops and "onnx::Relu" in ops for ops in runs), runs
