@@ -84,6 +84,14 @@ def test_gathers_and_reductions_bound_in_place_match_onnxruntime_and_evaluate():
     assert all(isinstance(c, functools.partial) for c in bound)
 
 
+def _lstm_weights(rng, hidden: int) -> list:
+    """W, R and B of a forward LSTM of 8 inputs and ``hidden`` units, small enough not to saturate."""
+    return [
+        (name, (rng.standard_normal(shape) * 0.3).astype(np.float32))
+        for name, shape in (("W", (1, 4 * hidden, 8)), ("R", (1, 4 * hidden, hidden)), ("B", (1, 8 * hidden)))
+    ]
+
+
 def test_an_lstm_without_sequence_lengths_is_bound_with_the_steps_around_it():
     """An exported voice-activity net's decoder: the state's two halves gathered and unsqueezed
     into the LSTM's initial states, its final states squeezed back. The LSTM's prepared call joins
@@ -109,9 +117,7 @@ def test_an_lstm_without_sequence_lengths_is_bound_with_the_steps_around_it():
         ("zero", np.array(0, np.int64)),
         ("one", np.array(1, np.int64)),
         ("axis0", np.array([0], np.int64)),
-        ("W", (rng.standard_normal((1, 4 * H, 8)) * 0.3).astype(np.float32)),
-        ("R", (rng.standard_normal((1, 4 * H, H)) * 0.3).astype(np.float32)),
-        ("B", (rng.standard_normal((1, 8 * H)) * 0.3).astype(np.float32)),
+        *_lstm_weights(rng, H),
     ]
     data = model_bytes(
         nodes,
@@ -151,9 +157,7 @@ def test_an_lstm_whose_final_states_are_results_of_a_static_type_is_prepared_per
     ]
     inits = [
         ("axis0", np.array([0], np.int64)),
-        ("W", (rng.standard_normal((1, 4 * H, 8)) * 0.3).astype(np.float32)),
-        ("R", (rng.standard_normal((1, 4 * H, H)) * 0.3).astype(np.float32)),
-        ("B", (rng.standard_normal((1, 8 * H)) * 0.3).astype(np.float32)),
+        *_lstm_weights(rng, H),
     ]
     data = model_bytes(
         nodes,
