@@ -9,6 +9,7 @@ from offload.ir import TensorType
 from .folded_values import _Folded
 from .pte_values import value_type
 from .steps import MethodState, _BoundRun, _FusedAway, _JumpStep, _PreparedOutputsStep, _PreparedStep
+from .straight_paths import _Goto, _Skipped
 
 # Method inputs of a static tensor type up to this size get a place of their own in each arena
 # set (``_place_inputs``): a run copies such an input into it, and the prepared steps that read it
@@ -89,7 +90,8 @@ def _bind_runs(
     fast_steps, bound_runs = list(steps), []
     run: list[int] = []
     for pc, step in enumerate([*steps, None]):
-        if isinstance(step, (_FusedAway, _Folded)):  # nothing to run: a run goes on past it
+        # nothing to run (a _Goto: never reached from a run that goes on past it, straight_paths)
+        if isinstance(step, (_FusedAway, _Folded, _Skipped, _Goto)):
             continue
         outs = _results_in_views(step, writers, inputs)
         ok = outs is not None and all(i in certain or _omitted(step, i) for i in step.in_slots)

@@ -18,6 +18,7 @@ from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
 from .loop_steps import loop_candidates, loop_notes, loop_step
 from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _MoveStep, _PreparedStep, _ShapeStep
+from .straight_paths import straighten
 
 _SHAPE_OF = {"onnx::Shape", "onnx::Size"}
 
@@ -249,8 +250,8 @@ def _prepare_outputs_steps(m: MethodState) -> None:
         if (
             pc < limit
             and outs_free
-            and all(
-                m._planned[o] is None and o in m._shaped and writers.get(o) == 1 and o not in inputs
+            and all(  # an output with a place in the file's arena too (a method result of a static type)
+                (m._planned[o] is not None or o in m._shaped) and writers.get(o) == 1 and o not in inputs
                 for o in outs_free
             )
             and all(i == 0 or _plan_input(m, i) for i in step.in_slots)
@@ -363,15 +364,18 @@ class _ShapeSpecialization:
             if type(kernel) is not _KernelStep:  # folded
                 continue
             specs = [None if i == 0 else _known_spec(m, i, seen) for i in kernel.in_slots]
-            outs = {o: seen[o] for o in kernel.out_slots if o in seen}
+            outs = {o: s for o in kernel.out_slots if o and (s := _known_spec(m, o, seen)) is not None}
             if any(s is None for i, s in zip(kernel.in_slots, specs) if i):
                 continue
             step = _prepared_outputs(m, kernel, specs, outs)
             if step is None:
                 continue
             steps[pc] = step
-            held.update((o, outs[o]) for o, w in zip(step.out_slots, step.wanted) if w)
+            held.update(
+                (o, outs[o]) for o, w in zip(step.out_slots, step.wanted) if w and m._planned[o] is None
+            )
         held.update((o, seen[o]) for o in m._specialization_held if o in seen and o not in held)
+        straighten(m, steps, self.folded, held)
         _fuse_epilogues(m, steps)
         _fuse_depthwise_pointwise(m, steps)
         self.steps = steps

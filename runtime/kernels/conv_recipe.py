@@ -37,6 +37,12 @@ _COPY_PIXELS = 256  # the last path copies its sums out by blocks of rows of abo
 # bytes, so that a chunk's padded input, accumulator and term stay in the core's L2 cache across
 # the kernel's taps: 96 x 112 x 112 stride 2 0.50x the time of one chunk, 144 x 56 x 56 0.84x.
 _CHUNK_BYTES = 512 << 10
+# A column matrix of at most this many elements is one numpy copy of the padded image's window
+# view, not ``loops.im2col``: the compiled loop's call takes 4-8 us to dispatch its eight
+# arguments, more than the copy (the same values either way). A voice-activity net's 1-D convs
+# (192-1161 elements, its STFT's 768 at stride 128): 3-7 us against 5-12 a call; columns of
+# 12288 and 40960 elements on a shared machine: 4.6 against 6.4 us, 7.3 against 8.7.
+_NUMPY_COLUMNS = 16384
 
 
 class _ConvRecipe:
@@ -222,14 +228,15 @@ class _ConvRecipe:
             weights = w.reshape(group, m // group, size)
             cols = buffers.get(("columns",), (c,) + g.kernel + g.out, self.dtype)
             operand = cols.reshape(group, size, pixels)
-        loops = _loops() if len(g.kernel) == 2 else None
+        small = cols.size <= _NUMPY_COLUMNS
+        loops = _loops() if len(g.kernel) == 2 and not small else None
         (sh, sw), (dh, dw) = g.strides, g.dilations
         for i in range(n):
             if loops is not None and x[i].flags.c_contiguous:  # the windows straight from the image, one pass
                 calls.append(
                     functools.partial(loops.im2col, x[i], cols, sh, sw, g.begin[0], g.begin[1], dh, dw)
                 )
-            elif g.strides == (1, 1):
+            elif g.strides == (1, 1) or small:
                 if any(g.begin) or any(g.end):
                     image = self._padded(x[i], buffers, calls)
                 else:

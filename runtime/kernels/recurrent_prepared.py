@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 
 import numpy as np
@@ -61,9 +62,15 @@ class _PreparedCall:
         self.kept: tuple | None = None  # (W, R, B, derived weights)
         self.local = threading.local()
 
+    # An omitted input (sequence_lens, P: slot 0 of the step) is None here, as the kernel gets it.
+    omitted_inputs = True
+
     def __call__(self, outs, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
         if X.shape != self.shape or X.dtype != self.dtype or P is not None:
             raise TypeError(f"{self.op}: X {X.dtype}{list(X.shape)}, P or its type not the prepared ones")
+        return self._run(outs, X, W, R, B, sequence_lens, initial_h, initial_c)
+
+    def _run(self, outs, X, W, R, B, sequence_lens, initial_h, initial_c):
         kept = self.kept
         if kept is not None and kept[0] is W and kept[1] is R and kept[2] is B:
             derived = kept[3]
@@ -151,6 +158,27 @@ class _PreparedCall:
         return ws
 
 
+class _BindableCall(_PreparedCall):
+    """A prepared call of an op without sequence_lens, which a _BoundRun may take: bound to its
+    arrays (inputs of the prepared types), it runs the steps straight from them with no check
+    that a run's values could fail (a call with sequence lengths checks each run's, and a bad one
+    is the kernel's error to raise, so it stays unbound)."""
+
+    def bind(self, outs, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
+        if X.shape != self.shape or X.dtype != self.dtype or P is not None or sequence_lens is not None:
+            raise TypeError(f"{self.op}: X {X.dtype}{list(X.shape)}, P or its type not the prepared ones")
+        if self.frame.seq:
+            return functools.partial(self._run, outs, X, W, R, B, None, initial_h, initial_c)
+        return functools.partial(self._into, outs, X, W, R, B, None, initial_h, initial_c)
+
+    def _into(self, outs, *args) -> None:
+        """The call of an empty sequence, its results copied into ``outs`` where they are not
+        there already (a bound call leaves them in the arena views it got)."""
+        for view, result in zip(outs, self._run(outs, *args)):
+            if view is not None and result is not view:
+                np.copyto(view, result)
+
+
 def _plain_attrs(op: str, attrs: dict, dirs: int) -> bool:
     """Whether a call with these attributes takes the plain steps (as the kernels decide)."""
     names = attrs.get("activations")
@@ -198,7 +226,9 @@ def _prepare(op: str, attrs: dict, inputs: list, outputs: list) -> _PreparedCall
             shape = tuple(shape[p] for p in _TO_LAYOUT_1[len(shape)][0])
         if np.dtype(spec[0]) != dtype or tuple(spec[1]) != shape:
             return None
-    return _PreparedCall(op, int(bool(attrs.get("linear_before_reset"))) if op == "GRU" else 0, fr)
+    lens = inputs[4] if len(inputs) > 4 else None  # None: omitted
+    call = _PreparedCall if lens is not None else _BindableCall
+    return call(op, int(bool(attrs.get("linear_before_reset"))) if op == "GRU" else 0, fr)
 
 
 @prepared_outputs("RNN")

@@ -206,18 +206,32 @@ COLUMNS = [
 ]
 
 
-@pytest.mark.parametrize("case", COLUMNS, ids=lambda c: f"{c[0]}-{c[1]}-g{c[2]}-s{c[3]}")
-def test_im2col_gives_the_numpy_columns(case):
-    """The columns path's column matrix by loops.im2col holds numpy's copies' values: the same
-    product, bit for bit; and the conv is float64 sums' within float32's rounding."""
+def _columns_case(case, seed: int) -> tuple:
+    """A columns-path case's input, weights, bias and recipe."""
     x_shape, w_shape, group, strides, pads, dilations = case
-    rng = np.random.default_rng(12)
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     b = rng.standard_normal(w_shape[0]).astype(np.float32)
     g = windows._geometry("Conv", x_shape, w_shape[2:], "NOTSET", dilations, pads, strides)
     plan = conv_recipe._ConvRecipe(x_shape, w_shape, np.float32, g, group)
     assert plan.path == "columns"
+    return x, w, b, plan
+
+
+def _takes_im2col(plan, x, w, b) -> bool:
+    calls = plan.calls(np.empty(plan.out_shape, np.float32), x, w, b, buffers._Buffers())
+    return any(getattr(c, "func", None) is _util.compiled_loops().im2col for c in calls)
+
+
+@pytest.mark.parametrize("case", COLUMNS, ids=lambda c: f"{c[0]}-{c[1]}-g{c[2]}-s{c[3]}")
+def test_im2col_gives_the_numpy_columns(case, monkeypatch):
+    """The columns path's column matrix by loops.im2col holds numpy's copies' values: the same
+    product, bit for bit; and the conv is float64 sums' within float32's rounding. (These column
+    matrices are small enough for the numpy copy: the compiled loop is made to take them.)"""
+    monkeypatch.setattr(conv_recipe, "_NUMPY_COLUMNS", 0)
+    x, w, b, plan = _columns_case(case, 12)
+    assert _takes_im2col(plan, x, w, b)
     got = _run(plan, x, w, b)
     _util._LOOPS, loops = False, _util._LOOPS
     try:
@@ -227,6 +241,50 @@ def test_im2col_gives_the_numpy_columns(case):
     np.testing.assert_array_equal(got, want)
     ref = ort.InferenceSession(_conv_model(case), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+# (input shape, weights shape, group, strides, pads, dilations): 1-D convs of a voice-activity
+# net as the recipe sees them (height 1), column matrices of 192-1161 elements: its STFT (kernel
+# 256 at stride 128), its encoder's kernel 3 at strides 1 and 2.
+SMALL_COLUMNS = [
+    ((1, 1, 1, 576), (258, 1, 1, 256), 1, (1, 128), (0, 0, 0, 0), (1, 1)),
+    ((1, 129, 1, 3), (128, 129, 1, 3), 1, (1, 1), (0, 1, 0, 1), (1, 1)),
+    ((1, 128, 1, 3), (64, 128, 1, 3), 1, (1, 2), (0, 1, 0, 1), (1, 1)),
+    ((2, 64, 1, 2), (64, 64, 1, 3), 1, (1, 2), (0, 1, 0, 1), (1, 1)),
+    ((1, 6, 5, 7), (4, 3, 3, 2), 2, (2, 3), (1, 0, 2, 1), (1, 2)),  # 2-D, groups, dilated
+]
+
+
+@pytest.mark.parametrize("case", SMALL_COLUMNS, ids=lambda c: f"{c[0]}-{c[1]}-s{c[3]}")
+def test_a_small_column_matrix_is_a_numpy_copy_with_im2col_bits(case, monkeypatch):
+    """A column matrix of at most _NUMPY_COLUMNS elements is copied from the padded image's window
+    view (no compiled call to dispatch): the same columns as loops.im2col's, so the same product
+    bit for bit, and within float32's rounding of onnxruntime's conv."""
+    x_shape, w_shape, group, strides, pads, _ = case
+    x, w, b, plan = _columns_case(case, 13)
+    g = plan.g
+    for bias in (b, None):
+        assert not _takes_im2col(plan, x, w, bias)
+        got = _run(plan, x, w, bias)
+        with monkeypatch.context() as m:
+            m.setattr(conv_recipe, "_NUMPY_COLUMNS", 0)
+            want = _run(conv_recipe._ConvRecipe(x_shape, w_shape, np.float32, g, group), x, w, bias)
+        np.testing.assert_array_equal(got, want)
+    if x_shape[2] == 1:  # the 1-D conv itself, through a prepared step, against onnxruntime
+        x1 = x[:, :, 0]
+        node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=strides[1:], pads=pads[1::2])
+        model = model_bytes(
+            [node],
+            [("x", TensorProto.FLOAT, list(x1.shape))],
+            [("y", TensorProto.FLOAT, [x_shape[0], w_shape[0], g.out[1]])],
+            [("w", w[:, :, 0]), ("b", b)],
+        )
+        method = offload.runtime.load(offload.save(offload.load(model))).method("forward")
+        step = method._steps[0]
+        assert isinstance(step, _PreparedStep) and step.call.inner.recipe.path == "columns"
+        got = method.run({"x": x1})["y"]
+        ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x1})[0]
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
 def _conv_model(case) -> bytes:

@@ -57,10 +57,11 @@ def _method(data: bytes):
 
 
 def _prepared_ops(steps) -> list[str]:
-    """The op types the prepared steps run, both of a fused Conv and its activation."""
+    """The op types the prepared steps run, both of a fused Conv and its activation (not the
+    moves of an If's results that a straight path prepares, runtime/straight_paths.py)."""
     out = []
     for s in steps:
-        if isinstance(s, _PreparedStep):
+        if isinstance(s, _PreparedStep) and s.kernel.op_name != "move":
             kernels = [s.kernel.first, s.kernel.second] if isinstance(s.kernel, _KernelPair) else [s.kernel]
             out.extend(k.op_name.split("::")[1] for k in kernels)
     return sorted(out)
