@@ -54,6 +54,12 @@ def same_type(a: Value, b: Value) -> bool:
     )
 
 
+def same_dtype(a: Value, b: Value) -> bool:
+    """Both typed tensors of one dtype, whatever their shapes."""
+    ta, tb = a.type, b.type
+    return isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.dtype == tb.dtype
+
+
 def static_shape(v: Value | None) -> tuple[int, ...] | None:
     t = None if v is None else v.type
     return tuple(t.shape) if isinstance(t, TensorType) and t.is_static else None

@@ -55,6 +55,7 @@ DEFAULT: tuple[str, ...] = (
     "optimize_activation::fuse_gelu_exact",
     "optimize_activation::fuse_gelu_tanh_approximation",
     "optimize_activation::fuse_leaky_relu",
+    "optimize_activation::fuse_hard_swish",
     "optimize_activation::fuse_prelu",
     "optimize_normalization::fuse_layernorm_or_instancenorm",
     # after the norm and conv fusions, which read the same Mul / Add as their gamma / beta or scale

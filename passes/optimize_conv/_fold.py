@@ -6,7 +6,7 @@ import numpy as np
 
 from offload.ir import Operation, Value
 
-from ..pattern import const, is_float, rank, same_type
+from ..pattern import const, is_float, rank, same_dtype
 
 
 def conv_with_weights(op: Operation) -> bool:
@@ -21,12 +21,16 @@ def conv_with_weights(op: Operation) -> bool:
 def per_channel(c: Value, conv_out: Value, result: Value) -> np.ndarray | None:
     """The constant ``c`` as a vector over the conv's output channels (axis 1), when ``c`` only
     varies along that axis (a scalar, (C,1,1), (1,C,1,1) …) and the elementwise op's
-    ``result`` has the conv output's type (no broadcast change)."""
+    ``result`` has the conv output's dtype and rank. Such a ``c`` broadcasts to the conv
+    output's shape whatever its other dims are (unknown ones included), so the result has
+    that shape; the number of channels must be known."""
     a = const(c)
     r = rank(conv_out)
-    if a is None or r is None or not same_type(conv_out, result) or a.ndim > r:
+    if a is None or r is None or not same_dtype(conv_out, result) or a.ndim > r or rank(result) != r:
         return None
     channels = conv_out.type.shape[1]
+    if not isinstance(channels, int):
+        return None
     shape = (1,) * (r - a.ndim) + a.shape
     if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
         return None

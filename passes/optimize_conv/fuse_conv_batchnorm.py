@@ -2,7 +2,8 @@
 
 Rule: ``BatchNormalization(Conv(x, W, B), scale, bias, mean, var)`` in inference mode
 (training_mode=0, only Y read), all four statistics constant, the Conv output read by nothing
-else, becomes ``Conv(x, W', B')`` with, per output channel k,
+else, becomes ``Conv(x, W', B')`` (the conv's output may have unknown dims: BatchNormalization
+keeps its input's shape whatever it is) with, per output channel k,
 ``a_k = scale_k / sqrt(var_k + epsilon)``, ``W'_k = W_k · a_k``, ``B'_k = (B_k - mean_k) · a_k + bias_k``.
 The arithmetic is done in float64 and rounded once to the weight dtype.
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from offload.ir import Program
 
-from ..pattern import Rewriter, const, same_type
+from ..pattern import Rewriter, const, same_dtype
 from ..registry import graph_pass
 from ._fold import bias_of, conv_with_weights
 
@@ -41,7 +42,7 @@ def fuse_conv_batchnorm(program: Program) -> bool:
         if bn.attributes.get("training_mode", 0) or any(o.uses for o in bn.outputs[1:]):
             continue
         stats = [const(v) for v in bn.inputs[1:5]]
-        if any(s is None for s in stats) or not same_type(out, bn.outputs[0]):
+        if any(s is None for s in stats) or not same_dtype(out, bn.outputs[0]):
             continue
         scale, shift, mean, var = (s.astype(np.float64).reshape(-1) for s in stats)
         eps = float(bn.attributes.get("epsilon", 1e-5))
