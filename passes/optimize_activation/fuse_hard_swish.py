@@ -1,6 +1,10 @@
 """optimize_activation::fuse_hard_swish — ``x · clip(x + 3, 0, 6) / 6`` is ``HardSwish(x)``.
 
-Rule: ``Clip(Add(x, 3), 0, 6)`` (Add in either order, Clip's bounds constants 0 and 6), then
+Rule 1: ``Mul(HardSigmoid(x, alpha=1/6, beta=0.5), x)`` (either order; alpha 1/6 as a float32,
+the HardSigmoid read by the Mul alone) becomes ``HardSwish(x)``: the kernels compute the same
+float32 operations in the same order, so the result is bit for bit the same.
+
+Rule 2: ``Clip(Add(x, 3), 0, 6)`` (Add in either order, Clip's bounds constants 0 and 6), then
 two ops in either order — a Mul by x (either operand order) and a Mul by 1/6 or a Div by 6 —
 becomes ``HardSwish(x)`` (ONNX opset 14: ``x · max(0, min(1, x/6 + 1/2))``). Every value in
 the chain is read by the next op alone, every constant holds one number and no more dims
@@ -20,11 +24,18 @@ After::
 
     %y: (1,8,5,5,fp32) = HardSwish(X=%x)
 
+Rule 1 before (PaddlePaddle's newer exports)::
+
+    %h: (1,8,5,5,fp32) = HardSigmoid(X=%x, alpha=0.16666667, beta=0.5)
+    %y: (1,8,5,5,fp32) = Mul(A=%h, B=%x)
+
 Not fused: bounds other than (0, 6) (a ReLU6 gate of another shape), a shift other than 3, a
 value of the chain read by another op, a constant with more dims than x.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from offload.ir import Operation, Program, Value
 
@@ -71,10 +82,34 @@ def _tail(rw: Rewriter, clip: Operation, x: Value, r: int) -> list[Operation] | 
     return ops
 
 
+def _gate_times_x(rw: Rewriter, gate: Operation) -> Operation | None:
+    """The Mul of ``gate`` (a HardSigmoid of slope 1/6 and offset 1/2) by its own input."""
+    x, a = gate.inputs[0], gate.attributes
+    if np.float32(a.get("alpha", 0.2)) != np.float32(1 / 6) or np.float32(a.get("beta", 0.5)) != np.float32(
+        0.5
+    ):
+        return None
+    mul = rw.only_user(gate.outputs[0])
+    if mul is None or mul.op_type != "Mul" or mul.domain or len(mul.inputs) != 2:
+        return None
+    # the two operands both have x's shape: so has the product
+    return mul if other_input(mul, gate.outputs[0]) is x and same_dtype(x, mul.outputs[0]) else None
+
+
 @graph_pass("optimize_activation::fuse_hard_swish")
 def fuse_hard_swish(program: Program) -> bool:
     rw = Rewriter(program)
     changed = False
+    for block, gate in rw.ops():
+        if gate.op_type != "HardSigmoid" or gate.domain or not rw.alive(gate) or not is_float(gate.inputs[0]):
+            continue
+        mul = _gate_times_x(rw, gate)
+        if mul is None:
+            continue
+        swish = rw.build(block, "HardSwish", [gate.inputs[0]], {}, before=mul, stem="hard_swish")
+        if rw.replace_op(mul, swish):
+            rw.drop(gate, mul)
+            changed = True
     for block, clip in rw.ops():
         if clip.op_type != "Clip" or clip.domain or len(clip.inputs) != 3 or not rw.alive(clip):
             continue

@@ -3,7 +3,10 @@
 import numpy as np
 import pytest
 
-from .helpers import F32, check, model, node, op_types, optimized, rand
+import offload
+from offload.runtime.steps import _KernelPair, _PreparedStep
+
+from .helpers import F32, check, model, node, onnxruntime_run, op_types, optimized, rand
 
 PASS = ["optimize_activation::fuse_hard_swish"]
 FEEDS = {"x": (rand(2, 4, 5, 6, seed=3) * 4).astype(np.float32)}  # both bends of the gate
@@ -62,10 +65,6 @@ def test_hard_swish_does_not_fuse(kw):
 def test_hard_swish_after_a_conv_runs_in_its_epilogue():
     """In the default pipeline the fused HardSwish after a Conv is paired with the conv by the
     CPU executor (the conv's prepared call applies it), and the module matches onnxruntime."""
-    import offload
-    from offload.runtime.steps import _KernelPair, _PreparedStep
-
-    from .helpers import onnxruntime_run
 
     inits = {"w": rand(4, 4, 3, 3, seed=1), "three": np.array(3.0, np.float32)}
     inits.update(
@@ -92,3 +91,31 @@ def test_hard_swish_after_a_conv_runs_in_its_epilogue():
         s.kernel for s in plan.steps if isinstance(s, _PreparedStep) and isinstance(s.kernel, _KernelPair)
     ]
     assert [(p.first.op_name, p.second.op_name) for p in pairs] == [("onnx::Conv", "onnx::HardSwish")]
+
+
+def _gate_times_x(alpha=1 / 6, beta=0.5, x_first=True, extra_reader=False):
+    nodes = [
+        node("HardSigmoid", ["x"], ["h"], alpha=alpha, beta=beta),
+        node("Mul", ["x", "h"] if x_first else ["h", "x"], ["y"]),
+    ]
+    outputs = {"y": (F32, None)}
+    if extra_reader:
+        nodes.append(node("Relu", ["h"], ["z"]))
+        outputs["z"] = (F32, None)
+    return model(nodes, {"x": (F32, ["n", 4, "h", "w"])}, outputs)
+
+
+@pytest.mark.parametrize("x_first", [True, False])
+def test_hard_sigmoid_times_x_is_hard_swish_bit_for_bit(x_first):
+    data = _gate_times_x(x_first=x_first)
+    original, out = optimized(data, PASS)
+    assert op_types(out) == {"HardSwish": 1}
+    check(data, PASS, FEEDS, rtol=1e-6, atol=1e-7)
+    want = offload.evaluate(original, FEEDS)["y"]
+    np.testing.assert_array_equal(offload.evaluate(out, FEEDS)["y"], want)
+
+
+@pytest.mark.parametrize("kw", [{"alpha": 0.2}, {"beta": 0.4}, {"extra_reader": True}])
+def test_hard_sigmoid_times_x_stays(kw):
+    original, out = optimized(_gate_times_x(**kw), PASS)
+    assert op_types(out) == op_types(original)
