@@ -48,6 +48,7 @@ DEFAULT: tuple[str, ...] = (
     "optimize_repeat_ops::merge_consecutive_paddings",
     "optimize_repeat_ops::cast_optimization",
     "optimize_conv::fuse_conv_batchnorm",
+    "optimize_conv::fuse_batchnorm_conv",
     "optimize_conv::fuse_conv_bias",
     "optimize_conv::fuse_conv_scale",
     "optimize_conv::fuse_pad_conv",
