@@ -34,7 +34,7 @@ from offload.ir import Operation, Program
 
 from ..pattern import Rewriter, const, same_dtype
 from ..registry import graph_pass
-from ._fold import bias_of, conv_with_weights
+from ._fold import batchnorm_stats, bias_of, conv_with_weights, refolded_conv
 
 
 def _unpadded(conv: Operation) -> bool:
@@ -67,13 +67,9 @@ def fuse_batchnorm_conv(program: Program) -> bool:
     rw = Rewriter(program)
     changed = False
     for block, bn in rw.ops():
-        if bn.op_type != "BatchNormalization" or bn.domain or not rw.alive(bn):
-            continue
-        if bn.attributes.get("training_mode", 0) or any(o.uses for o in bn.outputs[1:]):
-            continue
+        stats = batchnorm_stats(bn) if rw.alive(bn) else None
         y = bn.outputs[0]
-        stats = [const(v) for v in bn.inputs[1:5]]
-        if any(s is None for s in stats) or not y.uses or rw.returned(y):
+        if stats is None or not y.uses or rw.returned(y):
             continue
         convs = [op for op, _ in y.uses]
         if not all(
@@ -85,22 +81,12 @@ def fuse_batchnorm_conv(program: Program) -> bool:
             for c in convs
         ):
             continue
-        scale, shift, mean, var = (s.astype(np.float64).reshape(-1) for s in stats)
-        if not len(scale) == len(shift) == len(mean) == len(var):
-            continue
-        a = scale / np.sqrt(var + float(bn.attributes.get("epsilon", 1e-5)))
-        b = shift - mean * a
-        folded = [_folded(c, a, b) for c in convs]
+        a, shift, mean = stats
+        folded = [_folded(c, a, shift - mean * a) for c in convs]
         if any(f is None for f in folded):
             continue
         for conv, (new_w, new_b) in zip(convs, folded):
-            out = conv.outputs[0]
-            inputs = [
-                bn.inputs[0],
-                rw.constant(block, new_w, stem=f"{out.name}_w"),
-                rw.constant(block, new_b, stem=f"{out.name}_b"),
-            ]
-            fused = rw.build(block, "Conv", inputs, dict(conv.attributes), before=conv, stem=out.name)
+            fused = refolded_conv(rw, block, conv, bn.inputs[0], new_w, new_b, before=conv)
             if rw.replace_op(conv, fused):
                 rw.drop(conv)
                 changed = True
