@@ -54,6 +54,29 @@ def same_type(a: Value, b: Value) -> bool:
     )
 
 
+def same_dtype(a: Value, b: Value) -> bool:
+    """Both typed tensors of one dtype, whatever their shapes."""
+    ta, tb = a.type, b.type
+    return isinstance(ta, TensorType) and isinstance(tb, TensorType) and ta.dtype == tb.dtype
+
+
+def keeps_shape(x: Value, result: Value, ops) -> bool:
+    """A chain of elementwise ``ops`` from ``x`` to ``result`` leaves x's shape: ``same_type``
+    says so, or the two have one dtype and rank and every constant operand of the ops holds one
+    element in no more dims than x (broadcasting then grows nothing, unknown dims included)."""
+    if same_type(x, result):
+        return True
+    r = rank(x)
+    if r is None or not same_dtype(x, result) or rank(result) != r:
+        return False
+    for op in ops:
+        for v in op.inputs:
+            a = const(v)
+            if a is not None and (a.size != 1 or a.ndim > r):
+                return False
+    return True
+
+
 def static_shape(v: Value | None) -> tuple[int, ...] | None:
     t = None if v is None else v.type
     return tuple(t.shape) if isinstance(t, TensorType) and t.is_static else None

@@ -49,6 +49,7 @@ DEFAULT: tuple[str, ...] = (
     "optimize_repeat_ops::merge_consecutive_paddings",
     "optimize_repeat_ops::cast_optimization",
     "optimize_conv::fuse_conv_batchnorm",
+    "optimize_conv::fuse_batchnorm_conv",
     "optimize_conv::fuse_conv_bias",
     "optimize_conv::fuse_conv_scale",
     "optimize_conv::fuse_pad_conv",
@@ -56,6 +57,7 @@ DEFAULT: tuple[str, ...] = (
     "optimize_activation::fuse_gelu_exact",
     "optimize_activation::fuse_gelu_tanh_approximation",
     "optimize_activation::fuse_leaky_relu",
+    "optimize_activation::fuse_hard_swish",
     "optimize_activation::fuse_prelu",
     "optimize_normalization::fuse_layernorm_or_instancenorm",
     # after the norm and conv fusions, which read the same Mul / Add as their gamma / beta or scale

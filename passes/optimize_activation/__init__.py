@@ -1,1 +1,1 @@
-"""Passes that fuse decomposed activations (GELU, leaky ReLU, PReLU) into one ONNX op."""
+"""Passes that fuse decomposed activations (GELU, leaky ReLU, PReLU, hard-swish) into one ONNX op."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from offload.ir import Operation, Value
 
-from ..pattern import Rewriter, close, other_input, same_type, with_scalar
+from ..pattern import Rewriter, close, keeps_shape, other_input, with_scalar
 
 
 def _mul_by(rw: Rewriter, v: Value) -> Operation | None:
@@ -37,8 +37,6 @@ def gelu_tail(rw: Rewriter, one_plus: Operation, x: Value) -> list[Operation] | 
         and rw.only_user(other) is first
     ):
         tail = [other.producer, first]
-    if tail is None or not same_type(x, tail[-1].outputs[0]):
-        return None  # a broadcast against a constant would change the shape
     return tail
 
 
@@ -51,6 +49,8 @@ def _is_half(op: Operation | None) -> bool:
 def replace_by_gelu(rw: Rewriter, chain: list[Operation], x: Value, approximate: str) -> bool:
     """Put ``Gelu(x)`` in place of the chain's last op; the chain goes."""
     last = chain[-1]
+    if not keeps_shape(x, last.outputs[0], chain):
+        return False  # a broadcast against a constant would change the shape
     gelu = rw.build(last.block, "Gelu", [x], {"approximate": approximate}, before=last, stem="gelu")
     if not rw.replace_op(last, gelu):
         return False

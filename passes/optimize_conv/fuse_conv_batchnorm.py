@@ -2,7 +2,8 @@
 
 Rule: ``BatchNormalization(Conv(x, W, B), scale, bias, mean, var)`` in inference mode
 (training_mode=0, only Y read), all four statistics constant, the Conv output read by nothing
-else, becomes ``Conv(x, W', B')`` with, per output channel k,
+else, becomes ``Conv(x, W', B')`` (the conv's output may have unknown dims: BatchNormalization
+keeps its input's shape whatever it is) with, per output channel k,
 ``a_k = scale_k / sqrt(var_k + epsilon)``, ``W'_k = W_k · a_k``, ``B'_k = (B_k - mean_k) · a_k + bias_k``.
 The arithmetic is done in float64 and rounded once to the weight dtype.
 
@@ -22,9 +23,9 @@ import numpy as np
 
 from offload.ir import Program
 
-from ..pattern import Rewriter, const, same_type
+from ..pattern import Rewriter, const, same_dtype
 from ..registry import graph_pass
-from ._fold import bias_of, conv_with_weights
+from ._fold import batchnorm_stats, bias_of, conv_with_weights, refolded_conv
 
 
 @graph_pass("optimize_conv::fuse_conv_batchnorm")
@@ -36,29 +37,18 @@ def fuse_conv_batchnorm(program: Program) -> bool:
             continue
         out = conv.outputs[0]
         bn = rw.only_user(out)
-        if bn is None or bn.op_type != "BatchNormalization" or bn.domain or bn.inputs[0] is not out:
+        if bn is None or bn.inputs[0] is not out or not same_dtype(out, bn.outputs[0]):
             continue
-        if bn.attributes.get("training_mode", 0) or any(o.uses for o in bn.outputs[1:]):
-            continue
-        stats = [const(v) for v in bn.inputs[1:5]]
-        if any(s is None for s in stats) or not same_type(out, bn.outputs[0]):
-            continue
-        scale, shift, mean, var = (s.astype(np.float64).reshape(-1) for s in stats)
-        eps = float(bn.attributes.get("epsilon", 1e-5))
+        stats = batchnorm_stats(bn)
         w = const(conv.inputs[1])
         channels = w.shape[0]
-        if not all(len(s) == channels for s in (scale, shift, mean, var)):
+        if stats is None or len(stats[0]) != channels:
             continue
-        a = scale / np.sqrt(var + eps)
+        a, shift, mean = stats
         new_w = (w.astype(np.float64) * a.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
         b = bias_of(conv, channels, w.dtype).astype(np.float64)
         new_b = ((b - mean) * a + shift).astype(w.dtype)
-        inputs = [
-            conv.inputs[0],
-            rw.constant(block, new_w, stem=f"{out.name}_w"),
-            rw.constant(block, new_b, stem=f"{out.name}_b"),
-        ]
-        fused = rw.build(block, "Conv", inputs, dict(conv.attributes), before=bn, stem=out.name)
+        fused = refolded_conv(rw, block, conv, conv.inputs[0], new_w, new_b, before=bn)
         if rw.replace_op(bn, fused):
             rw.drop(conv, bn)
             changed = True

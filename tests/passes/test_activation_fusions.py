@@ -75,9 +75,17 @@ def test_gelu_exact_fuses_over_symbolic_dims():
     assert op_types(out) == {"Gelu": 1}
 
 
-@pytest.mark.parametrize("x_shape, shape", [(("n", 8), (3, 1, 8)), ((None, 8), (1, 1))])
-def test_gelu_exact_does_not_fire_over_a_broadcast_or_an_unknown_dim(x_shape, shape):
-    """A 0.5 of higher rank broadcasts the result past x's shape; an unknown dim equals nothing."""
+def test_gelu_exact_fuses_over_an_unknown_dim():
+    """x of shape (?, 8) and one-element constants of no more dims: nothing broadcasts past x's
+    shape whatever the unknown dim is (PaddleOCR's convs leave their output width unknown)."""
+    data = _gelu_exact(shape=(1, 1), x_shape=(None, 8))
+    out = check(data, GELU_EXACT, {"x": rand(5, 8, seed=4) * 3}, rtol=1e-5, atol=1e-6)
+    assert op_types(out) == {"Gelu": 1}
+
+
+@pytest.mark.parametrize("x_shape, shape", [(("n", 8), (3, 1, 8)), ((None, 8), (1, 1, 1))])
+def test_gelu_exact_does_not_fire_over_a_broadcast(x_shape, shape):
+    """A 0.5 of higher rank broadcasts the result past x's shape."""
     original, out = optimized(_gelu_exact(shape=shape, x_shape=x_shape), GELU_EXACT)
     assert op_types(out) == op_types(original)
 

@@ -9,13 +9,13 @@ I64 = np.int64
 X = {"x": rand(1, 3, 6, 6, seed=7)}
 
 
-def _conv_then(op, c, *, conv_bias=True, other_reader=False, const_first=False, w_input=False):
+def _conv_then(op, c, *, conv_bias=True, other_reader=False, const_first=False, w_input=False, dims=None):
     inits = {"w": rand(4, 3, 3, 3), "c": c}
     conv_in = ["x", "w"]
     if conv_bias:
         inits["b"] = rand(4, seed=1)
         conv_in.append("b")
-    inputs = {"x": (F32, [1, 3, 6, 6])}
+    inputs = {"x": (F32, dims or [1, 3, 6, 6])}
     if w_input:
         del inits["w"]
         inputs["w"] = (F32, [4, 3, 3, 3])
@@ -58,6 +58,37 @@ def test_scale_folds_into_the_conv(op, c, conv_bias, const_first):
     assert op_types(out) == {"Conv": 1}
 
 
+SYMBOLIC = ["n", 3, "h", "w"]  # the conv's output then has unknown height and width
+
+
+@pytest.mark.parametrize(
+    "pass_, op, c",
+    [
+        ("fuse_conv_scale", "Mul", rand(4, 1, 1, seed=2)),
+        ("fuse_conv_bias", "Add", rand(1, 4, 1, 1, seed=2)),
+        ("fuse_conv_bias", "Add", np.array(3.0, np.float32)),
+    ],
+)
+def test_per_channel_constant_folds_with_unknown_dims(pass_, op, c):
+    data = _conv_then(op, c, dims=SYMBOLIC)
+    out = check(data, [f"optimize_conv::{pass_}"], X, rtol=1e-5, atol=1e-5)
+    assert op_types(out) == {"Conv": 1}
+    assert out.main.body.operations[-1].outputs[0].type.shape[2] is None
+
+
+@pytest.mark.parametrize(
+    "pass_, op, c",
+    [
+        ("fuse_conv_bias", "Add", rand(2, 4, 1, 1, seed=2)),  # broadcast grows the batch
+        ("fuse_conv_bias", "Add", rand(1, 1, 4, 1, 1, seed=2)),  # broadcast adds a dim
+        ("fuse_conv_scale", "Mul", rand(4, 1, 6, seed=2)),  # varies over width
+    ],
+)
+def test_per_channel_fusion_with_unknown_dims_does_not_fire(pass_, op, c):
+    original, out = optimized(_conv_then(op, c, dims=SYMBOLIC), [f"optimize_conv::{pass_}"])
+    assert op_types(out) == op_types(original)
+
+
 @pytest.mark.parametrize(
     "pass_, op, c, kw",
     [
@@ -77,9 +108,11 @@ def test_conv_fusion_does_not_fire(pass_, op, c, kw):
     assert op_types(out) == op_types(original)
 
 
-def _conv_bn(training_outputs=False, other_reader=False, stat_input=False, conv_bias=True):
+def _conv_bn(
+    training_outputs=False, other_reader=False, stat_input=False, conv_bias=True, dims=None, group=1
+):
     inits = {
-        "w": rand(4, 3, 3, 3),
+        "w": rand(4, 3 if group == 1 else 1, 3, 3),
         "s": rand(4, seed=1),
         "t": rand(4, seed=2),
         "m": rand(4, seed=3),
@@ -89,12 +122,12 @@ def _conv_bn(training_outputs=False, other_reader=False, stat_input=False, conv_
     if conv_bias:
         inits["b"] = rand(4, seed=5)
         conv_in.append("b")
-    inputs = {"x": (F32, [1, 3, 6, 6])}
+    inputs = {"x": (F32, dims or [1, 3, 6, 6])}
     if stat_input:
         del inits["m"]
         inputs["m"] = (F32, [4])
     nodes = [
-        node("Conv", conv_in, ["conv"], strides=[2, 2]),
+        node("Conv", conv_in, ["conv"], strides=[2, 2], group=group),
         node("BatchNormalization", ["conv", "s", "t", "m", "v"], ["y"], epsilon=1e-3),
     ]
     outputs = {"y": (F32, None)}
@@ -109,6 +142,22 @@ def test_batchnorm_folds_into_the_conv(conv_bias):
     out = check(
         _conv_bn(conv_bias=conv_bias), ["optimize_conv::fuse_conv_batchnorm"], X, rtol=1e-4, atol=1e-5
     )
+    assert op_types(out) == {"Conv": 1}
+
+
+@pytest.mark.parametrize("conv_bias", [True, False])
+def test_batchnorm_folds_with_unknown_dims(conv_bias):
+    """A batch and image size left open (as PaddleOCR exports are) leave the conv's output
+    height and width unknown; BatchNormalization keeps that shape, so it still folds."""
+    data = _conv_bn(conv_bias=conv_bias, dims=SYMBOLIC)
+    out = check(data, ["optimize_conv::fuse_conv_batchnorm"], X, rtol=1e-4, atol=1e-5)
+    assert op_types(out) == {"Conv": 1}
+
+
+def test_batchnorm_folds_into_a_depthwise_conv():
+    data = _conv_bn(conv_bias=False, dims=[1, 4, "h", "w"], group=4)
+    feeds = {"x": rand(1, 4, 7, 5, seed=8)}
+    out = check(data, ["optimize_conv::fuse_conv_batchnorm"], feeds, rtol=1e-4, atol=1e-5)
     assert op_types(out) == {"Conv": 1}
 
 
