@@ -208,7 +208,10 @@ class Module:
                 root = root.base
             return value.copy(order="K") if id(root) in self._arena_ids else value
         if isinstance(value, list):
-            if not any(isinstance(x, (np.ndarray, list)) for x in value):  # ZipMap's dicts, strings
+            for x in value:  # a loop, not any(): ZipMap's maps come here every run
+                if isinstance(x, (np.ndarray, list)):
+                    break
+            else:  # ZipMap's dicts, strings
                 return value
             out = [self._detach(x) for x in value]
             return value if all(a is b for a, b in zip(out, value)) else out

@@ -104,6 +104,14 @@ def _exp32(x: np.ndarray) -> np.ndarray:
     return p * ((h + 127) << 23).view(np.float32) * ((k - h + 127) << 23).view(np.float32)
 
 
+def memory_order(a: np.ndarray) -> np.ndarray | None:
+    """``a`` with its axes in the order of its memory, where that view is C-contiguous (a
+    transposed view of a whole array, a result numpy allocated in its operands' layout), else None."""
+    order = sorted(range(a.ndim), key=lambda k: -abs(a.strides[k]))
+    view = a.transpose(order)
+    return view if view.flags.c_contiguous else None
+
+
 def exp32_into(out: np.ndarray, x: np.ndarray) -> None:
     """exp of float32 ``x`` into ``out`` (of x's shape, may be x): ``loops.exp32`` where numba is
     there, else the same arithmetic with numpy (the same bits): ``_exp32``, 0 below exp's float32
@@ -113,6 +121,8 @@ def exp32_into(out: np.ndarray, x: np.ndarray) -> None:
     if loops is not None:
         if x.flags.c_contiguous and out.flags.c_contiguous:
             loops.exp32(x, out)
+        elif x is out and (dense := memory_order(x)) is not None:
+            loops.exp32(dense, dense)  # in place, element by element: any order of the same memory
         else:  # the loop reads and writes C-contiguous arrays: another layout through a copy
             e = np.ascontiguousarray(x)
             loops.exp32(e, e)

@@ -215,7 +215,8 @@ def zip_map(ctx, X, *, classlabels_int64s, classlabels_strings):
         if classlabels_strings
         else [int(i) for i in classlabels_int64s or []]
     )
-    x = _rows(op, X)
+    # float32 rows read where they are: tolist gives the same Python floats as of a copy
+    x = X if X.ndim == 2 and X.dtype == np.float32 else _rows(op, X)
     if x.shape[1] != len(labels):
         raise unsupported(op, f"{x.shape[1]} score columns for {len(labels)} class labels")
     return [dict(zip(labels, row)) for row in x.tolist()]  # float32 to Python floats: exact

@@ -55,30 +55,40 @@ def _linear_classifier_prepared(attrs, inputs, outputs):
     want = [(np.dtype(np.int64), (rows[0],)), (np.dtype(np.float32), (rows[0], targets))]
     if any(o is not None and (np.dtype(o[0]), tuple(o[1])) != w for o, w in zip(outputs, want)):
         return None
-    return _LinearClassifierCall(coef.T, bias, labels, post)
+    # labels 0, 1, … (a scikit-learn export's): the label is the column's index
+    by_index = np.array_equal(labels, np.arange(targets))
+    return _LinearClassifierCall(coef.T, bias, None if by_index else labels, post)
+
+
+_ONE = np.float64(1.0)  # a float64 scalar: what 1 becomes against float64 values, converted once
 
 
 class _LinearClassifierCall:
-    """The kernel's ``x @ coef.T + bias``, argmax label and post_transform, into the views."""
+    """The kernel's ``x @ coef.T + bias``, argmax label and post_transform, into the views.
+    ``labels`` None: the labels are the columns' indices (the argmax itself)."""
 
     __slots__ = ("bias", "coef_t", "labels", "post")
 
-    def __init__(self, coef_t: np.ndarray, bias: np.ndarray, labels: np.ndarray, post: str):
+    def __init__(self, coef_t: np.ndarray, bias: np.ndarray, labels: np.ndarray | None, post: str):
         self.coef_t, self.bias, self.labels, self.post = coef_t, bias, labels, post
 
     def __call__(self, outs, X):
-        scores = _as_rows(X) @ self.coef_t + self.bias
+        scores = np.matmul(_as_rows(X), self.coef_t)
+        np.add(scores, self.bias, out=scores)
         label_out, scores_out = outs
-        if label_out is not None:
+        if label_out is None:
+            pass
+        elif self.labels is None:
+            scores.argmax(axis=1, out=label_out)
+        else:
             self.labels.take(scores.argmax(axis=1), out=label_out)
         if scores_out is None:
             pass
         elif self.post == "LOGISTIC":  # the kernel's 1 / (1 + exp(-s)) in float64, in place
-            s = scores.astype(np.float64)
-            np.negative(s, out=s)
+            s = np.negative(scores, dtype=np.float64)  # -s exact in either type
             np.exp(s, out=s)
-            np.add(1, s, out=s)
-            np.divide(1, s, out=scores_out, casting="same_kind")  # rounded as astype(float32)
+            np.add(s, _ONE, out=s)
+            np.divide(_ONE, s, out=scores_out, casting="same_kind")  # rounded as astype(float32)
         else:
             np.copyto(scores_out, _transform("LinearClassifier", scores, self.post), casting="no")
         return label_out, scores_out
@@ -124,5 +134,8 @@ class _NormalizerCall:
     def __call__(self, out, X):
         x = _as_rows(X).astype(np.float64)
         scale = self.scale(x)
+        if out.ndim == 2 and scale.all():  # no row left as it is: the quotients rounded into the view
+            np.divide(x, scale, out=out, casting="same_kind")
+            return
         np.divide(x, scale, out=x, where=scale != 0)
         np.copyto(out, x.reshape(out.shape), casting="same_kind")

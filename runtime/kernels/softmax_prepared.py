@@ -5,7 +5,7 @@ computed in the output's arena view, for float32 and float64 (float32's exp by t
 The kernel copies its input into its work type first (a copy of the same values where the type
 is already float32 or float64) and allocates the shifted values; here the shift, the exp and the
 division write the view in place. Each value goes through the same ufuncs, and the sums run over
-a C-contiguous array of the same shape as the kernel's, so the bits are the kernel's."""
+an array of the same shape and layout as the kernel's, so the bits are the kernel's."""
 
 from __future__ import annotations
 
@@ -32,14 +32,22 @@ def _softmax_prepared(attrs, inputs, output):
 
 class _SoftmaxCall:
     __slots__ = ("axis",)
+    # A strided input (a Transpose's view) too: the shifted values in the layout numpy gives
+    # them from the input's, which is the layout of the kernel's (it shifts a copy of the input
+    # in the input's layout, ``astype``'s order K), so the sums run in the kernel's order; the
+    # quotients go into the view.
+    any_layout = True
 
     def __init__(self, axis: int):
         self.axis = axis
 
     def __call__(self, out, x):
-        np.subtract(x, np.max(x, axis=self.axis, keepdims=True, initial=-np.inf), out=out)
+        if x.dtype != out.dtype or x.shape != out.shape:
+            raise TypeError("not the declared type")
+        e = out if x.flags.c_contiguous else None
+        e = np.subtract(x, np.max(x, axis=self.axis, keepdims=True, initial=-np.inf), out=e)
         if out.dtype == np.float32:
-            exp32_into(out, out)
+            exp32_into(e, e)
         else:
-            np.exp(out, out=out)
-        np.divide(out, np.sum(out, axis=self.axis, keepdims=True), out=out)
+            np.exp(e, out=e)
+        np.divide(e, np.sum(e, axis=self.axis, keepdims=True), out=out)

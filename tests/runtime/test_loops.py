@@ -564,3 +564,38 @@ def test_float32_exp_is_within_an_ulp_with_the_same_bits_without_numba(monkeypat
     np.testing.assert_array_max_ulp(got[normal], want[normal].astype(np.float32), maxulp=1)
     assert got[-6] == 1.0 and got[-5] == 0.0 and got[-4] == np.inf and np.isnan(got[-3])
     assert got[-2] == 0.0 and got[-1] == np.inf
+
+
+def test_float32_exp_in_place_on_a_transposed_array_reads_its_memory_in_order(monkeypatch):
+    """``exp32_into(e, e)`` of a transposed view of a whole array (Softmax's shifted values of a
+    transposed input) runs the compiled loop on the memory as it lies, without a copy: the same
+    bits as the loop on a C-contiguous copy, and float64 numpy's exp within one float32 ulp; a
+    view with a gap (every other row) still goes through a copy, with the same bits."""
+    from offload.runtime.kernels import approximations
+
+    if approximations.compiled_loops() is None:
+        pytest.skip("numba is not installed: exp32_into is numpy's twin, any layout")
+    rng = np.random.default_rng(15)
+    base = rng.uniform(-20, 20, (2, 8, 16, 4)).astype(np.float32)
+    calls = []
+    loops = approximations.compiled_loops()
+
+    class Recorded:  # the compiled loops, noting the arrays exp32 reads
+        @staticmethod
+        def exp32(a, o):
+            calls.append(a)
+            loops.exp32(a, o)
+
+    monkeypatch.setattr(approximations, "compiled_loops", Recorded)
+    for view, dense in (
+        (base.copy().transpose(0, 3, 1, 2), True),
+        (base.copy()[:, ::2].transpose(0, 3, 1, 2), False),
+    ):
+        want = np.ascontiguousarray(view)
+        loops.exp32(want, want)
+        before = view.copy()
+        calls.clear()
+        approximations.exp32_into(view, view)
+        np.testing.assert_array_equal(view.view(np.int32), want.view(np.int32))
+        assert (calls[0].base is not None and np.shares_memory(calls[0], view)) == dense
+        np.testing.assert_array_max_ulp(view, np.exp(before.astype(np.float64)).astype(np.float32), maxulp=1)

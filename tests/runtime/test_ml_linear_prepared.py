@@ -29,15 +29,17 @@ def _steps(module, kind) -> list:
 @pytest.mark.parametrize("post_transform", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
 @pytest.mark.parametrize("norm", ["L1", "L2", "MAX"])
 @pytest.mark.parametrize("shape", [(5, 4), (4,)])
-def test_classifier_and_normalizer(post_transform, norm, shape):
-    """The logistic-regression chain skl2onnx writes: LinearClassifier then Normalizer."""
+@pytest.mark.parametrize("labels", [[4, 2, 9], [0, 1, 2]])
+def test_classifier_and_normalizer(post_transform, norm, shape, labels):
+    """The logistic-regression chain skl2onnx writes: LinearClassifier then Normalizer; labels
+    0, 1, 2 are the argmax itself (no table in the call)."""
     feeds = {"x": RNG.standard_normal(shape).astype(np.float32)}
     nodes = [
         ml_node(
             "LinearClassifier",
             ["x"],
             ["label", "raw"],
-            classlabels_ints=[4, 2, 9],
+            classlabels_ints=labels,
             coefficients=RNG.standard_normal(12).astype(np.float32).tolist(),
             intercepts=[0.25, 0.58, -0.94],
             post_transform=post_transform,
@@ -48,6 +50,7 @@ def test_classifier_and_normalizer(post_transform, norm, shape):
     module, got, ref = _run(data, feeds)
     [classifier] = _steps(module, _PreparedOutputsStep)
     assert isinstance(classifier.call, _LinearClassifierCall)
+    assert (classifier.call.labels is None) == (labels == [0, 1, 2])
     [normalizer] = _steps(module, _PreparedStep)
     assert isinstance(normalizer.call, _NormalizerCall)
     want = run_onnxruntime(data, feeds)

@@ -1,7 +1,7 @@
 """The prepared calls of ReduceSum / ReduceMean / ReduceMax / ReduceMin
 (runtime/kernels/reduction_prepared.py) and of Softmax (runtime/kernels/softmax_prepared.py):
 taken where their inputs are planned arrays, against float64 numpy and onnxruntime, and bit for
-bit against offload.evaluate (the kernels); a transposed (strided) input still runs the kernel."""
+bit against offload.evaluate (the kernels); a transposed (strided) input too, for Softmax."""
 
 from __future__ import annotations
 
@@ -133,21 +133,37 @@ def test_softmax(elem, shape, axis):
         np.testing.assert_array_equal(got, evaluated)
 
 
-def test_softmax_of_a_transposed_input_runs_the_kernel():
-    """A float Transpose's result is the kernel's strided view: the prepared call is not taken
-    for it, and the kernel's result (summed in the view's order) is what evaluate computes."""
+@pytest.mark.parametrize(
+    "shape, perm, axis",
+    [
+        ((2, 16, 8), [0, 2, 1], -1),  # summed along the view's strided axis
+        ((1, 8, 32, 32), [0, 1, 3, 2], -1),  # an exported attention map's scores, transposed
+        ((1, 32, 8, 1, 16), [0, 2, 3, 4, 1], 1),  # an axis of size 1 moved, a middle axis
+        ((3, 4, 5), [2, 0, 1], 0),
+    ],
+)
+def test_softmax_of_a_transposed_input(shape, perm, axis):
+    """A float Transpose's result is the kernel's strided view: the prepared call takes it as it
+    is, and sums in the view's layout as the kernel does, so the result is bit for bit what
+    evaluate computes (the kernel), near onnxruntime's and float64 numpy's."""
     data = model_bytes(
         [
-            helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
-            helper.make_node("Softmax", ["t"], ["y"]),
+            helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+            helper.make_node("Softmax", ["t"], ["y"], axis=axis),
         ],
-        [("x", F32, [2, 16, 8])],
+        [("x", F32, list(shape))],
         [("y", F32, None)],
     )
     method = _method(data)
-    x = np.random.default_rng(9).standard_normal((2, 16, 8)).astype(np.float32)
+    [step] = [s for s in method._steps if isinstance(s, _PreparedStep) and isinstance(s.call, _SoftmaxCall)]
+    taken = []
+    step.kernel.fn = lambda *a, **k: taken.append(a)  # the kernel's way would record its call
+    x = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
     (evaluated,) = offload.evaluate(offload.load(data), {"x": x}).values()
+    (want,) = onnxruntime_outputs(data, {"x": x}).values()
     for _ in range(2):
         got = method.run({"x": x})["y"]
         np.testing.assert_array_equal(got, evaluated)
-        np.testing.assert_allclose(got, _exact_softmax(x.transpose(0, 2, 1), -1), rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(got, _exact_softmax(x.transpose(perm), axis), rtol=1e-5, atol=1e-8)
+    assert not taken
