@@ -91,8 +91,8 @@ def _picked(data: np.ndarray, wrapped: np.ndarray, axis: int) -> np.ndarray | No
         return None
     head = (slice(None),) * axis
     first = int(flat[0])
-    if wrapped.ndim == 0:
-        return data[(*head, first)]
+    if wrapped.ndim == 0:  # a view: indexing by the integer would give a copy of a 1-D array's element
+        return data[(*head, slice(first, first + 1))].squeeze(axis)
     if np.array_equal(flat, np.arange(first, first + flat.size)):
         return data[(*head, slice(first, first + flat.size))]
     return None

@@ -25,6 +25,7 @@ def _model() -> bytes:
         helper.make_node("Gather", ["state", "last"], ["c"], axis=0),  # -1: counted from the end
         helper.make_node("Gather", ["x", "run"], ["cols"], axis=2),  # consecutive: a slice
         helper.make_node("Gather", ["x", "swapped"], ["picked"], axis=1),  # np.take's
+        helper.make_node("Gather", ["v", "last"], ["v_last"], axis=0),  # one element of a vector: 0-d
         helper.make_node("ReduceMean", ["x", "minus_one"], ["mean"], keepdims=0),
         helper.make_node("ReduceMean", ["x", "outer"], ["mean_kept"], keepdims=1),
         helper.make_node("ReduceSum", ["x", "middle"], ["total"], keepdims=0),
@@ -41,12 +42,13 @@ def _model() -> bytes:
     ]
     return model_bytes(
         nodes,
-        [("state", F32, [2, 1, 8]), ("x", F32, [3, 5, 4]), ("one", F32, [1, 1])],
+        [("state", F32, [2, 1, 8]), ("x", F32, [3, 5, 4]), ("one", F32, [1, 1]), ("v", F32, [3])],
         [
             ("h", F32, [1, 8]),
             ("c", F32, [1, 8]),
             ("cols", F32, [3, 5, 2]),
             ("picked", F32, [3, 2, 4]),
+            ("v_last", F32, []),
             ("mean", F32, [3, 5]),
             ("mean_kept", F32, [1, 5, 1]),
             ("total", F32, [3, 4]),
@@ -67,6 +69,7 @@ def test_gathers_and_reductions_bound_in_place_match_onnxruntime_and_evaluate():
             "state": rng.standard_normal((2, 1, 8)).astype(np.float32),
             "x": (rng.standard_normal((3, 5, 4)) * 10).astype(np.float32),
             "one": rng.standard_normal((1, 1)).astype(np.float32),
+            "v": rng.standard_normal(3).astype(np.float32),
         }
         got = method.run(feeds)
         want = dict(zip(method.output_names, session.run(None, feeds)))
@@ -74,11 +77,11 @@ def test_gathers_and_reductions_bound_in_place_match_onnxruntime_and_evaluate():
         for name in method.output_names:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
             np.testing.assert_array_equal(got[name], by_evaluate[name])
-        for name in ("h", "c", "cols", "picked"):
+        for name in ("h", "c", "cols", "picked", "v_last"):
             np.testing.assert_array_equal(got[name], want[name])
     bound = [c for run in method._pool[0][2] for c in run]
     funcs = [getattr(c, "func", c) for c in bound]
-    assert funcs.count(np.copyto) == 3  # state[0], state[-1] and the run of columns
+    assert funcs.count(np.copyto) == 4  # state[0], state[-1], the run of columns and v[-1]
     assert funcs.count(np.take) == 1  # indices out of order
     assert funcs.count(_mean_into) == 3 and funcs.count(np.add.reduce) == 1
     assert all(isinstance(c, functools.partial) for c in bound)
