@@ -9,6 +9,7 @@ run). ``--seed-only DIR`` writes the seeds into DIR and exits.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -85,10 +86,8 @@ def _warm_up(check, folder: Path) -> None:
     same inputs again."""
     files = sorted(f for f in folder.iterdir() if f.is_file())[:WARM_UP_INPUTS] if folder.is_dir() else []
     for f in files:
-        try:
+        with contextlib.suppress(Exception):  # libFuzzer meets it again and reports it
             check(f.read_bytes())
-        except Exception:  # libFuzzer meets it again and reports it
-            pass
 
 
 def _collecting(check, folder: Path):

@@ -3,12 +3,12 @@ convolutions (``depthwise``, ``depthwise_last``), a convolution's column matrix 
 HardSigmoid and HardSwish (``hard_sigmoid``), erf (``erf``: numpy has none; a numpy series
 takes 45 passes over the array) and PRelu with one slope per channel (``prelu``, one pass for
 numpy's six), one axis of a Resize (``resample``, ``resample_last``: one pass for two per
-tap), float32 erf, GELU, exp and sigmoid (``erf32``, ``gelu32``, ``exp32``, ``sigmoid32``:
-their numpy twins are in approximations.py), 8-bit quantization (``quantize8``,
+tap), float32 erf, GELU, exp, sigmoid and tanh (``erf32``, ``gelu32``, ``exp32``, ``sigmoid32``,
+``tanh32``: their numpy twins are in approximations.py), 8-bit quantization (``quantize8``,
 ``dynamic_quantize8``, ``dequantize8``), int8 convolutions and products, and, from pool_loops.py,
 2-D max and average pools (``pool2d``), and, from spread_loops.py, a ConvTranspose's taps spread
-to their places (``spread_taps``). Each does the operations of the numpy calls it replaces (or its twin's), in
-their order, so that its results are theirs (tests/runtime/test_loops.py).
+to their places (``spread_taps``). Each does the operations of the numpy calls it replaces (or
+its twin's), in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
 numpy computes it with one pass over the whole map per tap (``conv_recipe._ConvRecipe.rows``) or one
@@ -33,7 +33,20 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from ._coefficients import ERF_P, ERF_Q, EXP_HI, EXP_LO, EXP_TAYLOR, F32, GELU_SCALE, LN2_HI, LN2_LO, LOG2E
+from ._coefficients import (
+    ERF_P,
+    ERF_Q,
+    EXP_HI,
+    EXP_LO,
+    EXP_TAYLOR,
+    F32,
+    GELU_SCALE,
+    LN2_HI,
+    LN2_LO,
+    LOG2E,
+    TANH_P,
+    TANH_SPLIT,
+)
 from .pool_loops import pool2d  # noqa: F401 - reached as compiled_loops().pool2d
 from .spread_loops import spread_taps  # noqa: F401 - reached as compiled_loops().spread_taps
 
@@ -423,6 +436,35 @@ def sigmoid32(x, out):  # pragma: no cover - compiled
         src, dst = xs[lo : lo + _BLOCK], ys[lo : lo + _BLOCK]
         for j in range(src.size):
             block[j] = _sigmoid32(src[j])
+        for j in range(src.size):
+            dst[j] = block[j]
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _tanh32(v):  # pragma: no cover - compiled
+    """tanh of a float32 v (``_coefficients.TANH_P``): the polynomial below TANH_SPLIT, else
+    1 − 2 / (exp(2|v|) + 1) with v's sign; v itself where v² underflows to 0 (the sign of a
+    zero kept) and NaN. Branch-free (both computed, one chosen)."""
+    p0, p1, p2, p3, p4 = TANH_P
+    a = abs(v)
+    z = v * v
+    small = ((((p4 * z + p3) * z + p2) * z + p1) * z + p0) * z * v + v
+    large = F32(1.0) - F32(2.0) / (_exp32(a + a) + F32(1.0))
+    large = -large if v < F32(0.0) else large
+    r = small if a < TANH_SPLIT else large
+    return r if v == v and z != F32(0.0) else v  # ±0, and where x² underflows: tanh(v) is v
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def tanh32(x, out):  # pragma: no cover - compiled
+    """out[i] = tanh(x[i]) for float32 x in one pass (``_tanh32``); x and out contiguous, out may
+    be x (by blocks, as ``sigmoid32``)."""
+    xs, ys = x.reshape(-1), out.reshape(-1)
+    block = np.empty(_BLOCK, np.float32)
+    for lo in range(0, xs.size, _BLOCK):
+        src, dst = xs[lo : lo + _BLOCK], ys[lo : lo + _BLOCK]
+        for j in range(src.size):
+            block[j] = _tanh32(src[j])
         for j in range(src.size):
             dst[j] = block[j]
 

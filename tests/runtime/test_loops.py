@@ -543,6 +543,34 @@ def test_float32_sigmoid_is_one_pass_with_the_same_bits_without_numba(monkeypatc
     assert got[-10] == 0.5 and got[-8] == 1.0 and got[-7] == 0.0 and np.isnan(got[-6]) and got[-2] == 0.0
 
 
+def test_float32_tanh_is_within_an_ulp_with_the_same_bits_without_numba(monkeypatch):
+    """tanh of float32 values in one compiled pass (``loops.tanh32``: Cephes' polynomial below
+    0.625, 1 - 2 / (exp(2|x|) + 1) above): within one float32 ulp of float64's tanh rounded,
+    ±0 and tiny values kept, ±1 far out, NaN kept, the same in place; the numpy path (no numba)
+    gives the same bits; the Tanh op's kernel and prepared call are it."""
+    from offload.runtime.kernels import approximations
+    from offload.runtime.kernels.elementwise import _tanh
+    from offload.runtime.kernels.loops import tanh32
+
+    rng = np.random.default_rng(15)
+    x = np.concatenate(
+        [
+            rng.uniform(-12, 12, 20000),
+            rng.standard_normal(20000) * 0.5,
+            rng.uniform(-1e-3, 1e-3, 2000),
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 0.625, -0.625, 0.62499, 44.0, 1e-30, -1e-38],
+        ]
+    ).astype(np.float32)
+    kernel = _tanh(x)
+    got = _one_pass_and_its_twin(monkeypatch, tanh32, approximations._tanh32, x)
+    np.testing.assert_array_equal(kernel.view(np.int32), got.view(np.int32))
+    want = np.tanh(x.astype(np.float64)).astype(np.float32)
+    finite = np.isfinite(x)
+    np.testing.assert_array_max_ulp(got[finite], want[finite], maxulp=1)
+    assert np.signbit(got[-10]) and got[-9] == 1.0 and got[-8] == -1.0 and np.isnan(got[-7])
+    assert got[-2] == np.float32(1e-30) and got[-1] == np.float32(-1e-38)
+
+
 def test_float32_exp_is_within_an_ulp_with_the_same_bits_without_numba(monkeypatch):
     """exp of float32 values in one compiled pass (``loops.exp32``, Softmax's exp): within one
     float32 ulp of the correctly rounded exp where that is normal, 0 below and inf above exp's
