@@ -826,13 +826,18 @@ class Method:
         _new_input_places(self, planned, initial)
         return planned, initial
 
-    def _bind(self, planned: list, initial: list, bound_runs: list | None = None) -> list[list]:
+    def _bind(self, planned: list, initial: list, bound_runs: list | None = None) -> list[list] | None:
         """Each _BoundRun's calls (the method's, or ``bound_runs``) with the arrays of one arena
-        set fixed in them."""
-        return [
-            [s.bound(planned, initial) for s in run]
-            for run in (self._bound_runs if bound_runs is None else bound_runs)
-        ]
+        set fixed in them; None where a call refuses its arrays (a file whose declared shapes do
+        not fit its op, as a Gemm of [3, 4] by [2, 3]): the runs then take their steps one by
+        one, and the op's kernel names what is wrong when it runs."""
+        try:
+            return [
+                [s.bound(planned, initial) for s in run]
+                for run in (self._bound_runs if bound_runs is None else bound_runs)
+            ]
+        except (TypeError, ValueError):
+            return None
 
     def _store(self, frame: list, slot: int, value) -> None:
         """A result into its slot: copied into the planned view when it fits, else bound."""
