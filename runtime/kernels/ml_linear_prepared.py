@@ -134,7 +134,9 @@ class _NormalizerCall:
     def __call__(self, out, X):
         x = _as_rows(X).astype(np.float64)
         scale = self.scale(x)
-        if out.ndim == 2 and scale.all():  # no row left as it is: the quotients rounded into the view
+        # no row left as it is: the quotients rounded into the view (count_nonzero: ndarray.all's
+        # answer, NaN counted as nonzero alike, without its Python-level wrapper)
+        if out.ndim == 2 and np.count_nonzero(scale) == len(scale):
             np.divide(x, scale, out=out, casting="same_kind")
             return
         np.divide(x, scale, out=x, where=scale != 0)
