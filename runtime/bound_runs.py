@@ -94,7 +94,8 @@ def _bind_runs(
         if isinstance(step, (_FusedAway, _Folded, _Skipped, _Goto)):
             continue
         outs = _results_in_views(step, writers, inputs)
-        ok = outs is not None and all(i in certain or _omitted(step, i) for i in step.in_slots)
+        bindable = outs is not None and not getattr(step, "results_in_view", False)
+        ok = bindable and all(i in certain or _omitted(step, i) for i in step.in_slots)
         if run and (not ok or pc in targets):
             bound = _BoundRun()
             bound.k, bound.end, bound.steps = len(bound_runs), run[-1] + 1, [steps[j] for j in run]
@@ -117,9 +118,10 @@ def _omitted(step, slot: int) -> bool:
 def _results_in_views(step, writers: dict[int, int], inputs: set[int]) -> list[int] | None:
     """The slots a prepared step always leaves its results in, in their arena views, where it is
     their one writer and none is a method input; None for any other step (it may not be bound).
-    A _PreparedOutputsStep counts where its call binds (``bindable``): its wanted results."""
-    if isinstance(step, _PreparedStep):
-        outs = [step.out_slot]
+    A _PreparedOutputsStep counts where its call binds (``bindable``): its wanted results; a
+    step that says ``results_in_view`` counts too, though it is never bound itself."""
+    if isinstance(step, _PreparedStep) or getattr(step, "results_in_view", False):
+        outs = [step.out_slot]  # (a loop's product that reuses its result: loop_reuse.py)
     elif isinstance(step, _PreparedOutputsStep) and step.bindable:
         outs = [s for s, w in zip(step.out_slots, step.wanted) if w]
     else:

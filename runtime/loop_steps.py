@@ -36,6 +36,7 @@ from offload.ir import shape_rules
 
 from . import kernels
 from .instructions import _one_output, _prepared_outputs
+from .loop_reuse import reused
 from .steps import (
     MethodState,
     SubPlan,
@@ -145,7 +146,7 @@ def loop_step(
     step = _LoopStep()
     step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
     step.checks = tuple(checks)
-    return step, ({out: spec} if view is None else {})
+    return reused(step), ({out: spec} if view is None else {})
 
 
 def _fit(args: list, checks: tuple) -> bool:

@@ -10,6 +10,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import offload
+from offload.runtime.loop_reuse import _ReusedLoopStep
 from offload.runtime.loop_steps import _LoopStep
 from offload.runtime.steps import _BoundRun, _PreparedStep
 
@@ -170,7 +171,8 @@ def _check(session, method, feeds: dict) -> dict:
 
 def _loop_steps(method) -> list:
     (spec,) = [e for e in method._specializations.entries.values() if hasattr(e, "steps")]
-    return [s for s in spec.steps if isinstance(s, _LoopStep)]
+    steps = [s.step if isinstance(s, _ReusedLoopStep) else s for s in spec.steps]  # (loop_reuse.py)
+    return [s for s in steps if isinstance(s, _LoopStep)]
 
 
 def test_decoder_body_runs_prepared_and_matches_onnxruntime():
