@@ -8,8 +8,8 @@ multiplies its [1, 256, 96] features by a [96, 256] weight at each of its ~500 d
 trip follows from the values, not from the chain (the carried slot is written at every trip), so
 it is checked at run time:
 
-a MatMul or Gemm of a loop's body that a shape specialization prepared (``loop_steps._LoopStep``)
-keeps, after a trip that computed it into its arena view, the bytes of its operands that are
+a MatMul or Gemm of a loop's body that a shape specialization prepared (``loop_steps._LoopStep``),
+with operands that are not constants large enough and little beside its work (``reused``), keeps, after a trip that computed it into its arena view, the bytes of its operands that are
 not constants and the run (the frame) they belong to. A later trip of the same run whose operands
 hold the same bytes leaves the view as it is: the product of the same bits is the same bits
 (the same call on the same arrays). Comparing bytes costs ~6 us for those features against the
@@ -21,13 +21,19 @@ kernel's way (operands of other types) keeps nothing.
 
 from __future__ import annotations
 
+from math import prod
+
 import numpy as np
 
 from .steps import StepInfo
 
-# The ops whose loop steps keep their operands: products, whose work (M·K·N multiply-adds) is
-# far larger than the comparison of their operands' bytes (M·K + K·N).
-REUSED_OPS = frozenset({"onnx::MatMul", "onnx::Gemm"})
+# A loop's product keeps its operands where the comparison that may save it is cheap beside it:
+# operands that are not constants of at least REUSE_ELEMENTS elements in all (below that the
+# checks cost about as much as the call: a decoder's [1, 256] state by a weight), and at least
+# REUSE_WORK multiply-adds for each of their elements (an attention's [1, 256, 256] energies
+# by a [256, 1] weight change at every trip and cost no more than their comparison).
+REUSE_ELEMENTS = 4096
+REUSE_WORK = 16
 
 
 class _ReusedLoopStep:
@@ -85,9 +91,24 @@ def _same(a, kept: tuple) -> bool:
     )
 
 
-def reused(step):
-    """``step`` (a _LoopStep) as a _ReusedLoopStep where its op is a product with operands that
-    are not constants; else ``step``."""
-    if step.kernel.op_name in REUSED_OPS and step.checks:
-        return _ReusedLoopStep(step)
-    return step
+def _depth(op_name: str, attrs: dict, a_shape: tuple) -> int | None:
+    """The length of the products' sums (K) of a MatMul or Gemm whose first operand has
+    ``a_shape``; None for another op."""
+    if op_name == "onnx::MatMul" and a_shape:
+        return a_shape[-1]
+    if op_name == "onnx::Gemm" and len(a_shape) == 2:
+        return a_shape[0] if attrs.get("transA") else a_shape[1]
+    return None
+
+
+def reused(step, specs: list, out_shape: tuple):
+    """``step`` (a _LoopStep with its inputs' (dtype, shape) ``specs`` and its output's shape)
+    as a _ReusedLoopStep where its op is a product whose operands that are not constants are
+    large and little beside its work (``REUSE_ELEMENTS``, ``REUSE_WORK``); else ``step``."""
+    depth = _depth(step.kernel.op_name, step.kernel.attrs, tuple(specs[0][1]) if specs else ())
+    varying = sum(prod(shape) for _, _, shape in step.checks)
+    if depth is None or not step.checks or varying < REUSE_ELEMENTS:
+        return step
+    if prod(out_shape) * depth < REUSE_WORK * varying:
+        return step
+    return _ReusedLoopStep(step)

@@ -146,7 +146,7 @@ def loop_step(
     step = _LoopStep()
     step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
     step.checks = tuple(checks)
-    return reused(step), ({out: spec} if view is None else {})
+    return reused(step, specs, tuple(spec[1])), ({out: spec} if view is None else {})
 
 
 def _fit(args: list, checks: tuple) -> bool:
