@@ -181,13 +181,14 @@ def one_hot(ctx, indices, depth, values, *, axis):
     rank = np.ndim(indices) + 1
     axis = normalize_axis(axis, rank, "OneHot")
     n = int(np.asarray(depth).reshape(-1)[0])
-    check_result(np.shape(indices) + (max(n, 0),), np.asarray(values).dtype, "OneHot")
-    off, on = np.asarray(values).reshape(-1)[:2]
+    values = np.asarray(values)
+    check_result(np.shape(indices) + (max(n, 0),), values.dtype, "OneHot")
+    off, on = values.reshape(-1)[:2]
     # Indices outside [-depth, depth) match no class and give an all-off row.
     idx = _wrap(indices, n)
     hot = idx[..., None] == np.arange(n)
-    out = np.where(hot, on, off).astype(np.asarray(values).dtype)
-    return np.moveaxis(out, -1, axis)
+    out = np.where(hot, on, off).astype(values.dtype, copy=False)  # (of that type already)
+    return out if axis == rank - 1 else np.moveaxis(out, -1, axis)
 
 
 @kernel("Unique")
