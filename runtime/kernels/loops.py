@@ -507,13 +507,13 @@ def dynamic_quantize8(x, lo, hi, out, scale_out, zero_out):  # pragma: no cover 
     and max ``hi`` (numpy's reductions), as quantization.py's kernel computes it: the range
     widened to hold 0 (a NaN bound gives 0, as Python's min(0.0, nan)), scale (hi − lo) / 255
     in float32, zero point rint(−lo / scale) clipped to [0, 255], then ``quantize8``'s steps;
-    all zeros where the scale is 0. The scale and zero point go to the 0-d ``scale_out``
-    (float32) and ``zero_out`` (uint8)."""
+    all zeros with scale 1 (onnxruntime's) where the range is 0. The scale and zero point go to
+    the 0-d ``scale_out`` (float32) and ``zero_out`` (uint8)."""
     lo = lo if lo < 0 else F32(0.0)
     hi = hi if hi > 0 else F32(0.0)
     s = F32((hi - lo) / F32(255))
     xs, ys = x.reshape(-1), out.reshape(-1)
-    scale_out[()] = s
+    scale_out[()] = s if s != 0 else F32(1.0)
     if s == 0:
         zero_out[()] = 0
         for i in range(ys.size):
