@@ -10,9 +10,10 @@ same float32 operations in the same order:
     y = (q - zp') · s'                           q is an integer of 8 bits, exact in float32
 
 so y is bit for bit what the two steps give; the 8-bit q is never stored. With the compiled
-loops (``quantize_loops.quantize_dequantize8``) it is one pass where x and y are C-contiguous and
-y is either x itself or apart from it; otherwise (numpy paths, strided pieces, an arena place of
-y that partly overlaps x) the two calls run one after the other through a buffer of q.
+loops (``quantize_loops.quantize_dequantize8``) it is one pass where x and y are C-contiguous
+(y's arena place may be x's, or overlap it: the loop's blocks are read before they are
+stored); otherwise (numpy paths, strided pieces) the two calls run one after the other through
+a buffer of q.
 """
 
 from __future__ import annotations
@@ -63,9 +64,10 @@ class QuantizePairCall:
         ):
             raise TypeError("not the declared types")
         loops = compiled_loops()
-        apart = not np.may_share_memory(out, x) or _same_place(out, x)
-        if loops is not None and x.flags.c_contiguous and out.flags.c_contiguous and apart:
+        if loops is not None and x.flags.c_contiguous and out.flags.c_contiguous:
             info = np.iinfo(self.qtype)
+            # where out's bytes start after x's (an arena place over x's): blocks last to first
+            backward = np.may_share_memory(out, x) and _address(out) > _address(x)
             no_zero = np.zeros((), self.qtype)
             return functools.partial(
                 loops.quantize_dequantize8,
@@ -77,6 +79,7 @@ class QuantizePairCall:
                 out_scale,
                 no_zero if out_zero is None else out_zero,
                 out,
+                backward,
             )
         q = np.empty(x.shape, self.qtype)  # x is read whole before out is written
         quantize = _QuantizeCall().bind(q, *q_args)
@@ -89,10 +92,5 @@ class QuantizePairCall:
         return run
 
 
-def _same_place(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two C-contiguous arrays of one dtype and shape lie on the same bytes."""
-    return (
-        a.flags.c_contiguous
-        and b.flags.c_contiguous
-        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-    )
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]

@@ -185,17 +185,23 @@ def test_per_axis_pairs_stay_two_steps():
     )
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
     module = offload.runtime.load(offload.save(offload.load(data)))
-    assert not any(type(getattr(s, "call", None)) is QuantizePairCall for s in module.method("forward")._steps)
+    assert not any(
+        type(getattr(s, "call", None)) is QuantizePairCall for s in module.method("forward")._steps
+    )
     x = _input()
     np.testing.assert_array_equal(module.run({"x": x})["y"], _as_written(data).run(None, {"x": x})[0])
 
 
-@pytest.mark.parametrize("shift", [-64, 0, 64])
-def test_an_output_place_over_its_input_gives_the_two_calls_bits(shift):
-    """y's arena place may start where x's does, or part of the way into it (their lifetimes
-    touch): the call gives the two prepared calls' floats either way (NaN dequantized from 0)."""
+@pytest.mark.parametrize("loops", ["compiled", "numpy"])
+@pytest.mark.parametrize("shift", [-600, -64, -1, 0, 1, 64, 600])
+def test_an_output_place_over_its_input_gives_the_two_calls_bits(shift, loops, monkeypatch):
+    """y's arena place may be x's, or overlap it from either side (their lifetimes touch): the
+    call gives the two prepared calls' floats either way (NaN dequantized from 0), across the
+    compiled loop's blocks of 512."""
+    from offload.runtime.kernels import quantize_pair
+
     rng = np.random.default_rng(5)
-    n = 1000
+    n = 2000
     x0 = (rng.integers(-400, 400, n) * 0.25).astype(np.float32)
     x0[:4] = [np.nan, np.inf, -np.inf, -0.0]
     scale, zero = np.array(0.5, np.float32), np.array(7, np.uint8)
@@ -203,9 +209,11 @@ def test_an_output_place_over_its_input_gives_the_two_calls_bits(shift):
     want = np.empty(n, np.float32)
     _QuantizeCall()(q, x0, scale, zero)
     _DequantizeCall()(want, q, scale, zero)
-    arena = np.zeros(n + 200, np.float32)
-    x = arena[100 : 100 + n]
-    out = arena[100 + shift : 100 + shift + n]
+    if loops == "numpy":
+        monkeypatch.setattr(quantize_pair, "compiled_loops", lambda: None)
+    arena = np.zeros(n + 1400, np.float32)
+    x = arena[700 : 700 + n]
+    out = arena[700 + shift : 700 + shift + n]
     x[...] = x0
     QuantizePairCall(np.uint8, 3)(out, x, scale, zero, scale, zero)
     np.testing.assert_array_equal(out, want)
