@@ -217,3 +217,82 @@ def test_an_output_place_over_its_input_gives_the_two_calls_bits(shift, loops, m
     x[...] = x0
     QuantizePairCall(np.uint8, 3)(out, x, scale, zero, scale, zero)
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("batch", [2, "N"], ids=["static", "specialized"])
+def test_interleaved_pairs_fuse_with_their_places_kept(batch):
+    """Q, Q, DQ, DQ (an attention's projections): the first pair writes its floats before the
+    second QuantizeLinear runs, so its place must hold no value that one reads (the file's
+    arena views, checked) or that a specialization's arena gives it (the fused step says it
+    writes them there); onnxruntime's floats either way."""
+    inits = [
+        numpy_helper.from_array(np.zeros((), np.float32), "o"),
+        numpy_helper.from_array(np.array(3, np.float32), "three"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+        numpy_helper.from_array(np.array(3, np.int8), "zp"),
+    ]
+    nodes = [
+        helper.make_node("Add", ["x", "o"], ["a"]),
+        helper.make_node("Mul", ["x", "three"], ["b"]),
+        helper.make_node("QuantizeLinear", ["a", "s", "zp"], ["qa"]),
+        helper.make_node("QuantizeLinear", ["b", "s", "zp"], ["qb"]),
+        helper.make_node("DequantizeLinear", ["qa", "s", "zp"], ["ya"]),
+        helper.make_node("DequantizeLinear", ["qb", "s", "zp"], ["yb"]),
+        helper.make_node("Sub", ["ya", "yb"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 6, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3, 6, 7])],
+        inits,
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    module = offload.runtime.load(offload.save(offload.load(data)))
+    session = _as_written(data)
+    x = _input()
+    for _ in range(4):
+        np.testing.assert_array_equal(module.run({"x": x})["y"], session.run(None, {"x": x})[0])
+    steps = _steps(module, specialized=batch == "N")
+    pairs = [type(s.kernel).__name__ for s in steps if type(getattr(s, "call", None)) is QuantizePairCall]
+    assert pairs == ["_EarlyPair", "_KernelPair"]
+
+
+def test_a_pair_whose_place_a_step_between_reads_stays_two_steps():
+    """Q(a), Transpose(b), DQ: the memory plan gives y the bytes of b, which the Transpose
+    between reads last; written at the QuantizeLinear's place, y would overwrite b first."""
+    inits = [
+        numpy_helper.from_array(np.zeros((), np.float32), "o"),
+        numpy_helper.from_array(np.array(3, np.float32), "three"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+        numpy_helper.from_array(np.array(3, np.int8), "zp"),
+    ]
+    nodes = [
+        helper.make_node("Add", ["x", "o"], ["a"]),
+        helper.make_node("Mul", ["x", "three"], ["b"]),
+        helper.make_node("QuantizeLinear", ["a", "s", "zp"], ["qa"]),
+        helper.make_node("Transpose", ["b"], ["c"], perm=[0, 1, 3, 2]),
+        helper.make_node("DequantizeLinear", ["qa", "s", "zp"], ["ya"]),
+        helper.make_node("Sub", ["ya", "c"], ["d"]),
+        helper.make_node("Add", ["d", "a"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 7, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 7, 7])],
+        inits,
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    module = offload.runtime.load(offload.save(offload.load(data)))
+    method = module.method("forward")
+    kernels = [getattr(s, "kernel", s) for s in method._steps]
+    (b,) = [k.out_slots[0] for k in kernels if k.op_name == "onnx::Mul"]
+    (y,) = [k.out_slots[0] for k in kernels if k.op_name == "onnx::DequantizeLinear"]
+    assert np.may_share_memory(method._planned[y], method._planned[b])  # the case at hand
+    fused = any(type(getattr(s, "call", None)) is QuantizePairCall for s in method._steps)
+    x = (np.random.default_rng(6).integers(-400, 400, (2, 3, 7, 7)) * 0.25).astype(np.float32)
+    session = _as_written(data)
+    for _ in range(2):
+        np.testing.assert_array_equal(module.run({"x": x})["y"], session.run(None, {"x": x})[0])
+    assert not fused
