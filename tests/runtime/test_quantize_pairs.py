@@ -219,35 +219,43 @@ def test_an_output_place_over_its_input_gives_the_two_calls_bits(shift, loops, m
     np.testing.assert_array_equal(out, want)
 
 
-@pytest.mark.parametrize("batch", [2, "N"], ids=["static", "specialized"])
-def test_interleaved_pairs_fuse_with_their_places_kept(batch):
-    """Q, Q, DQ, DQ (an attention's projections): the first pair writes its floats before the
-    second QuantizeLinear runs, so its place must hold no value that one reads (the file's
-    arena views, checked) or that a specialization's arena gives it (the fused step says it
-    writes them there); onnxruntime's floats either way."""
+# a = x + 0 and b = x · 3, for the steps after them to quantize
+_TWO_BRANCHES = [helper.make_node("Add", ["x", "o"], ["a"]), helper.make_node("Mul", ["x", "three"], ["b"])]
+
+
+def _two_branch_model(nodes: list, batch, hw: tuple) -> bytes:
+    """x (batch, 3, *hw) → ``nodes`` → y, with the constants o = 0, three = 3, s = 0.5, zp = 3."""
     inits = [
         numpy_helper.from_array(np.zeros((), np.float32), "o"),
         numpy_helper.from_array(np.array(3, np.float32), "three"),
         numpy_helper.from_array(np.array(0.5, np.float32), "s"),
         numpy_helper.from_array(np.array(3, np.int8), "zp"),
     ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, *hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3, *hw])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+
+
+@pytest.mark.parametrize("batch", [2, "N"], ids=["static", "specialized"])
+def test_interleaved_pairs_fuse_with_their_places_kept(batch):
+    """Q, Q, DQ, DQ (an attention's projections): the first pair writes its floats before the
+    second QuantizeLinear runs, so its place must hold no value that one reads (the file's
+    arena views, checked) or that a specialization's arena gives it (the fused step says it
+    writes them there); onnxruntime's floats either way."""
     nodes = [
-        helper.make_node("Add", ["x", "o"], ["a"]),
-        helper.make_node("Mul", ["x", "three"], ["b"]),
+        *_TWO_BRANCHES,
         helper.make_node("QuantizeLinear", ["a", "s", "zp"], ["qa"]),
         helper.make_node("QuantizeLinear", ["b", "s", "zp"], ["qb"]),
         helper.make_node("DequantizeLinear", ["qa", "s", "zp"], ["ya"]),
         helper.make_node("DequantizeLinear", ["qb", "s", "zp"], ["yb"]),
         helper.make_node("Sub", ["ya", "yb"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 6, 7])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3, 6, 7])],
-        inits,
-    )
-    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    data = _two_branch_model(nodes, batch, (6, 7))
     module = offload.runtime.load(offload.save(offload.load(data)))
     session = _as_written(data)
     x = _input()
@@ -261,29 +269,15 @@ def test_interleaved_pairs_fuse_with_their_places_kept(batch):
 def test_a_pair_whose_place_a_step_between_reads_stays_two_steps():
     """Q(a), Transpose(b), DQ: the memory plan gives y the bytes of b, which the Transpose
     between reads last; written at the QuantizeLinear's place, y would overwrite b first."""
-    inits = [
-        numpy_helper.from_array(np.zeros((), np.float32), "o"),
-        numpy_helper.from_array(np.array(3, np.float32), "three"),
-        numpy_helper.from_array(np.array(0.5, np.float32), "s"),
-        numpy_helper.from_array(np.array(3, np.int8), "zp"),
-    ]
     nodes = [
-        helper.make_node("Add", ["x", "o"], ["a"]),
-        helper.make_node("Mul", ["x", "three"], ["b"]),
+        *_TWO_BRANCHES,
         helper.make_node("QuantizeLinear", ["a", "s", "zp"], ["qa"]),
         helper.make_node("Transpose", ["b"], ["c"], perm=[0, 1, 3, 2]),
         helper.make_node("DequantizeLinear", ["qa", "s", "zp"], ["ya"]),
         helper.make_node("Sub", ["ya", "c"], ["d"]),
         helper.make_node("Add", ["d", "a"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 7, 7])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 7, 7])],
-        inits,
-    )
-    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    data = _two_branch_model(nodes, 2, (7, 7))
     module = offload.runtime.load(offload.save(offload.load(data)))
     method = module.method("forward")
     kernels = [getattr(s, "kernel", s) for s in method._steps]
