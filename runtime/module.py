@@ -55,6 +55,7 @@ from .pte_values import (
     tensor_name,
     value_type,
 )
+from .quantize_pairs import _fuse_quantize_pairs
 from .shape_specializations import (
     _find_shape_steps,
     _find_specializable_steps,
@@ -573,6 +574,7 @@ class Method:
         _fuse_epilogues(self, self._steps)
         _fuse_depthwise_pointwise(self, self._steps)
         _fuse_channel_shuffles(self, self._steps)
+        _fuse_quantize_pairs(self, self._steps)
         _keep_on_device(self)
         _place_inputs(self)
         self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))

@@ -5,7 +5,8 @@ takes 45 passes over the array) and PRelu with one slope per channel (``prelu``,
 numpy's six), one axis of a Resize (``resample``, ``resample_last``: one pass for two per
 tap), float32 erf, GELU, exp, sigmoid and tanh (``erf32``, ``gelu32``, ``exp32``, ``sigmoid32``,
 ``tanh32``: their numpy twins are in approximations.py), 8-bit quantization (``quantize8``,
-``dynamic_quantize8``, ``dequantize8``), int8 convolutions and products, and, from pool_loops.py,
+``dynamic_quantize8``, ``dequantize8``; from quantize_loops.py both as one pass,
+``quantize_dequantize8``), int8 convolutions and products, and, from pool_loops.py,
 2-D max and average pools (``pool2d``), and, from spread_loops.py, a ConvTranspose's taps spread
 to their places (``spread_taps``). Each does the operations of the numpy calls it replaces (or
 its twin's), in their order, so that its results are theirs (tests/runtime/test_loops.py).
@@ -48,6 +49,7 @@ from ._coefficients import (
     TANH_SPLIT,
 )
 from .pool_loops import pool2d  # noqa: F401 - reached as compiled_loops().pool2d
+from .quantize_loops import quantize_dequantize8  # noqa: F401 - reached as compiled_loops().quantize_dequantize8
 from .spread_loops import spread_taps  # noqa: F401 - reached as compiled_loops().spread_taps
 
 

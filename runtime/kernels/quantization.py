@@ -160,8 +160,12 @@ def _per_tensor(attrs, inputs, x_types, out_types, output) -> bool:
 def _quantize_prepared(attrs, inputs, output):
     if attrs.get("precision") or not _per_tensor(attrs, inputs, (_F32,), _EIGHT_BITS, output):
         return None
-    if len(inputs) == 2 and output[0] != np.uint8:
-        return None
+    if (
+        len(inputs) == 2
+        and output[0] != np.uint8
+        and attrs.get("output_dtype") != DataType.from_numpy(output[0])
+    ):
+        return None  # no zero point: uint8, or the type output_dtype names (a zero of that type)
     return _QuantizeCall()
 
 
