@@ -45,6 +45,7 @@ from .folded_values import note_known
 from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
 from .inputs import check_inputs, plain_array_ports, plain_arrays
 from .instructions import _PREPARE, _keep_on_device, _label
+from .int8_fusions import _fuse_nhwc_int8_convs
 from .load_time import _find_load_time
 from .options import RunOptions
 from .pte_values import (
@@ -573,6 +574,7 @@ class Method:
         _fuse_epilogues(self, self._steps)
         _fuse_depthwise_pointwise(self, self._steps)
         _fuse_channel_shuffles(self, self._steps)
+        _fuse_nhwc_int8_convs(self, self._steps)
         _keep_on_device(self)
         _place_inputs(self)
         self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))
