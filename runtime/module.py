@@ -39,6 +39,7 @@ from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTy
 
 from . import delegates as dl
 from .bound_runs import _bind_runs, _new_input_places, _place_inputs, _static_inputs
+from .concat_fusions import _fuse_concat_sources
 from .decided_paths import run_key
 from .device_inputs import DeviceInput, place
 from .folded_values import note_known
@@ -575,6 +576,7 @@ class Method:
         _fuse_depthwise_pointwise(self, self._steps)
         _fuse_channel_shuffles(self, self._steps)
         _fuse_nhwc_int8_convs(self, self._steps)
+        _fuse_concat_sources(self, self._steps)
         _keep_on_device(self)
         _place_inputs(self)
         self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))
