@@ -43,7 +43,8 @@ def _fuse_concat_sources(m: MethodState, steps: list) -> None:
     x, y) instead of p. A streaming layer's window, Concat(Where(initialized, state, zeros),
     Reshape(newest frame)), is then two copies, not four. Only where no step between the copy
     and the Concat writes memory the source lies in (an arena place the source's last reader
-    left free) and the Concat's result does not lie over a source. Only the CPU executor fuses
+    left free) and the Concat's result lies over no source but one reshaped one (its part is
+    copied first: ``_GatheredConcatCall``). Only the CPU executor fuses
     them, in the method's own steps; the graph and the .pte keep the ops. ``steps`` are changed
     in place."""
     from .kernels.concat_gathered import _GatheredConcatCall
@@ -66,7 +67,7 @@ def _fuse_concat_sources(m: MethodState, steps: list) -> None:
         ):
             continue
         out_view = m._planned[step.out_slot]
-        kinds, shapes, slots, gathered = [], [], [], []
+        kinds, shapes, slots, gathered, overlapping = [], [], [], [], False
         for slot in step.in_slots:
             spec = _declared_spec(m, slot)
             producer_pc = writer.get(slot, -1)
@@ -88,8 +89,12 @@ def _fuse_concat_sources(m: MethodState, steps: list) -> None:
                     and _one_element(m, producer.in_slots[0])
                 ):
                     kind, sources = "chosen", list(producer.in_slots)
-                if kind != "part" and not _untouched(m, steps, sources, producer_pc, pc, out_view, writer):
+                if kind != "part" and not _untouched(m, steps, sources, producer_pc, pc, writer):
                     kind, sources = "part", [slot]
+                over = kind != "part" and any(_over(m, i, out_view) for i in sources)
+                if over and (kind != "reshaped" or overlapping):
+                    kind, sources = "part", [slot]
+                overlapping = overlapping or (over and kind == "reshaped")
             if spec is None:
                 break
             kinds.append(kind)
@@ -122,10 +127,16 @@ def _one_element(m: MethodState, slot: int) -> bool:
     return spec is not None and spec[0] == np.bool_ and int(np.prod(spec[1])) == 1
 
 
-def _untouched(m: MethodState, steps: list, sources: list, start: int, end: int, out_view, writer) -> bool:
+def _over(m: MethodState, slot: int, out_view) -> bool:
+    """Whether the arena view of ``slot`` lies over ``out_view``."""
+    view = m._planned[slot]
+    return view is not None and np.may_share_memory(view, out_view)
+
+
+def _untouched(m: MethodState, steps: list, sources: list, start: int, end: int, writer) -> bool:
     """Whether the arrays of ``sources`` (slots) are as the step at ``start`` read them when the
-    step at ``end`` runs: each has one writer (or none: an input, a constant), no step between
-    writes an arena view over it, and ``out_view`` (the Concat's result) does not lie over it."""
+    step at ``end`` runs: each has one writer (or none: an input, a constant) and no step between
+    writes an arena view over it."""
     views = []
     for s in sources:
         if writer.get(s, 0) < 0:
@@ -135,8 +146,6 @@ def _untouched(m: MethodState, steps: list, sources: list, start: int, end: int,
             if not (s in m._input_slots or type(m._initial[s]) is np.ndarray):
                 return False
             continue
-        if np.may_share_memory(view, out_view):
-            return False
         views.append(view)
     for step in steps[start + 1 : end]:
         for slot in step.info().writes:

@@ -22,8 +22,10 @@ PART_ARGS = {"part": 1, "reshaped": 1, "chosen": 3}
 class _GatheredConcatCall:
     """Concat on ``axis`` of parts (``kinds``, PART_ARGS; ``shapes`` each part's declared shape)
     into ``out``, each copied into its place from its source; bound, the places are views taken
-    once and each run is one copy a part. A source that shares out's memory, or a part that does
-    not fit its place, is refused (TypeError: the ops' kernels run instead)."""
+    once and each run is one copy a part. One reshaped source may share out's memory (an arena
+    place its op's last read left free): its part is copied first, before any other part writes
+    over it (numpy copies between overlapping arrays as if through a buffer). More such sources,
+    or a part that does not fit its place, are refused (TypeError: the ops' kernels run instead)."""
 
     __slots__ = ("axis", "kinds", "shapes")
 
@@ -34,14 +36,18 @@ class _GatheredConcatCall:
         self.bind(out, *args)()
 
     def bind(self, out, *args):
-        axis, start, calls, at = self.axis % out.ndim, 0, [], 0
+        axis, start, calls, at, first = self.axis % out.ndim, 0, [], 0, None
         for kind, shape in zip(self.kinds, self.shapes):
             sources = args[at : at + PART_ARGS[kind]]
             at += PART_ARGS[kind]
             place = out[(slice(None),) * axis + (slice(start, start + shape[axis]),)]
             start += shape[axis]
-            if place.shape != shape or any(np.may_share_memory(s, out) for s in sources):
+            if place.shape != shape:
                 raise TypeError("a part that does not fit its place")
+            if any(np.may_share_memory(s, out) for s in sources):
+                if kind != "reshaped" or first is not None:
+                    raise TypeError("parts that lie over the result")
+                first = len(calls)
             if kind == "chosen":
                 c, x, y = sources
                 if c.size != 1 or c.dtype != np.bool_ or x.dtype != out.dtype or y.dtype != out.dtype:
@@ -54,4 +60,6 @@ class _GatheredConcatCall:
             calls.append(functools.partial(np.copyto, place, x.reshape(shape), casting="no"))
         if at != len(args) or start != out.shape[axis]:
             raise TypeError("not the declared parts")
+        if first is not None:
+            calls.insert(0, calls.pop(first))
         return functools.partial(_run_calls, tuple(calls))

@@ -47,10 +47,10 @@ class _Int8NHWCConvCall(_KeptCalls):
         if out.shape != recipe.out_shape or out.dtype != np.int8:
             raise TypeError("not the declared output")
         calls: list = []
-        # The depthwise loop of one output pixel (a streaming layer's) reads all of x before it
-        # writes: out may then lie over x.
-        one_pixel = self.kind == "depthwise" and out.size == out.shape[1]
-        if np.may_share_memory(out, x) and not one_pixel:
+        # The depthwise loop of one output pixel (a streaming layer's), and the product of one
+        # row, read all of x before they write: out may then lie over x.
+        reads_first = out.size == out.shape[1] if self.kind == "depthwise" else out.shape[0] == 1
+        if np.may_share_memory(out, x) and not reads_first:
             copy = _arena_buffers(out).get(("int8 nhwc input",), x.shape, np.int8)
             calls.append(functools.partial(np.copyto, copy, x))
             x = copy

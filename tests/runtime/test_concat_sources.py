@@ -88,3 +88,22 @@ def test_a_part_whose_condition_has_several_elements_is_copied_as_it_is():
         "b": np.array([7, 8, 9], np.int8),
     }
     np.testing.assert_array_equal(method.run(feeds)["c"], [1, 8, 3, 1, 2, 3])
+
+
+def test_a_reshaped_source_that_lies_in_the_result_is_copied_first():
+    """The arena place of the Reshape's input freed for the Concat's result: the newest frame lies
+    where the window's first rows go, so its part is copied before the state's part writes there.
+    Against numpy's concatenate of the values as they were; two such sources are refused."""
+    out = np.zeros((1, 5, 1, 8), np.int8)
+    frame = out.reshape(-1)[:8]  # the source of the last part, in the first part's place
+    frame[...] = RNG.integers(-128, 128, 8)
+    state = RNG.integers(-128, 128, (1, 4, 1, 8)).astype(np.int8)
+    zeros = np.zeros_like(state)
+    want = np.concatenate([state, frame.reshape(1, 1, 1, 8).copy()], axis=1)
+    call = _GatheredConcatCall(1, ("chosen", "reshaped"), ((1, 4, 1, 8), (1, 1, 1, 8)))
+    run = call.bind(out, np.array(True), state, zeros, frame)
+    run()
+    np.testing.assert_array_equal(out, want)
+    two = _GatheredConcatCall(1, ("reshaped", "reshaped"), ((1, 4, 1, 8), (1, 1, 1, 8)))
+    with pytest.raises(TypeError):
+        two.bind(out, out.reshape(-1)[8:], frame)
