@@ -39,19 +39,16 @@ def int8_depthwise_nhwc(x, w, b, scale, params, geom, out):  # pragma: no cover 
             for ox in range(ow):
                 for c in range(channels):
                     acc[c] = 0
+                y0, x0 = oy * sh - top, ox * sw - left  # the window's corner, in the padded frame
                 for ki in range(kh):
-                    iy = oy * sh - top + ki * dh
-                    if iy < 0 or iy >= h:
-                        continue
-                    for kj in range(kw):
-                        ix = ox * sw - left + kj * dw
-                        if ix < 0 or ix >= wd:
-                            continue
-                        row, taps = x[i, iy, ix], w[ki, kj]
-                        for c in range(channels):
-                            acc[c] += (np.int32(row[c]) - x_zero) * taps[c]
-                for c in range(channels):
+                    iy = y0 + ki * dh
+                    if 0 <= iy < h:
+                        for kj in range(kw):
+                            ix = x0 + kj * dw
+                            if 0 <= ix < wd:
+                                row, taps = x[i, iy, ix], w[ki, kj]
+                                for c in range(channels):
+                                    acc[c] += (np.int32(row[c]) - x_zero) * taps[c]
+                for c in range(channels):  # no NaN here (finite scales): min and max clamp
                     v = np.rint(np.float32(np.int64(acc[c]) + b[c]) * scale[c]) + zero
-                    v = lo if v < lo else v
-                    v = hi if v > hi else v
-                    out[i, c, oy, ox] = np.int8(v)
+                    out[i, c, oy, ox] = np.int8(min(max(v, lo), hi))

@@ -49,34 +49,10 @@ def _conv_model(x_shape, w_shape, y_shape, depthwise: bool, padding=Padding.VALI
 
 CASES = {
     # (x NHWC, w, y NHWC, depthwise, padding, stride, the fused call's kind)
-    "streaming depthwise window": (
-        (1, 21, 1, 16),
-        (1, 21, 1, 16),
-        (1, 1, 1, 16),
-        True,
-        Padding.VALID,
-        1,
-        "depthwise",
-    ),
-    "strided padded depthwise": (
-        (1, 9, 7, 8),
-        (1, 3, 3, 8),
-        (1, 5, 4, 8),
-        True,
-        Padding.SAME,
-        2,
-        "depthwise",
-    ),
-    "first layer, one window": (
-        (1, 5, 1, 40),
-        (12, 5, 1, 40),
-        (1, 1, 1, 12),
-        False,
-        Padding.VALID,
-        1,
-        "product",
-    ),
-}
+    "streaming depthwise window": ((1, 21, 1, 16), (1, 21, 1, 16), (1, 1, 1, 16), True, Padding.VALID, 1, "depthwise"),
+    "strided padded depthwise": ((1, 9, 7, 8), (1, 3, 3, 8), (1, 5, 4, 8), True, Padding.SAME, 2, "depthwise"),
+    "first layer, one window": ((1, 5, 1, 40), (12, 5, 1, 40), (1, 1, 1, 12), False, Padding.VALID, 1, "product"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(CASES))
