@@ -75,6 +75,7 @@ from .steps import (
     _layout_only,
     _PreparedStep,
 )
+from .table_fusions import _fuse_8bit_tables
 
 MAX_FILE_BYTES = 1 << 40
 HOST, DEVICE = "host", "device"  # where a run's delegate results go (``Method.run``'s output_device)
@@ -595,6 +596,7 @@ class Method:
         _fuse_channel_shuffles(self, self._steps)
         _fuse_nhwc_int8_convs(self, self._steps)
         _fuse_concat_sources(self, self._steps)
+        _fuse_8bit_tables(self, self._steps)
         _keep_on_device(self)
         _place_inputs(self)
         self._fast_steps, self._bound_runs = _bind_runs(self, self._steps, _static_inputs(self))
