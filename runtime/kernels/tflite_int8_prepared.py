@@ -91,6 +91,7 @@ def _product_call(x2: np.ndarray, w2: np.ndarray, b, scale: np.ndarray, attrs: d
     loops = compiled_loops()
     n, k = x2.shape
     m = w2.shape[0]
+    # (PRODUCT_LOOP_MACS keeps K within the 65,536 terms that int8_product sums in int32)
     if loops is None or n * m * k > PRODUCT_LOOP_MACS or (n > 1 and np.may_share_memory(out2, x2)):
         return None
     if not np.isfinite(scale).all():

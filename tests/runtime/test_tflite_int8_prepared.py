@@ -285,3 +285,28 @@ def test_a_one_row_product_may_write_over_its_input(conv_loops):
     assert (names == ["int8_product"]) == (conv_loops == "compiled"), names
     run()
     np.testing.assert_array_equal(out, want)
+
+
+def test_the_largest_one_call_product_of_extreme_values_is_exact(conv_loops):
+    """loops.int8_product sums in int32: at the largest K it takes (PRODUCT_LOOP_MACS, one row,
+    one output) and every product at its largest, |(x - zero) · w| = 255 · 128, the sum is still
+    the integer reference's."""
+    k = PRODUCT_LOOP_MACS
+    x = np.full((1, k), -128, np.int8)
+    w = np.full((1, k), -128, np.int8)
+    w.flags.writeable = False
+    attrs = dict(
+        x_scale=1.0, x_zero_point=127, w_scales=[1.0], y_scale=2.0**26, y_zero_point=0, y_min=-128, y_max=127
+    )
+    acc = (x.astype(np.int64) - 127) @ w.astype(np.int64).T  # 16384 · 255 · 128 = 534,773,760
+    want = _requantized(acc, np.full(1, np.float32(1) / np.float32(2.0**26)), 0, -128, 127)
+    assert want[0, 0] == 8  # neither saturated nor zero
+    call = kernels.find_prepared("offload.tflite", "FullyConnected")(
+        attrs, [(x.dtype, x.shape), (w.dtype, w.shape)], (np.dtype(np.int8), (1, 1))
+    )
+    out = np.zeros((1, 1), np.int8)
+    run = kernels.bind(call, out, [x, w])
+    names = [getattr(c.func, "__name__", "") for c in run.args[0]]
+    assert (names == ["int8_product"]) == (conv_loops == "compiled"), names
+    run()
+    np.testing.assert_array_equal(out, want)
