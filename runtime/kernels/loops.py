@@ -6,9 +6,10 @@ numpy's six), one axis of a Resize (``resample``, ``resample_last``: one pass fo
 tap), float32 erf, GELU, exp, sigmoid and tanh (``erf32``, ``gelu32``, ``exp32``, ``sigmoid32``,
 ``tanh32``: their numpy twins are in approximations.py), 8-bit quantization (``quantize8``,
 ``dynamic_quantize8``, ``dequantize8``; from quantize_loops.py both as one pass,
-``quantize_dequantize8``), int8 convolutions and products, and, from pool_loops.py,
-2-D max and average pools (``pool2d``), and, from spread_loops.py, a ConvTranspose's taps spread
-to their places (``spread_taps``). Each does the operations of the numpy calls it replaces (or
+``quantize_dequantize8``), int8 convolutions and products, and, from pool_loops.py, 2-D max and
+average pools (``pool2d``), from int8_nhwc_loops.py, an int8 depthwise convolution of a
+channels-last input (``int8_depthwise_nhwc``), and, from spread_loops.py, a ConvTranspose's taps
+spread to their places (``spread_taps``). Each does the operations of the numpy calls it replaces (or
 its twin's), in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
@@ -48,6 +49,7 @@ from ._coefficients import (
     TANH_P,
     TANH_SPLIT,
 )
+from .int8_nhwc_loops import int8_depthwise_nhwc  # noqa: F401 - reached as compiled_loops().int8_depthwise_nhwc
 from .pool_loops import pool2d  # noqa: F401 - reached as compiled_loops().pool2d
 from .quantize_loops import quantize_dequantize8  # noqa: F401 - reached as compiled_loops().quantize_dequantize8
 from .spread_loops import spread_taps  # noqa: F401 - reached as compiled_loops().spread_taps
@@ -619,25 +621,27 @@ def int8_depthwise(x, w, b, scale, params, geom, out):  # pragma: no cover - com
 def int8_product(x, w, b, scale, params, out):  # pragma: no cover - compiled
     """An int8 product in one call, for the small products of streaming models (a
     FullyConnected, a pointwise conv of one pixel), where ``widen``, a BLAS product, the bias's
-    add and ``requantize`` take four: per output, the int64 sum of (x - x_zero) · w plus the
-    bias, then ``requantize``'s float32 steps. The sum is the integer the float64 calls compute
-    exactly (every partial sum is below 2^53), and converting it to float32 rounds it as
-    converting that float64 does, so the int8 result has their bits. x int8 (N, K), w int8
-    (M, K), b int32 (M,) or empty, scale float32 (M,), out int8 (N, M); params float64 (x_zero,
-    y_zero, y_min, y_max)."""
-    x_zero = np.int64(params[0])
+    add and ``requantize`` take four: per output, the sum of (x - x_zero) · w in int32 (a loop
+    the compiler vectorizes: 1.8 us against 3.0 in int64 on 64 x 64) plus the bias in int64,
+    then ``requantize``'s float32 steps. The sum is the integer the float64 calls compute exactly
+    (every partial sum is below 2^53; |product| <= 255 · 128, so K up to 65,536 cannot overflow
+    int32), and converting it to float32 rounds it as converting that float64 does, so the int8
+    result has their bits. x int8 (N, K), w int8 (M, K), b int32 (M,) or empty, scale float32
+    (M,), out int8 (N, M); params float64 (x_zero, y_zero, y_min, y_max)."""
+    x_zero = np.int32(params[0])
     zero, lo, hi = np.float32(params[1]), np.float32(params[2]), np.float32(params[3])
     n, k = x.shape
     m = w.shape[0]
-    xs = np.empty(k, np.int64)
+    xs = np.empty(k, np.int32)
     for i in range(n):
         for j in range(k):
-            xs[j] = np.int64(x[i, j]) - x_zero
+            xs[j] = np.int32(x[i, j]) - x_zero
         for o in range(m):
-            acc = np.int64(b[o]) if b.size else np.int64(0)
             wo = w[o]
+            s = np.int32(0)
             for j in range(k):
-                acc += xs[j] * np.int64(wo[j])
+                s = np.int32(s + np.int32(xs[j] * np.int32(wo[j])))
+            acc = np.int64(s) + (np.int64(b[o]) if b.size else np.int64(0))
             v = np.rint(np.float32(acc) * scale[o]) + zero
             v = lo if v < lo else v
             v = hi if v > hi else v
