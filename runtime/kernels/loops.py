@@ -47,6 +47,7 @@ from ._coefficients import (
     TANH_P,
     TANH_SPLIT,
 )
+from .add_loops import add_prelu, add_relu  # noqa: F401 - reached as compiled_loops().add_relu
 from .pool_loops import pool2d  # noqa: F401 - reached as compiled_loops().pool2d
 from .spread_loops import spread_taps  # noqa: F401 - reached as compiled_loops().spread_taps
 
