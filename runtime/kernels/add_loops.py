@@ -16,42 +16,56 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._loop_blocks import _BLOCK, _same_memory
 
-# Each loop computes a block of this many sums into a buffer of its own, then copies it out: a
-# loop that stores where it may load (out is an operand's memory where the memory plan reuses
-# it) does not vectorize (add_prelu in place on 64 x 32 x 32: 33 us a call, by blocks 16)
-_BLOCK = 512
+
+@njit(cache=True, nogil=True, inline="always")
+def _relu1(v, zero):  # pragma: no cover - compiled
+    return v if v > zero or v != v else zero  # numpy's maximum(v, 0): +0 of -0, NaN kept
 
 
 @njit(cache=True, nogil=True)
 def add_relu(a, b, zero, out):  # pragma: no cover - compiled
-    """out = maximum(a + b, zero) as numpy computes each; a, b and out C-contiguous of one size,
-    zero a 0 of their type."""
+    """out = maximum(a + b, zero) as numpy computes each; a, b and out C-contiguous of one size
+    (by blocks where out is a's or b's memory, ``_BLOCK``), zero a 0 of their type."""
     x, y, o = a.reshape(-1), b.reshape(-1), out.reshape(-1)
+    if not (_same_memory(x, o) or _same_memory(y, o)):
+        for i in range(o.size):
+            o[i] = _relu1(x[i] + y[i], zero)
+        return
     block = np.empty(_BLOCK, o.dtype)
     for lo in range(0, o.size, _BLOCK):
         xs, ys, dst = x[lo : lo + _BLOCK], y[lo : lo + _BLOCK], o[lo : lo + _BLOCK]
         for j in range(dst.size):
-            v = xs[j] + ys[j]
-            block[j] = v if v > zero or v != v else zero  # numpy's maximum(v, 0)
+            block[j] = _relu1(xs[j] + ys[j], zero)
         for j in range(dst.size):
             dst[j] = block[j]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _prelu1(v, s):  # pragma: no cover - compiled
+    return v * s if v < 0 else v
 
 
 @njit(cache=True, nogil=True)
 def add_prelu(a, b, slope, out):  # pragma: no cover - compiled
     """out[i, c, k] = v · slope[c] where v = a[i, c, k] + b[i, c, k] is negative, else v (NaN
-    and -0 included); a, b and out (outer, C, inner) C-contiguous."""
+    and -0 included); a, b and out (outer, C, inner) C-contiguous (by blocks where out is a's or
+    b's memory, ``_BLOCK``)."""
     n, channels, m = out.shape
-    block = np.empty(_BLOCK, out.dtype)
+    in_place = _same_memory(a, out) or _same_memory(b, out)
+    block = np.empty(_BLOCK if in_place else 0, out.dtype)
     for i in range(n):
         for c in range(channels):
             s = slope[c]
             x, y, o = a[i, c], b[i, c], out[i, c]
+            if not in_place:
+                for k in range(m):
+                    o[k] = _prelu1(x[k] + y[k], s)
+                continue
             for lo in range(0, m, _BLOCK):
                 xs, ys, dst = x[lo : lo + _BLOCK], y[lo : lo + _BLOCK], o[lo : lo + _BLOCK]
                 for j in range(dst.size):
-                    v = xs[j] + ys[j]
-                    block[j] = v * s if v < 0 else v
+                    block[j] = _prelu1(xs[j] + ys[j], s)
                 for j in range(dst.size):
                     dst[j] = block[j]

@@ -70,7 +70,13 @@ class _AddActivation:
     __slots__ = ("alpha", "dtype", "op", "shape", "split")
 
     def __init__(self, op: str, dtype, shape: tuple, split: tuple | None = None, alpha=None):
-        self.op, self.dtype, self.shape, self.split, self.alpha = op, np.dtype(dtype), tuple(shape), split, alpha
+        self.op, self.dtype, self.shape, self.split, self.alpha = (
+            op,
+            np.dtype(dtype),
+            tuple(shape),
+            split,
+            alpha,
+        )
 
     def __call__(self, out, a, b, *extras):
         self.bind(out, a, b, *extras)()

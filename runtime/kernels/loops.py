@@ -47,6 +47,7 @@ from ._coefficients import (
     TANH_P,
     TANH_SPLIT,
 )
+from ._loop_blocks import _BLOCK, _same_memory
 from .add_loops import add_prelu, add_relu  # noqa: F401 - reached as compiled_loops().add_relu
 from .pool_loops import pool2d  # noqa: F401 - reached as compiled_loops().pool2d
 from .spread_loops import spread_taps  # noqa: F401 - reached as compiled_loops().spread_taps
@@ -245,21 +246,36 @@ def depthwise_last(x, w, b, out, sh, sw, top, left, dh, dw):  # pragma: no cover
                     dst[ox] = acc[oy * ow + ox, c]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _hard1(v, alpha, beta, zero, one, swish):  # pragma: no cover - compiled
+    t = v * alpha + beta
+    t = zero if t < zero else t
+    t = one if t > one else t
+    return t * v if swish else t
+
+
 @njit(cache=True, nogil=True)
 def hard_sigmoid(x, out, alpha, beta, zero, one, swish):  # pragma: no cover - compiled
     """HardSigmoid's clip(x * alpha + beta, 0, 1), times x for HardSwish (``swish``), in one pass
     where numpy makes three or four: the multiply, add, clip and multiply of
     ``elementwise._hard_passes`` in their order, each rounded as numpy rounds it (a NaN stays
-    NaN). x and out are C-contiguous of one shape, out may be x; alpha, beta, zero and one are
-    of their type."""
+    NaN). x and out are C-contiguous of one shape, out may be x (a conv's epilogue applies it in
+    place: then by blocks, ``_BLOCK``; HardSwish on 64 x 48 x 48 in place took 128 us a call
+    element by element, by blocks about the 27 of a call out of place); alpha, beta, zero and
+    one are of their type."""
     src = x.reshape(-1)
     dst = out.reshape(-1)
-    for i in range(src.size):
-        v = src[i]
-        t = v * alpha + beta
-        t = zero if t < zero else t
-        t = one if t > one else t
-        dst[i] = t * v if swish else t
+    if not _same_memory(src, dst):
+        for i in range(src.size):
+            dst[i] = _hard1(src[i], alpha, beta, zero, one, swish)
+        return
+    block = np.empty(_BLOCK, dst.dtype)
+    for lo in range(0, src.size, _BLOCK):
+        xs, ys = src[lo : lo + _BLOCK], dst[lo : lo + _BLOCK]
+        for j in range(xs.size):
+            block[j] = _hard1(xs[j], alpha, beta, zero, one, swish)
+        for j in range(xs.size):
+            ys[j] = block[j]
 
 
 @njit(cache=True, nogil=True)
@@ -423,9 +439,6 @@ def _sigmoid32(v):  # pragma: no cover - compiled
     return s if v == v else v
 
 
-_BLOCK = 512  # the floats an in-place loop computes into a block of its own before storing them
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def sigmoid32(x, out):  # pragma: no cover - compiled
     """out[i] = sigmoid(x[i]) for float32 x in one pass (``_sigmoid32``); x and out contiguous,
@@ -543,14 +556,28 @@ def dequantize8(x, scale, zero, out):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True)
 def prelu(x, slope, out):  # pragma: no cover - compiled
     """PRelu with a slope per channel: out[i, c, k] = x[i, c, k] · slope[c] where x < 0, else x
-    itself (NaN and -0 included); x and out (outer, C, inner) C-contiguous, out may be x."""
+    itself (NaN and -0 included); x and out (outer, C, inner) C-contiguous, out may be x (then
+    by blocks, ``_BLOCK``: on 64 x 48 x 48 in place 92 us a call element by element, by blocks
+    about the 24 of a call out of place)."""
     n, channels, m = x.shape
+    in_place = _same_memory(x, out)
+    block = np.empty(_BLOCK if in_place else 0, out.dtype)
     for i in range(n):
         for c in range(channels):
             s = slope[c]
-            for k in range(m):
-                v = x[i, c, k]
-                out[i, c, k] = v * s if v < 0 else v
+            src, dst = x[i, c], out[i, c]
+            if not in_place:
+                for k in range(m):
+                    v = src[k]
+                    dst[k] = v * s if v < 0 else v
+                continue
+            for lo in range(0, m, _BLOCK):
+                xs, ys = src[lo : lo + _BLOCK], dst[lo : lo + _BLOCK]
+                for j in range(xs.size):
+                    v = xs[j]
+                    block[j] = v * s if v < 0 else v
+                for j in range(xs.size):
+                    ys[j] = block[j]
 
 
 @njit(cache=True, nogil=True)

@@ -54,7 +54,9 @@ def _feeds(dtype=np.float32, b_shape=None, first: str = "Neg") -> dict:
     rng = np.random.default_rng(3)
     a = rng.standard_normal(SHAPE).astype(dtype)
     b = rng.standard_normal(b_shape or SHAPE).astype(dtype)
-    if b.shape == a.shape and a.dtype.kind == "f":  # sums of -0, +0, NaN and both infinities (Neg flips a's values)
+    if (
+        b.shape == a.shape and a.dtype.kind == "f"
+    ):  # sums of -0, +0, NaN and both infinities (Neg flips a's values)
         sign = -1.0 if first == "Neg" else 1.0
         flat_a, flat_b = a.reshape(-1), b.reshape(-1)
         flat_a[:6] = [sign * -0.0, sign * 0.0, sign * 1.5, np.nan, sign * -np.inf, sign * np.inf]
@@ -140,3 +142,37 @@ def test_without_the_compiled_loops_nothing_is_fused(monkeypatch):
     feeds = _feeds()
     (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_allclose(method.run(feeds)["y"], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_loops_in_place_and_apart_give_numpys_bits(dtype):
+    """The loops by blocks (out is an operand's memory) and element by element (it is not): rows
+    longer than a block and not a multiple of it, against numpy's add, maximum and select."""
+    loops = _util.compiled_loops()
+    if loops is None:
+        pytest.skip("numba is not installed here (or OFFLOAD_JIT=0)")
+    rng = np.random.default_rng(5)
+    shape = (2, 3, 1300)
+    a, b = rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype)
+    a[0, 0, :6] = [-0.0, 0.0, 1.5, np.nan, -np.inf, np.inf]
+    b[0, 0, :6] = [-0.0, -0.0, -1.5, 1.0, 2.0, 2.0]
+    slope = np.array([0.25, -1.5, 3.0], dtype)
+    total = a + b
+    relu = np.maximum(total, np.zeros(shape, dtype))
+    prelu = np.where(total < 0, total * slope.reshape(3, 1), total)
+    x_prelu = np.where(a < 0, a * slope.reshape(3, 1), a)
+    zero = dtype(0)
+    for where in ("apart", "a", "b"):
+        out = {"apart": np.empty(shape, dtype), "a": a.copy(), "b": b.copy()}[where]
+        x, y = (out if where == "a" else a), (out if where == "b" else b)
+        loops.add_relu(x, y, zero, out)
+        np.testing.assert_array_equal(_bits(out), _bits(relu))
+        out[...] = {"apart": 0, "a": a, "b": b}[where]
+        loops.add_prelu(x, y, slope, out)
+        np.testing.assert_array_equal(_bits(out), _bits(prelu))
+    in_place = a.copy()
+    loops.prelu(in_place, slope, in_place)
+    apart = np.empty(shape, dtype)
+    loops.prelu(a, slope, apart)
+    np.testing.assert_array_equal(_bits(in_place), _bits(x_prelu))
+    np.testing.assert_array_equal(_bits(apart), _bits(x_prelu))
