@@ -120,11 +120,26 @@ def depthwise(x, w, b, out, sh, sw, top, left, dh, dw):  # pragma: no cover - co
     hph = (kh - 1) * dh // sh + oh
     wph = (kw - 1) * dw // sw + ow
     plane = hph * wph
+    bias = b.shape[0] > 0
+    if kh == 1 and kw == 1 and sh == 1 and sw == 1 and top == 0 and left == 0 and oh == h and ow == wd:
+        # one tap reading the image itself (TFLite's batch norms as 1 x 1 depthwise convs): its
+        # products, then the bias, as below, without the copy into the phases and out of acc
+        for c in range(channels):
+            weight = w[c, 0, 0]
+            value = b[c] if bias else weight
+            for oy in range(oh):
+                src, dst = x[c, oy], out[c, oy]
+                if bias:
+                    for ox in range(ow):
+                        dst[ox] = src[ox] * weight + value
+                else:
+                    for ox in range(ow):
+                        dst[ox] = src[ox] * weight
+        return
     # the last tap's run reads up to Wph - 1 floats past its phase: slack after the last one
     phases = np.zeros(sh * sw * plane + wph, x.dtype)
     run = oh * wph
     acc = np.empty(run, x.dtype)
-    bias = b.shape[0] > 0
     for c in range(channels):
         for iy in range(h):
             r = iy + top
