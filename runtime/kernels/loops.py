@@ -306,6 +306,9 @@ def im2col(x, cols, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
     if sh == 1 and sw == 1 and ow == wd:
         im2col_runs(x, cols, top, left, dh, dw)
         return
+    if sw == 2 and dw == 1 and kw > 2:
+        im2col_halves(x, cols, sh, top, left, dh)
+        return
     for c in range(channels):
         for ki in range(kh):
             for kj in range(kw):
@@ -334,6 +337,52 @@ def im2col(x, cols, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
                     else:
                         for t in range(hi - lo):
                             part[t] = src[t * sw]
+
+
+@njit(cache=True, nogil=True)
+def im2col_halves(x, cols, sh, top, left, dh):  # pragma: no cover - compiled
+    """``im2col`` at stride 2 across with more than two taps across, undilated across (the 3 x 3
+    and 5 x 5 stems of the vision nets): each input row split once into its even and odd
+    columns of the padded image (zeros past the row), then every tap's row of cols one
+    contiguous copy out of a half, where ``im2col`` reads every other float once per tap
+    (3 x 256 x 256, 3 x 3: 0.12 against 0.22 ms; 3 x 128 x 128, 5 x 5: 0.06 against 0.11).
+    With two taps across each half is copied once as it is: ``im2col`` takes those."""
+    channels, h, wd = x.shape
+    kh, kw, oh, ow = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4]
+    halves = ow + (kw - 1) // 2  # tap kj reads half kj % 2 from position kj // 2 on
+    even = np.zeros(halves, x.dtype)  # position j: padded column 2 j, input column 2 j - left
+    odd = np.zeros(halves, x.dtype)  # 2 j + 1 - left
+    e0 = min(halves, (left + 1) // 2)  # the positions inside the row
+    e1 = max(e0, min(halves, (wd - 1 + left) // 2 + 1))
+    o0 = min(halves, left // 2)
+    o1 = max(o0, min(halves, (wd - 2 + left) // 2 + 1))
+    for c in range(channels):
+        for ki in range(kh):  # rows of the padding: zeros
+            for oy in range(oh):
+                iy = oy * sh + ki * dh - top
+                if iy < 0 or iy >= h:
+                    for kj in range(kw):
+                        dst = cols[c, ki, kj, oy]
+                        for t in range(ow):
+                            dst[t] = 0
+        for iy in range(h):
+            row = x[c, iy]
+            src = row[2 * e0 - left :]
+            for j in range(e1 - e0):
+                even[e0 + j] = src[2 * j]
+            src = row[2 * o0 + 1 - left :]
+            for j in range(o1 - o0):
+                odd[o0 + j] = src[2 * j]
+            for ki in range(kh):  # the output rows whose tap ki reads input row iy
+                r = iy + top - ki * dh
+                if r < 0 or r % sh != 0 or r // sh >= oh:
+                    continue
+                for kj in range(kw):
+                    half = even if kj % 2 == 0 else odd
+                    at = kj // 2
+                    dst = cols[c, ki, kj, r // sh]
+                    for t in range(ow):
+                        dst[t] = half[at + t]
 
 
 @njit(cache=True, nogil=True)
