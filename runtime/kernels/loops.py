@@ -306,6 +306,9 @@ def im2col(x, cols, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
     if sh == 1 and sw == 1 and ow == wd:
         im2col_runs(x, cols, top, left, dh, dw)
         return
+    if sh == 2 and sw == 2 and kh == 2 and kw == 2 and dh == 1 and dw == 1:
+        im2col_pairs(x, cols, top, left)
+        return
     if sw == 2 and dw == 1 and kw > 2:
         im2col_halves(x, cols, sh, top, left, dh)
         return
@@ -337,6 +340,47 @@ def im2col(x, cols, sh, sw, top, left, dh, dw):  # pragma: no cover - compiled
                     else:
                         for t in range(hi - lo):
                             part[t] = src[t * sw]
+
+
+@njit(cache=True, nogil=True)
+def im2col_pairs(x, cols, top, left):  # pragma: no cover - compiled
+    """``im2col`` of a 2 x 2 kernel at stride 2, undilated (the MediaPipe nets' downsampling
+    convs): each input row feeds one output row of two taps, its even and odd columns, split
+    in one loop straight into those two rows of cols (64 x 32 x 32: 53 against 140 us for a
+    loop per tap and output row, on a busy machine)."""
+    channels, h, wd = x.shape
+    oh, ow = cols.shape[3], cols.shape[4]
+    # the output columns t whose taps 2 t - left and 2 t + 1 - left both lie inside the row
+    t0 = min(ow, (left + 1) // 2)
+    t1 = max(t0, min(ow, (wd - 2 + left) // 2 + 1))
+    for c in range(channels):
+        for ki in range(2):  # rows of the padding: zeros
+            for oy in range(oh):
+                iy = oy * 2 + ki - top
+                if iy < 0 or iy >= h:
+                    for kj in range(2):
+                        dst = cols[c, ki, kj, oy]
+                        for t in range(ow):
+                            dst[t] = 0
+        for iy in range(h):
+            r = iy + top
+            oy = r // 2
+            if oy >= oh:
+                continue
+            row = x[c, iy]
+            d0, d1 = cols[c, r % 2, 0, oy], cols[c, r % 2, 1, oy]
+            src, e0, e1 = row[2 * t0 - left :], d0[t0:], d1[t0:]
+            for t in range(t1 - t0):
+                e0[t] = src[2 * t]
+                e1[t] = src[2 * t + 1]
+            for t in range(t0):  # the columns at the edges, tap by tap
+                i0 = 2 * t - left
+                d0[t] = row[i0] if 0 <= i0 < wd else 0
+                d1[t] = row[i0 + 1] if 0 <= i0 + 1 < wd else 0
+            for t in range(t1, ow):
+                i0 = 2 * t - left
+                d0[t] = row[i0] if 0 <= i0 < wd else 0
+                d1[t] = row[i0 + 1] if 0 <= i0 + 1 < wd else 0
 
 
 @njit(cache=True, nogil=True)
