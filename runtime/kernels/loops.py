@@ -6,8 +6,9 @@ numpy's six), one axis of a Resize (``resample``, ``resample_last``: one pass fo
 tap), float32 erf, GELU, exp, sigmoid and tanh (``erf32``, ``gelu32``, ``exp32``, ``sigmoid32``,
 ``tanh32``: their numpy twins are in approximations.py), 8-bit quantization (``quantize8``,
 ``dynamic_quantize8``, ``dequantize8``), int8 convolutions and products, and, from pool_loops.py,
-2-D max and average pools (``pool2d``), and, from spread_loops.py, a ConvTranspose's taps spread
-to their places (``spread_taps``). Each does the operations of the numpy calls it replaces (or
+2-D max and average pools (``pool2d``), from spread_loops.py, a ConvTranspose's taps spread
+to their places (``spread_taps``), and, from add_loops.py, an Add with the Relu or PRelu after
+it (``add_relu``, ``add_prelu``). Each does the operations of the numpy calls it replaces (or
 its twin's), in their order, so that its results are theirs (tests/runtime/test_loops.py).
 
 A depthwise convolution does a few multiply-adds per float it loads (9 for a 3 x 3 kernel);
