@@ -70,13 +70,8 @@ class _AddActivation:
     __slots__ = ("alpha", "dtype", "op", "shape", "split")
 
     def __init__(self, op: str, dtype, shape: tuple, split: tuple | None = None, alpha=None):
-        self.op, self.dtype, self.shape, self.split, self.alpha = (
-            op,
-            np.dtype(dtype),
-            tuple(shape),
-            split,
-            alpha,
-        )
+        self.op, self.dtype, self.shape = op, np.dtype(dtype), tuple(shape)
+        self.split, self.alpha = split, alpha  # PRelu's (outer, C, inner); LeakyRelu's slope
 
     def __call__(self, out, a, b, *extras):
         self.bind(out, a, b, *extras)()
@@ -89,7 +84,8 @@ class _AddActivation:
         if self.op == "Relu":
             return functools.partial(loops.add_relu, a, b, self.dtype.type(0), out)
         slope = self.alpha if self.op == "LeakyRelu" else extras[0]
-        if slope.dtype != self.dtype or not slope.flags.c_contiguous:
+        # the loop indexes the slope unchecked: one value per channel of the split, or one
+        if slope.dtype != self.dtype or not slope.flags.c_contiguous or slope.size != self.split[1]:
             raise TypeError("not the declared types")
         split = self.split
         return functools.partial(
