@@ -32,8 +32,11 @@ def _fusion_context(m: MethodState, steps: list) -> tuple[dict[int, int], set[in
 def _fuse_epilogues(m: MethodState, steps: list) -> None:
     """Pair a prepared Conv with the prepared elementwise ops right after it (Relu, Clip,
     HardSwish, HardSigmoid, LeakyRelu, Max or Min with a one-element operand: ``conv._Epilogue``; a chain
-    of them, as Conv → LeakyRelu → Max, one after another) where each op is the only reader of the conv's
-    result, which is not a result of the method, and the op is no jump's target: the conv's
+    of them, as Conv → LeakyRelu → Max, one after another), and a prepared Add of operands of
+    its result's shape with the Relu, PRelu or LeakyRelu after it (``add_prepared``: one
+    compiled pass; any prepared call with a ``with_epilogue`` takes part), where each op is
+    the only reader of the conv's result, which is not a result of the method, and the op is
+    no jump's target: the conv's
     plan applies the op to each part of its output as it writes it, into the op's arena view
     (``_ConvCall.with_epilogue``), and the op's own step runs nothing (``_FusedAway``). The
     conv's result is then never written: nothing reads it. Only the CPU executor pairs them;

@@ -39,12 +39,14 @@ from offload.schemas.generated.executorch_flatbuffer.KernelTypes import KernelTy
 
 from . import delegates as dl
 from .bound_runs import _bind_runs, _new_input_places, _place_inputs, _static_inputs
+from .concat_fusions import _fuse_concat_sources
 from .decided_paths import run_key
 from .device_inputs import DeviceInput, place
 from .folded_values import note_known
 from .fusions import _fuse_channel_shuffles, _fuse_depthwise_pointwise, _fuse_epilogues
 from .inputs import check_inputs, plain_array_ports, plain_arrays
 from .instructions import _PREPARE, _keep_on_device, _label
+from .int8_fusions import _fuse_nhwc_int8_convs
 from .load_time import _find_load_time
 from .ml_chains import fuse_classifier_chains
 from .options import RunOptions
@@ -56,6 +58,7 @@ from .pte_values import (
     tensor_name,
     value_type,
 )
+from .quantize_pairs import _fuse_quantize_pairs
 from .shape_specializations import (
     _find_shape_steps,
     _find_specializable_steps,
@@ -74,6 +77,7 @@ from .steps import (
     _layout_only,
     _PreparedStep,
 )
+from .table_fusions import _fuse_8bit_tables
 
 MAX_FILE_BYTES = 1 << 40
 HOST, DEVICE = "host", "device"  # where a run's delegate results go (``Method.run``'s output_device)
@@ -228,6 +232,23 @@ def _kept(value, into: np.ndarray):
     return np.array(value, copy=True) if isinstance(value, np.ndarray) else value
 
 
+def _state_places(m: Method) -> list:
+    """The input slot of each state (in ``_states``' order) whose place of its own (``_place_inputs``:
+    no step writes it) a run may keep the state's new value in, for the next run to read where it
+    lies (no copy in); None where the input has none, and for all where a state's new value is an
+    input's value itself (copied into one place, it could overwrite another state's value before
+    that is copied out)."""
+    n = len(m._states)
+    updates = m._output_slots[len(m._output_slots) - n :]
+    if set(updates) & set(m._input_slots):
+        homes = [None] * n
+    else:
+        slots = [m._input_slots[position] for position, _ in m._states]
+        homes = [s if s in m._input_places else None for s in slots]
+    m._state_homes = homes
+    return homes
+
+
 def _check_acyclic(plans: list[Method], origin: str) -> None:
     state: dict[int, int] = {}  # 1: on the current path, 2: done
 
@@ -303,6 +324,7 @@ class Method:
         self.inputs = [p for p in ports if p.name not in self.state_names]
         self.outputs = outs[: len(outs) - len(self.state_names)]
         self._state_values: dict[str, np.ndarray] | None = None
+        self._state_homes: list | None = None  # _call's: the input slot each state may be kept in
         self._state_lock = threading.Lock()
         self._steps: list = []
         # _steps with each run of prepared steps whose inputs are certain replaced by one
@@ -574,6 +596,10 @@ class Method:
         _fuse_epilogues(self, self._steps)
         _fuse_depthwise_pointwise(self, self._steps)
         _fuse_channel_shuffles(self, self._steps)
+        _fuse_nhwc_int8_convs(self, self._steps)
+        _fuse_concat_sources(self, self._steps)
+        _fuse_8bit_tables(self, self._steps)
+        _fuse_quantize_pairs(self, self._steps)
         fuse_classifier_chains(self, self._steps)
         _keep_on_device(self)
         _place_inputs(self)
@@ -647,7 +673,7 @@ class Method:
             for position, port in sorted(self._states, key=lambda s: s[0]):
                 full.insert(position, states[port.name])
             # The new states are copied straight into the arrays that hold them (_call's
-            # ``states_into``), read by no one but the next run.
+            # ``states_into``, which may swap in their inputs' places), read by no one but the next run.
             into = [states[port.name] for _, port in self._states]
             if profile is None:
                 results = self._call(full, options, None, on_device, into)
@@ -656,7 +682,9 @@ class Method:
                     results = self._call(full, options, profile, on_device, into)
             n = len(self._states)
             for (_, port), value, kept in zip(self._states, results[len(results) - n :], into):
-                if value is not kept:  # not of the declared type: converted, as a new array
+                if value is kept:
+                    states[port.name] = kept
+                else:  # not of the declared type: converted, as a new array
                     states[port.name] = np.array(value, dtype=port.type.dtype.numpy, copy=True).reshape(
                         port.type.shape
                     )
@@ -701,6 +729,8 @@ class Method:
             frame.device_outputs = device_outputs
             for slot, value in zip(self._input_slots, args):
                 view = planned[slot]
+                if value is view:  # a state the last run left in its input's place (_state_places)
+                    continue
                 if (  # the common case, first
                     type(value) is np.ndarray
                     and view is not None
@@ -738,7 +768,11 @@ class Method:
                 for i in self._output_slots[:n]
             ]
             if states_into:
-                results += [_kept(frame[i], into) for i, into in zip(self._output_slots[n:], states_into)]
+                homes = self._state_homes if self._state_homes is not None else _state_places(self)
+                for k, i in enumerate(self._output_slots[n:]):
+                    if homes[k] is not None:
+                        states_into[k] = planned[homes[k]]
+                    results.append(_kept(frame[i], states_into[k]))
             if device_outputs:
                 results = [r.as_array() if isinstance(r, DeviceTensor) else r for r in results]
             return results

@@ -17,6 +17,7 @@ from .fusions import _fuse_depthwise_pointwise, _fuse_epilogues
 from .instructions import _one_output, _prepared_outputs, _static_spec
 from .load_time import _kernel_steps, _straight_line
 from .loop_steps import loop_candidates, loop_notes, loop_step
+from .quantize_pairs import _fuse_quantize_pairs
 from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _MoveStep, _PreparedStep, _ShapeStep
 from .straight_paths import straighten
 
@@ -378,6 +379,7 @@ class _ShapeSpecialization:
         straighten(m, steps, self.folded, held)
         _fuse_epilogues(m, steps)
         _fuse_depthwise_pointwise(m, steps)
+        _fuse_quantize_pairs(m, steps)
         self.steps = steps
         certain = _static_inputs(m) | (inputs & set(held)) | set(self.folded)
         self.fast_steps, self.bound_runs = _bind_runs(m, steps, certain)

@@ -37,6 +37,7 @@ PREPARED_OUTPUTS: dict[tuple[str, str], Callable] = {}
 # Modules that register kernels; imported on first lookup.
 _MODULES = (
     "elementwise",
+    "add_prepared",
     "linalg",
     "conv",
     "pool",

@@ -168,7 +168,7 @@ def isinf(ctx, X, *, detect_negative, detect_positive):
 # ---------------------------------------------------------------- binary arithmetic
 
 for _name, _fn in {
-    "Add": np.add,
+    "Add": np.add,  # its prepared call: add_prepared.py (with an activation after it)
     "Sub": np.subtract,
     "Mul": np.multiply,
     "BitwiseAnd": np.bitwise_and,
@@ -176,7 +176,8 @@ for _name, _fn in {
     "BitwiseXor": np.bitwise_xor,
 }.items():
     kernel(_name)(_binary(_fn))
-    prepared(_name)(_ufunc_call(_fn))
+    if _name != "Add":
+        prepared(_name)(_ufunc_call(_fn))
 
 
 @kernel("Div")
@@ -551,29 +552,30 @@ def dropout(ctx, data, ratio=None, training_mode=None, *, seed):
 # ---------------------------------------------------------------- activations
 
 
-def _sigmoid(x):
-    """1 / (1 + exp(-x)). Of float32 values: ``_sigmoid32`` (one compiled pass where numba is
-    there). Of others: numpy's exp, which overflows to inf for x below about -88 (float32), and
-    1 / inf is the 0 that sigmoid rounds to there."""
-    x = np.asarray(x)
-    if x.dtype == np.float32:
+def _float32_pass(one_pass, fallback):
+    """A unary kernel: of float32 values, ``one_pass(out, x)`` (one compiled pass where numba is
+    there, else its numpy twin with the same bits); of others, ``fallback``."""
+
+    def fn(x):
+        x = np.asarray(x)
+        if x.dtype != np.float32:
+            return fallback(x)
         out = np.empty(x.shape, np.float32)
-        _sigmoid32(out, np.ascontiguousarray(x))
+        one_pass(out, np.ascontiguousarray(x))
         return out
+
+    return fn
+
+
+def _reciprocal_of_one_plus_exp_of_minus(x):
+    # numpy's exp overflows to inf for x below about -88, and 1 / inf is the 0 sigmoid rounds to
     with np.errstate(over="ignore"):
         return np.reciprocal(np.exp(-x) + 1)
 
 
-def _tanh(x):
-    """tanh. Of float32 values: ``_tanh32`` (one compiled pass where numba is there; within 1 ulp
-    of float64's tanh rounded, measured); of others, numpy's."""
-    x = np.asarray(x)
-    if x.dtype == np.float32:
-        out = np.empty(x.shape, np.float32)
-        _tanh32(out, np.ascontiguousarray(x))
-        return out
-    return np.tanh(x)
-
+# sigmoid: 1 / (1 + exp(-x)); tanh: within 1 ulp of float64's tanh rounded (measured)
+_sigmoid = _float32_pass(_sigmoid32, _reciprocal_of_one_plus_exp_of_minus)
+_tanh = _float32_pass(_tanh32, np.tanh)
 
 kernel("Tanh")(_unary(_tanh))
 
@@ -583,14 +585,18 @@ def _tanh_call(attrs, inputs, output):
     if not _plain(output) or len(inputs) != 1 or inputs[0] != output or output[0].kind != "f":
         return None
     if output[0] == np.float32:
-        return _Tanh32Call()
+        return Float32PassCall(_tanh32, "tanh32")
     return UfuncCall(np.tanh) if output[0] == np.float64 else None  # float16: the kernel's float32
 
 
-class _Tanh32Call:
-    """_tanh's float32 arithmetic into ``out`` (``_tanh32``)."""
+class Float32PassCall:
+    """A float32 activation into ``out`` in one pass: ``one_pass(out, x)`` (``approximations``),
+    bound straight to its compiled loop ``loops.<loop>(x, out)`` where numba is there."""
 
-    __slots__ = ()
+    __slots__ = ("one_pass", "loop")
+
+    def __init__(self, one_pass, loop: str):
+        self.one_pass, self.loop = one_pass, loop
 
     def __call__(self, out, x):
         if x.dtype != np.float32 or out.dtype != np.float32 or x.shape != out.shape:
@@ -599,9 +605,9 @@ class _Tanh32Call:
 
     def bind(self, out, x):
         loops = compiled_loops()
-        return (
-            functools.partial(_tanh32, out, x) if loops is None else functools.partial(loops.tanh32, x, out)
-        )
+        if loops is None:
+            return functools.partial(self.one_pass, out, x)
+        return functools.partial(getattr(loops, self.loop), x, out)
 
 
 def _softplus(x):
@@ -714,12 +720,14 @@ def _relu_call(attrs, inputs, output):
 def _sigmoid_call(attrs, inputs, output):
     if not _plain(output) or output[0].kind != "f" or len(inputs) != 1 or inputs[0] != output:
         return None
+    if output[0] == np.float32:
+        return Float32PassCall(_sigmoid32, "sigmoid32")
     return _SigmoidCall(output[0].type(1.0))
 
 
 class _SigmoidCall:
-    """_sigmoid's arithmetic into ``out``: float32 by ``_sigmoid32``; other types four ufunc
-    passes. exp's overflow is not reported: a method runs under ``np.errstate(all="ignore")``."""
+    """_sigmoid's arithmetic into ``out`` for float64 and float16: four ufunc passes. exp's
+    overflow is not reported: a method runs under ``np.errstate(all="ignore")``."""
 
     __slots__ = ("one",)
 
@@ -736,13 +744,6 @@ class _SigmoidCall:
 
     @staticmethod
     def _passes(out, x, one):
-        if out.dtype == np.float32:
-            loops = compiled_loops()
-            return (
-                functools.partial(_sigmoid32, out, x)
-                if loops is None
-                else functools.partial(loops.sigmoid32, x, out)
-            )
         negative, exp, add, reciprocal = np.negative, np.exp, np.add, np.reciprocal
 
         def run():  # outputs positional: cheaper than out= (kernels.UfuncCall.bind)

@@ -124,8 +124,8 @@ def dynamic_quantize_linear(ctx, x):
     lo = np.float32(min(0.0, x.min())) if x.size else np.float32(0)
     hi = np.float32(max(0.0, x.max())) if x.size else np.float32(0)
     scale = np.float32((hi - lo) / np.float32(255))
-    if scale == 0:  # an all-zero input: every value quantizes to 0
-        return np.zeros(x.shape, np.uint8), np.array(scale), np.array(0, np.uint8)
+    if scale == 0:  # an all-zero input: every value quantizes to 0, with scale 1 as onnxruntime's
+        return np.zeros(x.shape, np.uint8), np.array(1, np.float32), np.array(0, np.uint8)
     zero_point = _saturate_int(np.rint(-lo / scale), np.dtype(np.uint8))
     y = _saturate_int(np.rint(x / scale) + np.float32(zero_point), np.dtype(np.uint8))
     return y, np.array(scale, np.float32), np.array(zero_point, np.uint8)
@@ -160,8 +160,12 @@ def _per_tensor(attrs, inputs, x_types, out_types, output) -> bool:
 def _quantize_prepared(attrs, inputs, output):
     if attrs.get("precision") or not _per_tensor(attrs, inputs, (_F32,), _EIGHT_BITS, output):
         return None
-    if len(inputs) == 2 and output[0] != np.uint8:
-        return None
+    if (
+        len(inputs) == 2
+        and output[0] != np.uint8
+        and attrs.get("output_dtype") != DataType.from_numpy(output[0])
+    ):
+        return None  # no zero point: uint8, or the type output_dtype names (a zero of that type)
     return _QuantizeCall()
 
 

@@ -72,7 +72,7 @@ _CENTERED_LIMIT = 16
 
 def _quantized(a: np.ndarray) -> tuple[np.ndarray, np.float32]:
     """``a`` quantized to uint8 with its own range, as float32 values less the zero point, and
-    the scale (0 for an all-zero ``a``, whose values are then all 0 as well)."""
+    the scale (1 for an all-zero ``a``, whose values are then all 0)."""
     q, scale, zero = dynamic_quantize_linear(None, a)
     return q.astype(np.float32) - np.float32(zero), np.float32(scale)
 

@@ -85,12 +85,14 @@ PRODUCT_LOOP_MACS = 1 << 14
 def _product_call(x2: np.ndarray, w2: np.ndarray, b, scale: np.ndarray, attrs: dict, out2: np.ndarray):
     """One ``loops.int8_product`` call for x2 (N, K) by w2 (M, K) into out2 (N, M), views of the
     op's arrays, where the compiled loops are there, the product is small (PRODUCT_LOOP_MACS),
-    every scale is finite (``_requantize_calls``' condition) and out does not share x's memory;
-    None otherwise. It reads w and b as they are at each call (int8 and int32)."""
+    every scale is finite (``_requantize_calls``' condition) and out does not share x's memory
+    (it may where N is 1: the loop reads that row of x before it writes); None otherwise. It reads
+    w and b as they are at each call (int8 and int32)."""
     loops = compiled_loops()
     n, k = x2.shape
     m = w2.shape[0]
-    if loops is None or n * m * k > PRODUCT_LOOP_MACS or np.may_share_memory(out2, x2):
+    # (PRODUCT_LOOP_MACS keeps K within the 65,536 terms that int8_product sums in int32)
+    if loops is None or n * m * k > PRODUCT_LOOP_MACS or (n > 1 and np.may_share_memory(out2, x2)):
         return None
     if not np.isfinite(scale).all():
         return None

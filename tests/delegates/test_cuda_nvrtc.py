@@ -16,6 +16,7 @@ import itertools
 import os
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import numpy as np
@@ -198,20 +199,27 @@ _COMPILED: dict[tuple[Program, str, str], float] = {}  # each distinct kernel co
 
 
 def compile_all(programs: dict[Program, str]) -> list[str]:
-    """NVRTC on every program for every target; the failures, each with its log."""
-    failures = []
-    for p, where in programs.items():
-        for arch, kind in TARGETS:
-            if (p, arch, kind) in _COMPILED:
-                continue
-            start = time.perf_counter()
-            try:
-                nvrtc.compile(p.source, p.options, arch, kind, name=where)
-            except offload.errors.KernelError as e:
-                failures.append(f"--- {where} (options {p.options!r}):\n{e}")
-                continue
-            _COMPILED[(p, arch, kind)] = time.perf_counter() - start
-    return failures
+    """NVRTC on every program for every target; the failures, each with its log. NVRTC releases
+    the GIL while it compiles, so the compiles run on a thread per core."""
+    todo = [
+        (p, where, arch, kind)
+        for p, where in programs.items()
+        for arch, kind in TARGETS
+        if (p, arch, kind) not in _COMPILED
+    ]
+
+    def one(item):
+        p, where, arch, kind = item
+        start = time.perf_counter()
+        try:
+            nvrtc.compile(p.source, p.options, arch, kind, name=where)
+        except offload.errors.KernelError as e:
+            return f"--- {where} (options {p.options!r}):\n{e}"
+        _COMPILED[(p, arch, kind)] = time.perf_counter() - start
+        return None
+
+    with ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+        return [f for f in pool.map(one, todo) if f is not None]
 
 
 def _cl_files() -> list[str]:

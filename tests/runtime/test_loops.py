@@ -31,6 +31,7 @@ pytestmark = pytest.mark.skipif(
 # (channels, height, width, kernel, strides, pads (top, left, bottom, right), dilations)
 GEOMETRIES = [
     (8, 10, 12, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (5, 12, 17, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # one tap on the image itself: no phases
     (8, 10, 12, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # odd left pad: even columns to phase 1
     (6, 8, 16, (3, 3), (2, 2), (2, 2, 2, 2), (1, 1)),  # even left pad, even width
     (6, 8, 15, (3, 3), (2, 2), (0, 0, 1, 1), (1, 1)),  # odd width: one even column more
@@ -81,7 +82,7 @@ def test_direct_matches_float64_sums(case, bias, dtype):
     np.testing.assert_array_equal(_run(plan, x, w, b), got)  # a second run, the same bits
 
 
-@pytest.mark.parametrize("case", GEOMETRIES[:6], ids=lambda c: f"k{c[3]}-s{c[4]}-p{c[5]}")
+@pytest.mark.parametrize("case", GEOMETRIES[:7], ids=lambda c: f"k{c[3]}-s{c[4]}-p{c[5]}")
 def test_direct_gives_the_rows_paths_bits(case):
     """Each output is its first tap's product, then each other tap's product added in the weights'
     order, then the bias: the multiplies and adds of the numpy rows path, so turning the loops
@@ -203,6 +204,13 @@ COLUMNS = [
     ((1, 8, 12, 12), (8, 8, 1, 1), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
     ((1, 4, 9, 20), (5, 4, 5, 3), 1, (1, 3), (4, 1, 0, 6), (2, 1)),
     ((1, 2, 5, 5), (3, 2, 3, 3), 1, (1, 1), (3, 3, 3, 3), (1, 1)),  # rows of padding alone
+    # stride 2 across, more than two taps across: by the row's halves (im2col_halves)
+    ((1, 3, 30, 31), (8, 3, 5, 5), 1, (2, 2), (1, 1, 2, 2), (1, 1)),  # a 5 x 5 stem, TFLite's SAME
+    ((1, 4, 9, 20), (6, 2, 3, 4), 2, (1, 2), (1, 0, 2, 3), (2, 1)),
+    ((1, 3, 8, 9), (4, 3, 3, 3), 1, (2, 2), (0, 3, 4, 1), (1, 1)),  # more padding than taps left
+    # 2 x 2 at stride 2: each input row split into its two taps' rows (im2col_pairs)
+    ((1, 6, 10, 12), (5, 6, 2, 2), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
+    ((1, 4, 11, 13), (6, 2, 2, 2), 2, (2, 2), (1, 3, 2, 0), (1, 1)),  # odd sizes, pads
 ]
 
 

@@ -150,7 +150,8 @@ def test_quantize_reads_its_scale_at_every_run_and_gives_nan_zero(loops, monkeyp
 def test_dynamic_quantize_linear_matches_onnxruntime(loops, monkeypatch):
     """DynamicQuantizeLinear by the compiled call (``loops.dynamic_quantize8``) and by the numpy
     passes: onnxruntime's integers, scale and zero point, on inputs of either sign, all
-    positive and all negative (the range always holds 0)."""
+    positive and all negative (the range always holds 0), and all zero (scale 1, not the
+    formula's 0, which a later x / scale would divide by)."""
     from offload.runtime.kernels import quantization
 
     if loops == "numpy":
@@ -174,6 +175,7 @@ def test_dynamic_quantize_linear_matches_onnxruntime(loops, monkeypatch):
         rng.uniform(0.5, 2, (6, 333)),
         rng.standard_normal((6, 333)) * 40,
         rng.uniform(-2, -0.5, (6, 333)),
+        np.zeros((6, 333)),
     ):
         feeds = {"x": x.astype(np.float32)}
         got, want = module.run(feeds), dict(zip(["y", "s", "z"], session.run(None, feeds)))

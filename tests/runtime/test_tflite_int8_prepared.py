@@ -260,3 +260,53 @@ def test_a_scale_that_is_not_finite_takes_the_numpy_calls_with_their_bits():
     with np.errstate(all="ignore"):
         kernels.bind(call, out, [x, w])()
         np.testing.assert_array_equal(out, tflite_int8.fully_connected(None, x, w, **attrs))
+
+
+def test_a_one_row_product_may_write_over_its_input(conv_loops):
+    """A FullyConnected of one row whose output lies over its input (an arena place the input's
+    last read left free): loops.int8_product reads the row before it writes, so it is still the
+    one compiled call, and its result the integer reference's."""
+    k, m = 48, 16
+    buffer = np.zeros(k, np.int8)
+    x, out = buffer.reshape(1, k), buffer[:m].reshape(1, m)
+    x[...] = RNG.integers(-128, 128, (1, k))
+    w = RNG.integers(-127, 128, (m, k)).astype(np.int8)
+    w.flags.writeable = False
+    attrs = dict(
+        x_scale=0.02, x_zero_point=-128, w_scales=[0.004], y_scale=1.3, y_zero_point=3, y_min=-128, y_max=127
+    )
+    scale = np.float32(0.02) * np.float32(0.004) / np.float32(1.3)
+    want = _requantized((x.astype(np.int64) + 128) @ w.astype(np.int64).T, np.full(m, scale), 3, -128, 127)
+    call = kernels.find_prepared("offload.tflite", "FullyConnected")(
+        attrs, [(x.dtype, x.shape), (w.dtype, w.shape)], (np.dtype(np.int8), (1, m))
+    )
+    run = kernels.bind(call, out, [x, w])
+    names = [getattr(c.func, "__name__", "") for c in run.args[0]]
+    assert (names == ["int8_product"]) == (conv_loops == "compiled"), names
+    run()
+    np.testing.assert_array_equal(out, want)
+
+
+def test_the_largest_one_call_product_of_extreme_values_is_exact(conv_loops):
+    """loops.int8_product sums in int32: at the largest K it takes (PRODUCT_LOOP_MACS, one row,
+    one output) and every product at its largest, |(x - zero) · w| = 255 · 128, the sum is still
+    the integer reference's."""
+    k = PRODUCT_LOOP_MACS
+    x = np.full((1, k), -128, np.int8)
+    w = np.full((1, k), -128, np.int8)
+    w.flags.writeable = False
+    attrs = dict(
+        x_scale=1.0, x_zero_point=127, w_scales=[1.0], y_scale=2.0**26, y_zero_point=0, y_min=-128, y_max=127
+    )
+    acc = (x.astype(np.int64) - 127) @ w.astype(np.int64).T  # 16384 · 255 · 128 = 534,773,760
+    want = _requantized(acc, np.full(1, np.float32(1) / np.float32(2.0**26)), 0, -128, 127)
+    assert want[0, 0] == 8  # neither saturated nor zero
+    call = kernels.find_prepared("offload.tflite", "FullyConnected")(
+        attrs, [(x.dtype, x.shape), (w.dtype, w.shape)], (np.dtype(np.int8), (1, 1))
+    )
+    out = np.zeros((1, 1), np.int8)
+    run = kernels.bind(call, out, [x, w])
+    names = [getattr(c.func, "__name__", "") for c in run.args[0]]
+    assert (names == ["int8_product"]) == (conv_loops == "compiled"), names
+    run()
+    np.testing.assert_array_equal(out, want)
