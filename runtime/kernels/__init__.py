@@ -44,6 +44,8 @@ _MODULES = (
     "sampling",
     "normalization",
     "softmax_prepared",
+    "gelu_prepared",
+    "layer_norm_prepared",
     "reduction",
     "reduction_prepared",
     "tensor",

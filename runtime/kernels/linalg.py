@@ -8,6 +8,7 @@ import numpy as np
 
 from . import kernel, prepared
 from ._util import out_for
+from .matmul_stacks import stacked_call
 
 
 def widened(x):
@@ -64,15 +65,15 @@ def matmul(ctx, A, B):
 def _matmul_call(attrs, inputs, output):
     """MatMul of float32 or float64 operands of the output's type, the left one a matrix or a
     stack of them and the right one a matrix: the kernel's own call, numpy's matmul into the
-    arena view (``_product_out``, a stack by its rows: ``_rows``). Products of two stacks are
-    left to the kernel: numpy's matmul into a given output rounded some of them differently from
-    the one it allocates (ONNX's grouped-query attention cases), and .pte runs must equal
-    evaluate's."""
+    arena view (``_product_out``, a stack by its rows: ``_rows``). Products of two stacks:
+    ``matmul_stacks``."""
     if len(inputs) != 2 or output is None or output[0] not in (np.float32, np.float64):
         return None
     if not all(i is not None and i[0] == output[0] for i in inputs):
         return None
     (_, a_shape), (_, b_shape) = inputs
+    if len(b_shape) > 2:
+        return stacked_call(inputs, output)
     if len(b_shape) != 2 or len(a_shape) < 2 or (len(a_shape) > 2 and 0 in a_shape):
         return None
     return _MatMulCall()

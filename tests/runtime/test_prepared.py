@@ -341,14 +341,15 @@ def test_a_reshape_of_a_transposed_view_copies_it_once_into_its_arena_view():
         ((1, 32), (32, 8), True),
         ((16, 1, 48), (48, 5), True),  # the exported recurrent nets' heads: one product of 16 rows
         ((2, 3, 7, 32), (32, 8), True),
-        ((2, 3, 16, 32), (2, 3, 32, 8), False),
-        ((16, 32), (2, 32, 8), False),
+        ((2, 3, 16, 32), (2, 3, 32, 8), True),
+        ((16, 32), (2, 32, 8), True),
+        ((2, 3, 1, 32), (2, 3, 32, 8), False),  # one row: numpy's gemv (runtime/kernels/matmul_stacks.py)
     ],
 )
 def test_matmul_of_matrices_is_prepared_with_the_kernels_bits(a_shape, b_shape, prepared):
-    """MatMul of a matrix or a stack by a matrix: a prepared call (by a stack's rows; two stacks:
-    the kernel), bit for bit what the kernel gives (offload.evaluate) and within float32 of
-    numpy in float64."""
+    """MatMul of a matrix or a stack by a matrix (by a stack's rows) or by a stack: a prepared
+    call (a product of two stacks with one row or column: the kernel), bit for bit what the
+    kernel gives (offload.evaluate) and within float32 of numpy in float64."""
     rng = np.random.default_rng(6)
     b = rng.standard_normal(b_shape).astype(np.float32)
     out_shape = np.matmul(np.zeros(a_shape), np.zeros(b_shape)).shape
