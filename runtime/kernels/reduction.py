@@ -46,7 +46,13 @@ def _reduction(op: str, reduce):
 
 
 def _sum(x, ax):
-    return np.add.reduce(x, axis=ax, dtype=x.dtype, keepdims=True)  # np.sum's reduction, called directly
+    """np.sum's reduction, called directly, of x in C order: numpy's sums follow the input's
+    memory order (pairwise along a contiguous axis, one running sum per output across a strided
+    one), so a transposed view would sum the same values in another order than the arena's
+    C-contiguous copy of them that the CPU executor's prepared call reads."""
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    return np.add.reduce(x, axis=ax, dtype=x.dtype, keepdims=True)
 
 
 def _mean(x, ax):
@@ -74,14 +80,14 @@ def _log_sum_exp(x, ax):
     top = np.max(x, axis=ax, keepdims=True, initial=-np.inf)
     # Shift by the maximum for stability; an infinite maximum is not a usable shift.
     shift = np.where(np.isfinite(top), top, 0).astype(x.dtype)
-    return shift + np.log(np.sum(np.exp(x - shift), axis=ax, keepdims=True))
+    return shift + np.log(_sum(np.exp(x - shift), ax))
 
 
 _reduction("ReduceSum", _sum)
 _reduction("ReduceMean", _mean)
 _reduction("ReduceMax", lambda x, ax: _extreme(x, ax, True))
 _reduction("ReduceMin", lambda x, ax: _extreme(x, ax, False))
-_reduction("ReduceProd", lambda x, ax: np.prod(x, axis=ax, keepdims=True, dtype=x.dtype))
+_reduction("ReduceProd", lambda x, ax: np.prod(np.ascontiguousarray(x), axis=ax, keepdims=True, dtype=x.dtype))
 _reduction("ReduceL1", lambda x, ax: _sum(np.abs(x), ax))
 _reduction("ReduceL2", lambda x, ax: np.sqrt(_sum(x * x, ax)))
 _reduction("ReduceSumSquare", lambda x, ax: _sum(x * x, ax))

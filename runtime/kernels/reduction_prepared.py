@@ -87,7 +87,7 @@ class _ReduceCall:
         if axes is not None and axes.flags.writeable:  # computed by the graph
             return functools.partial(self, out, data, axes)
         ax = _axes(data, axes, self.noop, self.op)
-        if ax and self.reduce in (_sum, _mean):
+        if ax and self.reduce in (_sum, _mean) and data.flags.c_contiguous:  # _sum's order
             kept = out.reshape(tuple(1 if a in ax else d for a, d in enumerate(data.shape)))
             if np.may_share_memory(kept, out) and not np.may_share_memory(out, data):
                 if self.reduce is _sum:

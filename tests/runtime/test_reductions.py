@@ -118,3 +118,35 @@ def test_equal_channels_pool_to_equal_values(op):
     np.testing.assert_allclose(want, 1e-3, rtol=1e-6)
     got = offload.runtime.load(offload.save(offload.load(data))).method("forward").run({"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceL2", "ReduceLogSumExp", "ReduceProd"])
+def test_a_reduction_of_a_transposed_value_sums_in_the_executors_order(op):
+    """Transpose -> Sub -> Pow -> Reduce over the last axis (a LayerNorm's variance written out):
+    offload.evaluate's Sub of the Transpose's view keeps the view's memory order, the CPU
+    executor's arena holds it in C order, and numpy sums in memory order; the kernels sum the
+    C-ordered values, so the .pte's bound run and evaluate agree bit for bit."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+        helper.make_node("Sub", ["t", "c"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["p"]),
+        helper.make_node(op, ["p", "axes"], ["y"], keepdims=1),
+    ]
+    scale = 0.05 if op == "ReduceProd" else 1.0  # products of 120 values near 1
+    inits = [
+        ("c", rng.standard_normal((1, 1, 120)).astype(np.float32)),
+        ("two", np.array(2, np.float32)),
+        ("axes", np.array([-1], np.int64)),
+    ]
+    data = model_bytes(nodes, [("x", F32, [1, 120, 40])], [("y", F32, None)], inits, opset=18)
+    program = offload.load(data)
+    module = offload.runtime.load(offload.save(program))
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = (1.0 + scale * rng.standard_normal((1, 120, 40))).astype(np.float32)
+    (want,) = session.run(None, {"x": x})
+    expected = offload.evaluate(program, {"x": x})["y"]
+    for _ in range(3):  # unbound, then bound
+        got = module.run({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        np.testing.assert_array_equal(got, expected)
