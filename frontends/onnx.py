@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import warnings
@@ -22,6 +23,7 @@ from offload.ir import (
     SequenceType,
     TensorType,
     Value,
+    infer_op,
     infer_types,
     lookup,
 )
@@ -722,4 +724,31 @@ def _trust_inference(program: Program, origin: str, declared: list[Value]) -> No
             f"{'; …' if len(fixed) > 1 else ''}); the inferred shapes are used, as onnxruntime does",
             ModelFixWarning,
             stacklevel=3,
+        )
+    _unconfirmed_outputs(program, origin, declared)
+
+
+def _unconfirmed_outputs(program: Program, origin: str, declared: list[Value]) -> None:
+    """A graph output declared with a static shape that inference cannot confirm, because its
+    op's result has no known rank (a Squeeze without axes of a (batch, 1) value: a scalar at batch
+    1 only), keeps its dtype and drops the shape: onnxruntime returns what a run computes whatever
+    the declaration, and a planned run would otherwise hold the result to the declared shape."""
+    outputs = {id(v) for v in program.main.body.outputs}
+    dropped = []
+    for v in declared:
+        if id(v) not in outputs or v.producer is None or not isinstance(v.type, TensorType):
+            continue
+        if v.type.shape is None or not all(isinstance(d, int) for d in v.type.shape):
+            continue  # symbolic dims are planned from each run's shapes
+        for out, inferred in zip(v.producer.outputs, infer_op(v.producer)):
+            if out is v and isinstance(inferred, TensorType) and inferred.shape is None:
+                dropped.append(f"'{v.name}' declared {v.type}")
+                v.type = dataclasses.replace(v.type, shape=None)
+    if dropped:
+        warnings.warn(
+            f"{origin}: {len(dropped)} declared output shape(s) that shape inference cannot confirm "
+            f"({dropped[0]}{'; …' if len(dropped) > 1 else ''}); the outputs take the shapes a run "
+            "gives them, as in onnxruntime",
+            ModelFixWarning,
+            stacklevel=4,
         )

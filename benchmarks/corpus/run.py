@@ -11,11 +11,12 @@ bad model cannot hang or sink the run. Per model it prints one row:
 - cpu: offload's CPU executor (``offload.save`` -> ``offload.runtime.load`` -> ``module.run``)
   against the reference runtime (onnxruntime's CPUExecutionProvider for ONNX, LiteRT's
   ``Interpreter`` for TFLite; a Core ML file against its ONNX twin's onnxruntime result), at every
-  shape set of the manifest; ``ok`` or what differed. The program goes through
+  shape set of the manifest, twice over (a first run at new shapes runs the kernels, the next
+  ones the plan made for them); ``ok`` or what differed. The program goes through
   ``offload.optimize``'s default passes first, as ``offload compile`` and
   ``offload.InferenceSession`` do (``--no-passes``: saved as imported).
 - opencl: ``offload.to_backend(program, "opencl")`` saved, loaded with ``offload.runtime.load``
-  and run at every shape set in that one module, against the same reference outputs.
+  and run at every shape set in that one module, twice over, against the same reference outputs.
 - delegated: ops inside the ``offload::Delegate`` ops' fallback blocks / all other ops (as
   ``offload compile --backend`` counts them).
 - ratio: offload CPU time / reference time per run at the first shape set, both in this process,
@@ -278,7 +279,9 @@ def run_sets(module, feed_sets: list[dict], wants: list[dict], opwise_check=None
     (see opwise.py) decides: every op matching from onnxruntime's own inputs is ``ok op by op``, the
     end-to-end difference and onnxruntime's own spread between its optimization levels said with it."""
     by_op = None
-    for i, (feeds, want) in enumerate(zip(feed_sets, wants)):
+    # twice over: the first run at a shape set runs its kernels, the next ones the plan it made
+    sets = list(enumerate(zip(feed_sets, wants)))
+    for i, (feeds, want) in sets + sets:
         module.reset_state()
         diff = compare(module.run(feeds), want)
         if not diff:

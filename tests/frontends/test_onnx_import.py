@@ -321,6 +321,27 @@ def test_a_declared_shape_that_disagrees_is_a_hint_as_in_onnxruntime():
     np.testing.assert_array_equal(got[0], want[0])
 
 
+def test_a_declared_output_shape_inference_cannot_confirm_is_dropped_as_in_onnxruntime():
+    """A scalar declared for Squeeze(no axes) of a (N, 1) value, true at batch 1 only (a speech
+    quality scorer's output): onnxruntime returns (2,) at batch 2, and so do the planned runs
+    that follow the first at that shape."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
+    nodes = [helper.make_node("Squeeze", ["x"], ["s"]), helper.make_node("Sigmoid", ["s"], ["y"])]
+    data = _model(nodes, [x], [y], opset=13).SerializeToString()
+    with pytest.warns(ModelFixWarning, match=r"1 declared output shape\(s\) .*'y' declared \(fp32\)"):
+        program = offload.load(data)
+    assert program.main.outputs[0].type == TensorType(DataType.FLOAT, None)
+    module = offload.runtime.load(offload.save(program))
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for batch in (2, 2, 2, 1, 1, 2):
+        feeds = {"x": np.linspace(-2, 2, batch, dtype=np.float32).reshape(batch, 1)}
+        (want,) = session.run(None, feeds)
+        got = module.run(feeds)["y"]
+        assert got.shape == want.shape == ((batch,) if batch > 1 else ())
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_a_subgraph_may_shadow_an_outer_name_as_in_onnxruntime():
     """ONNX scoping: a Loop body's initializer and node output reuse names of the outer graph;
     inside the body the inner values are meant, outside the outer ones."""
