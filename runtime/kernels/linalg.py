@@ -24,7 +24,23 @@ def widened(x):
 
 
 def _matmul(a, b, out=None):
-    return np.matmul(widened(a), widened(b), out=out).astype(np.asarray(a).dtype, copy=False)
+    x, y = _gemv_ready(widened(a), widened(b))
+    return np.matmul(x, y, out=out).astype(np.asarray(a).dtype, copy=False)
+
+
+def _one_row_or_column(a, b) -> bool:
+    return a.ndim < 2 or b.ndim < 2 or a.shape[-2] == 1 or b.shape[-1] == 1
+
+
+def _gemv_ready(a, b):
+    """numpy hands a product of one row or one column to BLAS's gemv, whose sums follow the
+    operands' memory layout (one row by a transposed [256, 96] stack: 1e-5 from the product by
+    its contiguous copy); such a product reads C-contiguous operands, so that a Transpose's view
+    and a copy of it give the same bits wherever either is held (a decoder Loop's bound steps and
+    offload.evaluate). Products of more rows and columns take numpy's matmul of any layout."""
+    if _one_row_or_column(a, b):
+        return np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a, b
 
 
 def _product_out(ctx, a, b):
@@ -56,6 +72,7 @@ def matmul(ctx, A, B):
     if rows is not None:
         shape = a.shape[:-1] + b.shape[1:]
         out = out_for(ctx, 0, shape, a.dtype)
+        rows, b = _gemv_ready(rows, b)
         y = np.matmul(rows, b, out=None if out is None else out.reshape(rows.shape[0], -1))
         return (y.reshape(shape) if out is None else out).astype(A.dtype, copy=False)
     return _matmul(A, B, _product_out(ctx, a, b))
@@ -93,9 +110,12 @@ class _MatMulCall:
             if a is None:
                 raise TypeError("not the declared types")
             out = out.reshape(-1, out.shape[-1])
+        a, b = _gemv_ready(a, b)
         np.matmul(a, b, out=out, casting="no")
 
     def bind(self, out, a, b):
+        if _one_row_or_column(a, b) and not (a.flags.c_contiguous and b.flags.c_contiguous):
+            return functools.partial(self, out, a, b)  # the copies at each call, as the kernel's
         if a.ndim > 2:
             a, out = a.reshape(-1, a.shape[-1]), out.reshape(-1, out.shape[-1])
         return functools.partial(np.matmul, a, b, out=out)

@@ -47,3 +47,34 @@ def test_matmul_of_a_transposed_view_is_prepared(shape, perm, monkeypatch):
         got = method.run({"x": x})["y"]
         np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(got, offload.evaluate(program, {"x": x})["y"])
+
+
+@pytest.mark.parametrize("stack", [(), (2,)], ids=["matrix", "stack"])
+def test_a_product_of_one_row_does_not_depend_on_the_layout_of_its_operand(stack):
+    """One row by Transpose(x): numpy hands it to BLAS's gemv, whose sums follow the operands'
+    memory layout, so the product reads C-contiguous operands and gives the bits of the product
+    by a contiguous copy of the transposed values, in offload.evaluate and in the .pte's runs
+    alike (a decoder Loop's bound steps hold such a value as a view where evaluate holds a copy)."""
+    rng = np.random.default_rng(11)
+    h = rng.standard_normal((*stack, 1, 256)).astype(np.float32)
+    x = rng.standard_normal((*stack, 96, 256)).astype(np.float32)
+    perm = [*range(len(stack)), len(stack) + 1, len(stack)]
+    viewed = model_bytes(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=perm), helper.make_node("MatMul", ["h", "t"], ["y"])],
+        [("h", F32, list(h.shape)), ("x", F32, list(x.shape))],
+        [("y", F32, None)],
+    )
+    copied = model_bytes(
+        [helper.make_node("MatMul", ["h", "t"], ["y"])],
+        [("h", F32, list(h.shape)), ("t", F32, [*stack, 256, 96])],
+        [("y", F32, None)],
+    )
+    want = offload.evaluate(offload.load(copied), {"h": h, "t": np.ascontiguousarray(x.transpose(perm))})["y"]
+    program = offload.load(viewed)
+    np.testing.assert_array_equal(offload.evaluate(program, {"h": h, "x": x})["y"], want)
+    module = offload.runtime.load(offload.save(program))
+    (reference,) = ort.InferenceSession(viewed, providers=["CPUExecutionProvider"]).run(None, {"h": h, "x": x})
+    for _ in range(3):  # unbound, then bound
+        got = module.run({"h": h, "x": x})["y"]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
