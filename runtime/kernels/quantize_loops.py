@@ -16,8 +16,7 @@ import numpy as np
 from numba import njit
 
 from ._coefficients import F32
-
-_BLOCK = 512  # the floats computed into a block of their own before they are stored (as loops.sigmoid32)
+from ._loop_blocks import _BLOCK  # the floats computed into a block of their own before they are stored
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
