@@ -45,6 +45,7 @@ from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 from . import (  # noqa: F401  (the rule modules register their rules in RULES)
     tflite_array_ops,
     tflite_control,
+    tflite_detection,
     tflite_int8,
     tflite_litert_custom,
     tflite_lstm,

@@ -2,6 +2,7 @@
 
 from . import (
     contrib_ops,  # noqa: F401  (registers the com.microsoft operators kept whole)
+    detection_ops,  # noqa: F401  (registers offload::DetectionPostProcess)
     tflite_ops,  # noqa: F401  (registers the offload.tflite integer operators)
 )
 from .core import Block, Function, Operation, Program, Value

@@ -72,6 +72,7 @@ _MODULES = (
     "training",
     "random",
     "detection",
+    "detection_postprocess",
     "tflite_int8",
     "tflite_int8_prepared",
     "conv_integer_prepared",
