@@ -71,9 +71,7 @@ class FlexMap:
                 raise ModelFormatError(f"{self.where}: its options have no '{key}' (needs {what})")
             return None
         if entry.type not in kinds:
-            raise ModelFormatError(
-                f"{self.where}: option '{key}' is a {type_name(entry.type)}, not {what}"
-            )
+            raise ModelFormatError(f"{self.where}: option '{key}' is a {type_name(entry.type)}, not {what}")
         return entry.value
 
     def integer(self, key: str, default=_REQUIRED) -> int:

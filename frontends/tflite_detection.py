@@ -48,7 +48,9 @@ def _options(node: Node, where: str) -> dict:
     for key in ("y_scale", "x_scale", "h_scale", "w_scale"):
         attrs[key] = opts.real(key)
         if attrs[key] == 0 or not math.isfinite(attrs[key]):
-            raise ModelFormatError(f"{where}: option '{key}' is {attrs[key]}; a box scale is finite and not 0")
+            raise ModelFormatError(
+                f"{where}: option '{key}' is {attrs[key]}; a box scale is finite and not 0"
+            )
     for key in ("max_detections", "max_classes_per_detection", "num_classes"):
         if not 1 <= attrs[key] <= MAX_ROWS:
             raise ModelFormatError(f"{where}: option '{key}' is {attrs[key]}, not between 1 and {MAX_ROWS}")

@@ -78,7 +78,9 @@ def detection_model(boxes: int, columns: int, opts: dict, *, codings: int = 4, r
 def feeds_for(boxes: int, columns: int, levels: int = 0) -> dict:
     """Random encodings, scores (``levels`` > 0: drawn from that many values, so that many tie)
     and anchors of positive size spread over the unit square."""
-    scores = RNG.integers(0, levels, (1, boxes, columns)) / levels if levels else RNG.random((1, boxes, columns))
+    scores = (
+        RNG.integers(0, levels, (1, boxes, columns)) / levels if levels else RNG.random((1, boxes, columns))
+    )
     centers = RNG.random((boxes, 2))
     sizes = RNG.uniform(0.1, 0.5, (boxes, 2))
     return {
@@ -136,7 +138,12 @@ def test_fast_suppression_matches_litert(per_row, background, tmp_path):
 @pytest.mark.parametrize("per_class, per_row", [(100, 1), (2, 1), (3, 2)])
 def test_regular_suppression_matches_litert(per_class, per_row, tmp_path):
     """Suppression per class (at most detections_per_class each), the best max_detections over all."""
-    opts = {**BASE, "use_regular_nms": True, "detections_per_class": per_class, "max_classes_per_detection": per_row}
+    opts = {
+        **BASE,
+        "use_regular_nms": True,
+        "detections_per_class": per_class,
+        "max_classes_per_detection": per_row,
+    }
     data = detection_model(40, 5, opts)
     want = check(data, feeds_for(40, 5), opts, tmp_path)
     assert want["count"][0] == opts["max_detections"]
@@ -217,10 +224,18 @@ def test_a_convolution_before_it_runs_on_opencl(tmp_path):
         ({"num_classes": 0}, ModelFormatError, r"'num_classes' is 0"),
         ({"max_detections": 0}, ModelFormatError, r"'max_detections' is 0"),
         ({"max_detections": 1 << 30}, ModelFormatError, r"'max_detections' is 1073741824"),
-        ({"max_detections": 1000, "max_classes_per_detection": 1000}, ModelFormatError, r"1000000 detection rows"),
+        (
+            {"max_detections": 1000, "max_classes_per_detection": 1000},
+            ModelFormatError,
+            r"1000000 detection rows",
+        ),
         ({"nms_iou_threshold": 0.0}, ModelFormatError, r"'nms_iou_threshold' is 0.0"),
         ({"h_scale": 0.0}, ModelFormatError, r"'h_scale' is 0.0"),
-        ({"use_regular_nms": True, "detections_per_class": 0}, ModelFormatError, r"'detections_per_class' is 0"),
+        (
+            {"use_regular_nms": True, "detections_per_class": 0},
+            ModelFormatError,
+            r"'detections_per_class' is 0",
+        ),
         ({"y_scale": "ten"}, ModelFormatError, r"'y_scale' is a string, not a float"),
         ({"num_classes": 2}, ShapeError, r"5 columns, but num_classes is 2"),
     ],
