@@ -49,32 +49,54 @@ def decode_boxes(encodings: np.ndarray, anchors: np.ndarray, scales) -> np.ndarr
     return np.stack([yc - half_h, xc - half_w, yc + half_h, xc + half_w], axis=1)
 
 
-def _iou(boxes: np.ndarray, areas: np.ndarray, i: int, others: np.ndarray) -> np.ndarray:
-    """IoU of box ``i`` with boxes ``others`` in float32, 0 where either area is <= 0."""
-    b, o = boxes[i], boxes[others]
-    inter_h = np.maximum(np.minimum(b[2], o[:, 2]) - np.maximum(b[0], o[:, 0]), np.float32(0))
-    inter_w = np.maximum(np.minimum(b[3], o[:, 3]) - np.maximum(b[1], o[:, 1]), np.float32(0))
-    inter = inter_h * inter_w
-    with np.errstate(divide="ignore", invalid="ignore"):
-        iou = inter / (areas[i] + areas[others] - inter)
-    return np.where((areas[i] <= 0) | (areas[others] <= 0), np.float32(0), iou)
+# Rows of ``Overlaps`` kept for reuse by later classes, in bool elements (64 MiB).
+_CACHED_ELEMENTS = 1 << 26
 
 
-def suppress(boxes, areas, scores, limit: int, score_threshold, iou_threshold) -> np.ndarray:
+class Overlaps:
+    """Which boxes one box suppresses: IoU with each box (float32, 0 where either area is <= 0,
+    the box's own area first in the union as in LiteRT) above the threshold. A row is computed
+    the first time a box is kept and reused while the rows fit ``_CACHED_ELEMENTS``."""
+
+    def __init__(self, boxes: np.ndarray, iou_threshold: np.float32):
+        self.ymin, self.xmin, self.ymax, self.xmax = (np.ascontiguousarray(boxes[:, k]) for k in range(4))
+        self.areas = (self.ymax - self.ymin) * (self.xmax - self.xmin)
+        self.threshold = iou_threshold
+        self.rows: dict[int, np.ndarray] = {}
+
+    def survivors(self, i: int) -> np.ndarray:
+        """A bool per box: not suppressed by box ``i``."""
+        row = self.rows.get(i)
+        if row is not None:
+            return row
+        zero = np.float32(0)
+        inter_h = np.maximum(np.minimum(self.ymax[i], self.ymax) - np.maximum(self.ymin[i], self.ymin), zero)
+        inter_w = np.maximum(np.minimum(self.xmax[i], self.xmax) - np.maximum(self.xmin[i], self.xmin), zero)
+        inter = inter_h * inter_w
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = inter / (self.areas[i] + self.areas - inter)
+        if self.areas[i] <= 0:
+            iou[:] = zero
+        iou[self.areas <= 0] = zero
+        row = ~(iou > self.threshold)  # a NaN IoU suppresses nothing
+        if (len(self.rows) + 1) * row.size <= _CACHED_ELEMENTS:
+            self.rows[i] = row
+        return row
+
+
+def suppress(overlaps: Overlaps, scores: np.ndarray, limit: int, score_threshold) -> np.ndarray:
     """Anchor indices kept by greedy non-maximum suppression of one score column, best first."""
     candidates = np.flatnonzero(scores >= score_threshold)
     order = candidates[np.argsort(-scores[candidates], kind="stable")]
-    active = np.ones(order.size, dtype=bool)
+    active = np.zeros(scores.size, dtype=bool)
+    active[candidates] = True
     kept: list[int] = []
-    for i in range(order.size):
+    for i in order.tolist():
         if len(kept) >= limit:
             break
-        if not active[i]:
-            continue
-        kept.append(int(order[i]))
-        later = i + 1 + np.flatnonzero(active[i + 1 :])
-        if later.size:
-            active[later[_iou(boxes, areas, order[i], order[later]) > iou_threshold]] = False
+        if active[i]:  # those before i in the order are kept or suppressed already
+            kept.append(i)
+            np.logical_and(active, overlaps.survivors(i), out=active)
     return np.asarray(kept, dtype=np.int64)
 
 
@@ -118,12 +140,12 @@ def heap_partial_order(values: list, count: int) -> list[int]:
     return order[:count]
 
 
-def _fast(boxes, areas, scores, out, a) -> int:
+def _fast(boxes, overlaps, scores, out, a) -> int:
     boxes_out, classes_out, scores_out = out
     per_row = a["max_classes_per_detection"]
     count = min(per_row, scores.shape[1])
     best = scores[np.arange(scores.shape[0]), np.argmax(scores, axis=1)]
-    kept = suppress(boxes, areas, best, a["max_detections"], a["threshold"], a["iou"])
+    kept = suppress(overlaps, best, a["max_detections"], a["threshold"])
     if count == 1:  # LiteRT's arg max: the first maximum
         top = np.argmax(scores[kept], axis=1)[:, None]
     else:
@@ -141,7 +163,7 @@ def _fast(boxes, areas, scores, out, a) -> int:
     return kept.size
 
 
-def _regular(boxes, areas, scores, out, a) -> int:
+def _regular(boxes, overlaps, scores, out, a) -> int:
     boxes_out, classes_out, scores_out = out
     limit = min(a["detections_per_class"], a["max_detections"])
     if limit <= 0:
@@ -151,7 +173,7 @@ def _regular(boxes, areas, scores, out, a) -> int:
     best = np.zeros(0, np.float32)
     for c in range(scores.shape[1]):
         column = scores[:, c]
-        kept = suppress(boxes, areas, column, limit, a["threshold"], a["iou"])
+        kept = suppress(overlaps, column, limit, a["threshold"])
         if not kept.size:
             continue
         # the new class's boxes after the kept ones: a stable sort keeps earlier classes first
@@ -208,7 +230,6 @@ def detection_postprocess(
             f"{_OP}: decoded box {int(np.argmax(invalid))} has its min corner past its max corner "
             "(a negative anchor height or width)"
         )
-    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
     scores = class_predictions[0, :, offset:].astype(np.float32, copy=False)
     rows = max_detections * max_classes_per_detection
     out = (np.zeros((rows, 4), np.float32), np.zeros(rows, np.float32), np.zeros(rows, np.float32))
@@ -217,7 +238,7 @@ def detection_postprocess(
         "max_classes_per_detection": max_classes_per_detection,
         "detections_per_class": detections_per_class,
         "threshold": np.float32(nms_score_threshold),
-        "iou": np.float32(nms_iou_threshold),
     }
-    found = (_regular if use_regular_nms else _fast)(boxes, areas, scores, out, settings)
+    overlaps = Overlaps(boxes, np.float32(nms_iou_threshold))
+    found = (_regular if use_regular_nms else _fast)(boxes, overlaps, scores, out, settings)
     return out[0][None], out[1][None], out[2][None], np.array([found], np.float32)

@@ -175,6 +175,42 @@ def test_overlapping_boxes_suppress_and_a_threshold_drops(regular, tmp_path):
     assert want["count"][0] == 0
 
 
+@pytest.mark.parametrize("regular", [False, True])
+def test_crowded_and_empty_boxes(regular, monkeypatch, tmp_path):
+    """200 boxes crowded into a corner (IoUs on both sides of the threshold), some of zero height
+    (IoU 0: they suppress nothing and nothing suppresses them); the same with no suppression row
+    kept for reuse."""
+    from offload.runtime.kernels import detection_postprocess
+
+    opts = {**BASE, "use_regular_nms": regular, "max_detections": 40, "detections_per_class": 15}
+    feeds = feeds_for(200, 5)
+    feeds["anchors"][:, :2] *= 0.2
+    feeds["anchors"][::7, 2] = 0
+    feeds["box_encodings"] *= 0.3
+    data = detection_model(200, 5, opts)
+    want = check(data, feeds, opts, tmp_path)
+    boxes = want["boxes"][0, : int(want["count"][0])]
+    assert (boxes[:, 0] == boxes[:, 2]).any(), "some detections are boxes of zero height"
+    best = np.sort(feeds["class_predictions"][0, :, 1:].max(axis=1))[::-1][:40]
+    if not regular:  # suppression dropped some of the 40 best anchors
+        assert not np.array_equal(want["scores"][0], best)
+    monkeypatch.setattr(detection_postprocess, "_CACHED_ELEMENTS", 0)
+    check(data, feeds, opts, tmp_path)
+
+
+def test_a_negative_anchor_size_fails_as_in_litert():
+    """LiteRT refuses a decoded box whose min corner passes its max corner; offload names it."""
+    from offload.errors import KernelError
+
+    feeds = feeds_for(8, 5)
+    feeds["anchors"][3, 3] = -0.2
+    data = detection_model(8, 5, BASE)
+    with pytest.raises(RuntimeError):
+        litert(data, feeds)
+    with pytest.raises(KernelError, match=r"DetectionPostProcess: decoded box 3 has its min corner"):
+        offload.evaluate(offload.load(data), feeds)
+
+
 def test_keypoint_columns_and_uint8_inputs(tmp_path):
     """uint8 box encodings (with two keypoint columns, unread), anchors and scores, dequantized as
     LiteRT does."""
