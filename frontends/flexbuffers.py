@@ -90,7 +90,10 @@ class FlexMap:
         """A float option rounded to float32, as the C++ reader's ``AsFloat`` returns it."""
         kinds = (FLOAT, INDIRECT_FLOAT, INT, UINT, INDIRECT_INT, INDIRECT_UINT)
         v = self._scalar(key, default, kinds, "a float")
-        return default if v is None else float(np.float32(v))
+        if v is None:
+            return default
+        with np.errstate(over="ignore"):  # past float32's range: inf, as the C++ cast gives
+            return float(np.float32(v))
 
     def boolean(self, key: str, default=_REQUIRED) -> bool:
         v = self._scalar(key, default, (BOOL, INT, UINT, INDIRECT_INT, INDIRECT_UINT), "a bool")

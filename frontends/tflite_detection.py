@@ -60,9 +60,12 @@ def _options(node: Node, where: str) -> dict:
             f"{where}: max_detections {attrs['max_detections']} × max_classes_per_detection "
             f"{attrs['max_classes_per_detection']} = {rows} detection rows, more than {MAX_ROWS}"
         )
-    if attrs["use_regular_nms"] and attrs["detections_per_class"] < 1:
+    per_class = attrs["detections_per_class"]
+    if not -(1 << 31) <= per_class < 1 << 31:
+        raise ModelFormatError(f"{where}: option 'detections_per_class' is {per_class}, past LiteRT's int32")
+    if attrs["use_regular_nms"] and per_class < 1:
         raise ModelFormatError(
-            f"{where}: option 'detections_per_class' is {attrs['detections_per_class']}; "
+            f"{where}: option 'detections_per_class' is {per_class}; "
             "regular suppression keeps at least one box per class"
         )
     iou = attrs["nms_iou_threshold"]

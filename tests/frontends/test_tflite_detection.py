@@ -272,6 +272,7 @@ def test_a_convolution_before_it_runs_on_opencl(tmp_path):
             ModelFormatError,
             r"'detections_per_class' is 0",
         ),
+        ({"detections_per_class": 1 << 40}, ModelFormatError, r"'detections_per_class' is 1099511627776"),
         ({"y_scale": "ten"}, ModelFormatError, r"'y_scale' is a string, not a float"),
         ({"num_classes": 2}, ShapeError, r"5 columns, but num_classes is 2"),
     ],
