@@ -58,8 +58,8 @@ from . import (  # noqa: F401  (the rule modules register their rules in RULES)
     tflite_tensor_ops,
 )
 from .finish import typed_and_verified
-from .tflite_fft import complex_rule, refuse_complex_tensor
 from .tflite_custom import register_custom_op  # noqa: F401  (public: offload.frontends.tflite.register_custom_op)
+from .tflite_fft import complex_rule, refuse_complex_tensor
 from .tflite_node import _TYPE_NAMES, ARITY, DTYPES, RULES, Node
 from .tflite_quant import (
     ACTIVATION_DTYPES,

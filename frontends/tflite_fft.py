@@ -32,6 +32,7 @@ from offload.ir import DataType, Value
 from offload.schemas.generated.tflite.TensorType import TensorType as TflType
 
 from .tflite_node import Node, Rule, rule
+from .tflite_tensor_ops import new_shape, reshape_attrs
 
 COMPLEX_TYPES = {TflType.COMPLEX64: np.float32, TflType.COMPLEX128: np.float64}
 COMPLEX_RULES: dict[str, Rule] = {}  # operator name → its rule when a complex tensor is involved
@@ -157,18 +158,9 @@ def expand_dims_complex(node: Node) -> list:
 @_complex("RESHAPE", real_rule=True)
 def reshape_complex(node: Node) -> list:
     """The complex tensor's new shape followed by the pair axis."""
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        shape = node.inputs[1]
-        dims = None if shape.const_value is None else shape.const_value.reshape(-1)
-    elif node.options is not None and node.opt("new_shape") is not None:
-        dims = np.asarray(node.opt("new_shape"))
-    else:
-        dims = np.asarray(node.shape(0, output=True))
-    if dims is not None:
+    dims = new_shape(node)
+    if isinstance(dims, np.ndarray):
         shape = node.ints([*dims.tolist(), 2])
     else:
-        computed = node.one("Cast", [shape], {"to": int(DataType.INT64)})
-        shape = node.one("Concat", [computed, node.ints([2])], {"axis": 0})
-    # TFLite's 0 is a dimension of size 0; ONNX copies the input's dimension unless allowzero.
-    attrs = {"allowzero": 1} if dims is not None and 0 in dims else {}
-    return node.op("Reshape", [_pairs(node, 0), shape], attrs)
+        shape = node.one("Concat", [dims, node.ints([2])], {"axis": 0})
+    return node.op("Reshape", [_pairs(node, 0), shape], reshape_attrs(dims))
