@@ -81,9 +81,11 @@ def refuse_complex_tensor(origin: str, t, path: str, what: str) -> None:
 def _pairs(node: Node, i: int) -> Value:
     """Complex input ``i`` as (real, imaginary) pairs on a trailing axis: a complex constant is
     split here, any other complex value already is pairs (a rule of this module made it)."""
-    v = node.inputs[i]
+    v, code = node.inputs[i], node.tensors[i].get("type")
+    if code not in COMPLEX_TYPES:
+        raise node.fail(f"input {i} ('{v.name}') is not a complex tensor")
     if v.const_value is not None and np.iscomplexobj(v.const_value):
-        real = COMPLEX_TYPES[node.tensors[i].get("type")]
+        real = COMPLEX_TYPES[code]
         c = v.const_value
         return node.imp.const(np.ascontiguousarray(np.stack([c.real, c.imag], axis=-1).astype(real)))
     if v.type is not None and v.type.dtype in (DataType.COMPLEX64, DataType.COMPLEX128):
@@ -110,6 +112,8 @@ def fft_lengths(node: Node) -> tuple[int, int]:
 def rfft2d(node: Node) -> list:
     if node.tensors[0].get("type") != TflType.FLOAT32:
         raise node.unsupported("input 0 must be float32, as LiteRT requires")
+    if node.outputs[0].get("type") != TflType.COMPLEX64:
+        raise node.fail("its output is not complex64")
     height, width = fft_lengths(node)
     dims = node.dims(0)
     if len(dims) < 2:

@@ -200,3 +200,14 @@ def test_complex_model_inputs_outputs_and_other_operators_are_refused():
         UnsupportedOpError, match=r"operator 1 \(ADD\): complex tensors are supported only by"
     ):
         offload.load(build([Graph(tensors, ops, [0], [4])]))
+
+
+def test_files_whose_types_contradict_the_operators_are_refused():
+    """COMPLEX_ABS of a float32 tensor, RFFT2D writing a float32 one: LiteRT refuses both."""
+    real = [T("x", [3, 2]), T("abs", [3])]
+    with pytest.raises(ModelFormatError, match=r"COMPLEX_ABS\): input 0 \('x'\) is not a complex tensor"):
+        offload.load(build([Graph(real, [Op(B.COMPLEX_ABS, [0], [1])], [0], [1])]))
+    tensors = [T("x", [2, 8, 16]), fft_length((8, 16)), T("z", [2, 8, 9]), T("y", [2, 8, 9])]
+    ops = [Op(B.RFFT2D, [0, 1], [2]), Op(B.RELU, [2], [3])]
+    with pytest.raises(ModelFormatError, match=r"RFFT2D\): its output is not complex64"):
+        offload.load(build([Graph(tensors, ops, [0], [3])]))
