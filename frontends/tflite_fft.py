@@ -6,10 +6,10 @@ The IR has no complex arithmetic. A complex64 tensor inside a model is held as O
 one: a float32 tensor with a trailing dimension of 2, the real part then the imaginary part.
 RFFT2D (float32 [..., H, W], constant fft_length [h, w] → complex64 [..., h, w/2 + 1]) reads
 the first h rows and w columns of each [H, W] slice, zeros where the slice is smaller, and
-transforms the rows then the columns: a one-sided DFT of length w on the last axis, then a full
-DFT of length h on the rows (none when h = 1 and the input has one row, the form a converter
-gives a 1-D rfft). The DFT's length crops or zero-pads each axis exactly as LiteRT does; rows
-past h are sliced off before the row transforms, which would only discard them.
+transforms along each row, then along each column: a one-sided DFT of length w on the last axis,
+then a full DFT of length h on the second-last (none when h = 1 and the input has one row, the
+form a converter gives a 1-D rfft). The DFT's length crops or zero-pads each axis exactly as
+LiteRT does; rows past h are sliced off first, so that no row transform is spent on them.
 
 LiteRT computes in double and rounds the result to float32; the IR's DFT computes in float32,
 so a bin differs from LiteRT's by a few float32 rounding steps of the slice's largest magnitude
