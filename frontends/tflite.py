@@ -20,7 +20,7 @@ their rules to ``RULES``. ``Node``, ``rule``, ``RULES`` and the helpers rules sh
 ``tflite_node``; the builtin operators' rules in ``tflite_ops``, ``tflite_tensor_ops``,
 ``tflite_array_ops`` (element moves, scatters, segments), ``tflite_math_ops`` and
 ``tflite_nn_ops`` (L2 pooling, LRN, 3-D convolutions, non-max suppression); the RNN cells
-in ``tflite_rnn``.
+in ``tflite_rnn``; RFFT2D and every operator on complex tensors in ``tflite_fft``.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from . import (  # noqa: F401  (the rule modules register their rules in RULES)
     tflite_array_ops,
     tflite_control,
     tflite_detection,
+    tflite_fft,
     tflite_int8,
     tflite_litert_custom,
     tflite_lstm,
@@ -59,6 +60,7 @@ from . import (  # noqa: F401  (the rule modules register their rules in RULES)
 )
 from .finish import typed_and_verified
 from .tflite_custom import register_custom_op  # noqa: F401  (public: offload.frontends.tflite.register_custom_op)
+from .tflite_fft import complex_rule, refuse_complex_tensor
 from .tflite_node import _TYPE_NAMES, ARITY, DTYPES, RULES, Node
 from .tflite_quant import (
     ACTIVATION_DTYPES,
@@ -327,10 +329,12 @@ class _Importer:
                     f"{prefix}.inputs[{k}]: tensor index {i} is outside the subgraph's {count} tensors"
                 )
             path = f"{prefix}.tensors[{i}]"
+            refuse_complex_tensor(self.origin, tensors[i], path, "input")
             name = in_names.get(int(i)) or self.namer.fresh(tensors[i].get("name") or f"input_{k}")
             self.block.inputs.append(Value(name, self.tensor_type(tensors[i], path)))
         results = self.subgraph(sg, list(self.block.inputs), variables, out_names)
         for i, v in results:
+            refuse_complex_tensor(self.origin, tensors[i], f"{prefix}.tensors[{i}]", "output")
             if v.producer is None or v in self.block.outputs or i in out_names:
                 v = self.op("Identity", [v])[0]  # an input, a constant, listed twice, or renamed
                 if i in out_names:
@@ -444,6 +448,7 @@ class _Importer:
                 raise node.fail(f"needs {ARITY[name]} inputs, has {present}")
             if not outs:
                 raise node.fail("has no outputs")
+            fn = complex_rule(node) or fn  # complex tensors are float pairs (tflite_fft)
             results = tflite_int8.translate(node)  # full-integer int8: LiteRT's integer arithmetic
             exact = results is not None
             if not exact and name not in ("QUANTIZE", "DEQUANTIZE"):

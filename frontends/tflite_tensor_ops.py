@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from offload.ir import (
-    DataType,
-)
+from offload.ir import DataType, Value
 
 from .tflite_node import INT64_MAX, INT64_MIN, Node, _cast_to_output, _int64, _out_dtype, rule
 from .tflite_slices import dynamic_slice, dynamic_strided_slice
@@ -32,25 +30,29 @@ def reduce(node: Node) -> list:
     return node.op(REDUCE[node.name], [node.inputs[0], node.ints(axes)], attrs)
 
 
-@rule("RESHAPE", version=1)
-def reshape(node: Node) -> list:
+def new_shape(node: Node) -> np.ndarray | Value:
+    """RESHAPE's new shape: its values where the file gives them (a constant shape input, the
+    new_shape option, or else the output tensor's shape), the computed shape input as int64."""
     if len(node.inputs) > 1 and node.inputs[1] is not None:
         shape = node.inputs[1]
         if shape.const_value is not None:
-            dims = shape.const_value.reshape(-1)
-            shape = node.ints(dims)
-        else:
-            dims = None
-            shape = node.one("Cast", [shape], {"to": int(DataType.INT64)})
-    elif node.options is not None and node.opt("new_shape") is not None:
-        dims = node.opt("new_shape")
-        shape = node.ints(dims)
-    else:
-        dims = np.asarray(node.shape(0, output=True))
-        shape = node.ints(dims)
-    # TFLite's 0 is a dimension of size 0; ONNX copies the input's dimension unless allowzero.
-    attrs = {"allowzero": 1} if dims is not None and 0 in dims else {}
-    return node.op("Reshape", [node.inputs[0], shape], attrs)
+            return shape.const_value.reshape(-1)
+        return node.one("Cast", [shape], {"to": int(DataType.INT64)})
+    if node.options is not None and node.opt("new_shape") is not None:
+        return np.asarray(node.opt("new_shape"))
+    return np.asarray(node.shape(0, output=True))
+
+
+def reshape_attrs(dims: np.ndarray | Value) -> dict:
+    """TFLite's 0 is a dimension of size 0; ONNX copies the input's dimension unless allowzero."""
+    return {"allowzero": 1} if isinstance(dims, np.ndarray) and 0 in dims else {}
+
+
+@rule("RESHAPE", version=1)
+def reshape(node: Node) -> list:
+    dims = new_shape(node)
+    shape = node.ints(dims) if isinstance(dims, np.ndarray) else dims
+    return node.op("Reshape", [node.inputs[0], shape], reshape_attrs(dims))
 
 
 @rule("TRANSPOSE", version=6, inputs=2)

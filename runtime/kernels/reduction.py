@@ -83,13 +83,24 @@ def _log_sum_exp(x, ax):
     return shift + np.log(_sum(np.exp(x - shift), ax))
 
 
+def _l2(x, ax):
+    """The square root of the sum of squares. Over a last axis of two (a complex magnitude,
+    frontends/tflite_fft.py) the sum is its one addition, written out: numpy's reduction along so
+    short an axis costs about 18 ns an element (0.9 ms for 96 x 257 magnitudes), the two strided
+    reads about 1 ns, and a sum of two values has one rounding whichever way it is taken."""
+    if ax == (x.ndim - 1,) and x.shape[-1] == 2 and x.dtype.kind == "f":
+        re, im = x[..., :1], x[..., 1:]
+        return np.sqrt(re * re + im * im)
+    return np.sqrt(_sum(x * x, ax))
+
+
 _reduction("ReduceSum", _sum)
 _reduction("ReduceMean", _mean)
 _reduction("ReduceMax", lambda x, ax: _extreme(x, ax, True))
 _reduction("ReduceMin", lambda x, ax: _extreme(x, ax, False))
 _reduction("ReduceProd", lambda x, ax: np.prod(np.ascontiguousarray(x), axis=ax, keepdims=True, dtype=x.dtype))
 _reduction("ReduceL1", lambda x, ax: _sum(np.abs(x), ax))
-_reduction("ReduceL2", lambda x, ax: np.sqrt(_sum(x * x, ax)))
+_reduction("ReduceL2", _l2)
 _reduction("ReduceSumSquare", lambda x, ax: _sum(x * x, ax))
 _reduction("ReduceLogSum", lambda x, ax: np.log(_sum(x, ax)))
 _reduction("ReduceLogSumExp", _log_sum_exp)
