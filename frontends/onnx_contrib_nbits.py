@@ -13,8 +13,10 @@
   import dequantizes the table into a constant of the scales' type and gathers from it. An index
   out of range is an error as in ONNX Gather (onnxruntime returns zeros for it).
 
-Both need their packed weights, scales and zero points as initializers (the form every
-onnxruntime quantizer writes), and the dequantized weight within the tensor budget (ir/budget.py).
+Packed weights, scales and zero points given at run time instead of as initializers (the form
+every onnxruntime quantizer writes) dequantize with ONNX ops in each run (BitShift, BitwiseAnd,
+Cast, Gather, Sub, Mul), the same arithmetic; g_idx and GatherBlockQuantized's table must be
+initializers. The dequantized weight must fit the tensor budget (ir/budget.py).
 """
 
 from __future__ import annotations
@@ -93,6 +95,68 @@ def _zero_points(n: _Node, zero: np.ndarray | None, bits: int, rows: int, blocks
     return codes[:, :blocks].astype(np.float32)
 
 
+def _group(n: _Node, g_idx: Value | None, zero: Value | None, k: int, size: int, blocks: int) -> np.ndarray:
+    """Each k's block: k // block_size, or g_idx's entry."""
+    if g_idx is None:
+        return np.arange(k) // size
+    if zero is not None and n.dtype(zero) == DataType.UINT8:
+        # onnxruntime's CPU kernel then dequantizes with the default zero point, not these
+        raise n.refuse(f"with g_idx '{g_idx.name}' and packed uint8 zero_points '{zero.name}' together")
+    group = _constant(n, g_idx, "g_idx").astype(np.int64)
+    if group.shape != (k,) or group.min(initial=0) < 0 or group.max(initial=0) >= blocks:
+        raise _invalid(n, f"has g_idx '{g_idx.name}' not of shape [{k}] with values in [0, {blocks})")
+    return group
+
+
+def _dequantized_now(n: _Node, b, scales, zero, group, bits: int, size: int, k: int, cols: int) -> np.ndarray:
+    """W [K, N] in float32 from the initializers."""
+    blocks = -(-k // size)
+    packed = _constant(n, b, "B")
+    scale = _per_block(n, _constant(n, scales, "scales"), "scales", cols, blocks).astype(np.float32)
+    zero_point = _zero_points(n, _constant(n, zero, "zero_points"), bits, cols, blocks)
+    codes = unpack_codes(packed, bits).reshape(cols, blocks * size)[:, :k].astype(np.float32)
+    return np.ascontiguousarray(((codes - zero_point[:, group]) * scale[:, group]).T)
+
+
+def _unpacked_at_run_time(n: _Node, packed: Value, bits: int, rows: int, width: int) -> Value:
+    """uint8 [rows, width * 8 / bits]: the codes packed in ``packed``'s rows of ``width`` bytes."""
+    per_byte = 8 // bits
+    x = n.one("Reshape", [packed, n.const([rows, width, 1])])
+    if bits < 8:
+        shifts = n.const(np.arange(per_byte) * bits, np.uint8)
+        x = n.one("BitShift", [x, shifts], {"direction": "RIGHT"})
+        x = n.one("BitwiseAnd", [x, n.const((1 << bits) - 1, np.uint8)])
+    return n.one("Reshape", [x, n.const([rows, width * per_byte])])
+
+
+def _dequantized_at_run_time(
+    n: _Node, b, scales, zero, group, bits: int, size: int, k: int, cols: int
+) -> Value:
+    """W [K, N] in float32 computed by ONNX ops from B, scales and zero points given at run time:
+    the same (code - zero point) * scale as at import."""
+    blocks = -(-k // size)
+    f32 = {"to": int(DataType.FLOAT)}
+    take = n.const(group)
+
+    def per_k(v: Value) -> Value:  # [N, k_blocks] → [N, K], in float32
+        v = n.one("Reshape", [v, n.const([cols, blocks])])
+        return n.one("Gather", [n.one("Cast", [v], f32), take], {"axis": 1})
+
+    codes = _unpacked_at_run_time(n, b, bits, cols, blocks * size * bits // 8)
+    if k < blocks * size:
+        codes = n.one("Slice", [codes, n.const([0]), n.const([k]), n.const([1])])
+    if zero is None:
+        zero_point = n.const(1 << (bits - 1), np.float32)
+    elif n.dtype(zero) == DataType.UINT8:
+        width = -(-blocks * bits // 8)
+        zero_codes = _unpacked_at_run_time(n, zero, bits, cols, width)
+        zero_point = n.one("Gather", [n.one("Cast", [zero_codes], f32), take], {"axis": 1})
+    else:
+        zero_point = per_k(zero)
+    centered = n.one("Sub", [n.one("Cast", [codes], f32), zero_point])
+    return n.one("Transpose", [n.one("Mul", [centered, per_k(scales)])], {"perm": [1, 0]})
+
+
 @contrib("MatMulNBits")
 def _matmul_nbits(n: _Node):
     a, b, scales, zero, g_idx, bias = (n.input(i) for i in range(6))
@@ -104,29 +168,26 @@ def _matmul_nbits(n: _Node):
     last = n.type(a).shape[-1] if n.type(a).shape else None
     if isinstance(last, int) and last != k:
         raise _invalid(n, f"has A '{a.name}' of last dimension {last} where K is {k}")
-    packed = _constant(n, b, "B")
     blocks = -(-k // size)
     want = (cols, blocks, size * bits // 8)
-    if packed.dtype != np.uint8 or packed.shape != want:
+    b_type = n.type(b)
+    if b_type.dtype != DataType.UINT8 or (b_type.shape is not None and tuple(b_type.shape) != want):
+        shape = "?" if b_type.shape is None else list(b_type.shape)
         raise _invalid(
             n,
-            f"has B '{b.name}' of {packed.dtype} {list(packed.shape)}: uint8 {list(want)} expected "
+            f"has B '{b.name}' of {b_type.dtype.name.lower()} {shape}: uint8 {list(want)} expected "
             f"(N, ceil(K / block_size), block_size * bits / 8)",
         )
     _within_budget(n, (k, cols), np.float32)
-    scale = _per_block(n, _constant(n, scales, "scales"), "scales", cols, blocks).astype(np.float32)
-    zero_point = _zero_points(n, _constant(n, zero, "zero_points"), bits, cols, blocks)
-    group = np.arange(k) // size
-    if g_idx is not None and zero is not None and n.dtype(zero) == DataType.UINT8:
-        # onnxruntime's CPU kernel then dequantizes with the default zero point, not these
-        raise n.refuse(f"with g_idx '{g_idx.name}' and packed uint8 zero_points '{zero.name}' together")
-    if g_idx is not None:
-        group = _constant(n, g_idx, "g_idx").astype(np.int64)
-        if group.shape != (k,) or group.min(initial=0) < 0 or group.max(initial=0) >= blocks:
-            raise _invalid(n, f"has g_idx '{g_idx.name}' not of shape [{k}] with values in [0, {blocks})")
-    codes = unpack_codes(packed, bits).reshape(cols, blocks * size)[:, :k].astype(np.float32)
-    weight = (codes - zero_point[:, group]) * scale[:, group]
-    y = n.one("MatMul", [a, n.const(np.ascontiguousarray(weight.T), _FLOATS[dtype])])
+    group = _group(n, g_idx, zero, k, size, blocks)
+    args = (n, b, scales, zero, group, bits, size, k, cols)
+    if all(v is None or v.const_value is not None for v in (b, scales, zero)):
+        weight = n.const(_dequantized_now(*args), _FLOATS[dtype])
+    else:
+        weight = _dequantized_at_run_time(*args)
+        if dtype != DataType.FLOAT:
+            weight = n.one("Cast", [weight], {"to": int(dtype)})
+    y = n.one("MatMul", [a, weight])
     return [y if bias is None else n.one("Add", [y, bias])]
 
 

@@ -164,14 +164,32 @@ def test_matmul_nbits_bad_input(change, error, message):
         offload.load(data)
 
 
-def test_matmul_nbits_weights_computed_at_run_time_are_refused():
-    data, _, _ = nbits_model(64, 8, 4, 16)
+def _fed(data: bytes, feeds: dict, names) -> tuple[bytes, dict]:
+    """The model with the initializers ``names`` turned into graph inputs, and feeds holding them."""
     model = onnx.load_from_string(data)
-    (b,) = [t for t in model.graph.initializer if t.name == "B"]
-    model.graph.initializer.remove(b)
-    model.graph.input.append(helper.make_tensor_value_info("B", TensorProto.UINT8, [8, 4, 8]))
-    with pytest.raises(UnsupportedOpError, match="MatMulNBits with B 'B' computed at run time"):
-        offload.load(model.SerializeToString())
+    feeds = dict(feeds)
+    for t in [t for t in model.graph.initializer if t.name in names]:
+        model.graph.initializer.remove(t)
+        feeds[t.name] = numpy_helper.to_array(t)
+        model.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return model.SerializeToString(), feeds
+
+
+@pytest.mark.parametrize("bits,zero", [(4, "uint8"), (2, "float"), (8, None)])
+def test_matmul_nbits_weights_given_at_run_time(bits, zero):
+    """B, scales and zero points fed at run time dequantize with ONNX ops in the run."""
+    data, _, feeds = nbits_model(100, 12, bits, 32, zero, bias=True)
+    data, feeds = _fed(data, feeds, {"B", "scales", "zero"})
+    ops = _ops(data)
+    assert "MatMul" in ops and ("BitShift" in ops) == (bits < 8)
+    compare(data, feeds, **FLOAT_PATH)
+
+
+def test_matmul_nbits_g_idx_given_at_run_time_is_refused():
+    data, _, feeds = nbits_model(64, 8, 4, 16, g_idx=RNG.permutation(64) // 16)
+    data, _ = _fed(data, feeds, {"g_idx"})
+    with pytest.raises(UnsupportedOpError, match="MatMulNBits with g_idx 'g_idx' computed at run time"):
+        offload.load(data)
 
 
 def _gather_model(kind, shape, bits, block, quant, gather, zero):
