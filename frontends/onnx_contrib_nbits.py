@@ -10,8 +10,9 @@
   its CPU kernel quantize A to int8 per block instead; offload keeps A in float at every level.
 - **GatherBlockQuantized**: Gather of a table quantized in blocks along ``quantize_axis``
   (int4 / uint4 codes, or uint8 holding 2, 4 or 8-bit codes packed along the last axis); the
-  import dequantizes the table into a constant of the scales' type and gathers from it. An index
-  out of range is an error as in ONNX Gather (onnxruntime returns zeros for it).
+  import dequantizes the table into a constant of the scales' type, with one row of zeros more,
+  and gathers from it: an index out of range reads that row, zeros as onnxruntime gives (where
+  ONNX Gather refuses it).
 
 Packed weights, scales and zero points given at run time instead of as initializers (the form
 every onnxruntime quantizer writes) dequantize with ONNX ops in each run (BitShift, BitwiseAnd,
@@ -246,4 +247,22 @@ def _gather_block_quantized(n: _Node):
     block_of = np.arange(codes.shape[quant]) // size
     table = (codes - zero.take(block_of, axis=quant)).astype(np.float32)
     table *= scales.take(block_of, axis=quant).astype(np.float32)
-    return [n.one("Gather", [n.const(table, _FLOATS[out_type]), indices], {"axis": gather})]
+    rows = table.shape[gather]
+    zeros = np.zeros_like(table.take([0], axis=gather))
+    table = np.concatenate([table, zeros], axis=gather)
+    return [
+        n.one("Gather", [n.const(table, _FLOATS[out_type]), _in_range(n, indices, rows)], {"axis": gather})
+    ]
+
+
+def _in_range(n: _Node, indices: Value, rows: int) -> Value:
+    """``indices`` in [0, rows): a negative one counted from the end, one out of range ``rows``
+    (the zero row the table gains), as onnxruntime reads them."""
+    count = n.like(rows, indices)
+    shifted = n.one(
+        "Where", [n.one("Less", [indices, n.like(0, indices)]), n.one("Add", [indices, count]), indices]
+    )
+    inside = n.one(
+        "And", [n.one("GreaterOrEqual", [shifted, n.like(0, indices)]), n.one("Less", [shifted, count])]
+    )
+    return n.one("Where", [inside, shifted, count])
