@@ -299,6 +299,9 @@ def _float_model() -> onnx.ModelProto:
 
 @pytest.mark.parametrize("symmetric", [False, True])
 def test_models_quantized_by_onnxruntime(symmetric):
+    pytest.importorskip(
+        "onnx_ir", reason="onnxruntime's MatMulNBitsQuantizer imports onnx-ir (offload[test] has it)"
+    )
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     quantizer = MatMulNBitsQuantizer(
