@@ -3,10 +3,10 @@
 - **MatMulNBits**: A @ W (+ bias) with W [K, N] packed as B [N, k_blocks, blob_size] of
   ``bits``-bit codes (2, 4 or 8; low bits first in each byte), blocks of ``block_size`` along K,
   one scale per block and a zero point per block (packed uint8 codes, or floats of A's type;
-  2^(bits-1) where omitted). g_idx [K], where given, names each k's block (not beside packed
-  zero points, which onnxruntime's CPU kernel then ignores). The import dequantizes
-  W once, (code - zero_point) * scale in float32 as onnxruntime's float path does, into a constant
-  of A's type, so a GPU backend takes the MatMul as any other. onnxruntime's accuracy_level 4 lets
+  2^(bits-1) where omitted). g_idx [K], where given, names each k's block (refused beside packed
+  zero points: onnxruntime's CPU kernel then ignores them). The import dequantizes W once,
+  (code - zero_point) * scale in float32 as onnxruntime's float path does, into a constant of
+  A's type, so a GPU backend takes the MatMul as any other. onnxruntime's accuracy_level 4 lets
   its CPU kernel quantize A to int8 per block instead; offload keeps A in float at every level.
 - **GatherBlockQuantized**: Gather of a table quantized in blocks along ``quantize_axis``
   (int4 / uint4 codes, or uint8 holding 2, 4 or 8-bit codes packed along the last axis); the
@@ -14,10 +14,11 @@
   and gathers from it: an index out of range reads that row, zeros as onnxruntime gives (where
   ONNX Gather refuses it).
 
-Packed weights, scales and zero points given at run time instead of as initializers (the form
-every onnxruntime quantizer writes) dequantize with ONNX ops in each run (BitShift, BitwiseAnd,
-Cast, Gather, Sub, Mul), the same arithmetic; g_idx and GatherBlockQuantized's table must be
-initializers. The dequantized weight must fit the tensor budget (ir/budget.py).
+onnxruntime's quantizers write B, scales and zero points as initializers. Where a model feeds
+them at run time instead, MatMulNBits dequantizes them with ONNX ops in each run (BitShift,
+BitwiseAnd, Cast, Gather, Sub, Mul: the same arithmetic); g_idx and GatherBlockQuantized's
+inputs other than its indices must be initializers. The dequantized weight must fit the tensor
+budget (ir/budget.py).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _block_size(n: _Node, default: int | None) -> int:
 def _bits(n: _Node) -> int:
     bits = int(n.attr("bits", 4))
     if bits not in (2, 4, 8):
-        raise n.refuse(f"with bits {bits} (2, 4 and 8 are)")
+        raise n.refuse(f"with bits {bits} (only 2, 4 and 8)")
     return bits
 
 
@@ -165,7 +166,7 @@ def _matmul_nbits(n: _Node):
     bits, size = _bits(n), _block_size(n, None)
     dtype = n.dtype(a)
     if dtype not in _FLOATS:
-        raise n.refuse(f"with A '{a.name}' of {dtype.name.lower()} (float and float16 are)")
+        raise n.refuse(f"with A '{a.name}' of {dtype.name.lower()} (only float and float16)")
     last = n.type(a).shape[-1] if n.type(a).shape else None
     if isinstance(last, int) and last != k:
         raise _invalid(n, f"has A '{a.name}' of last dimension {last} where K is {k}")
@@ -192,7 +193,7 @@ def _matmul_nbits(n: _Node):
     return [y if bias is None else n.one("Add", [y, bias])]
 
 
-_CODES = {DataType.INT4: (4, 0), DataType.UINT4: (4, 0), DataType.UINT8: (None, None)}
+_TABLE_TYPES = frozenset({DataType.INT4, DataType.UINT4, DataType.UINT8})
 
 
 def _table_codes(n: _Node, data: np.ndarray, dtype: DataType, bits: int, gather: int, quant: int) -> tuple:
@@ -214,8 +215,8 @@ def _table_codes(n: _Node, data: np.ndarray, dtype: DataType, bits: int, gather:
 def _gather_block_quantized(n: _Node):
     data_v, indices, scales_v, zero_v = (n.input(i) for i in range(4))
     dtype = n.dtype(data_v)
-    if dtype not in _CODES:
-        raise n.refuse(f"with data '{data_v.name}' of {dtype.name.lower()} (int4, uint4 and uint8 are)")
+    if dtype not in _TABLE_TYPES:
+        raise n.refuse(f"with data '{data_v.name}' of {dtype.name.lower()} (only int4, uint4 and uint8)")
     bits, size = _bits(n), _block_size(n, 128)
     data = _constant(n, data_v, "data")
     rank = data.ndim
@@ -231,7 +232,7 @@ def _gather_block_quantized(n: _Node):
         raise _invalid(n, f"has scales '{scales_v.name}' of shape {list(scales.shape)}: {want} expected")
     out_type = n.dtype(scales_v)
     if out_type not in _FLOATS:
-        raise n.refuse(f"with scales '{scales_v.name}' of {out_type.name.lower()} (float and float16 are)")
+        raise n.refuse(f"with scales '{scales_v.name}' of {out_type.name.lower()} (only float and float16)")
     _within_budget(n, codes.shape, np.float32)
     zero = _constant(n, zero_v, "zero_points")
     if zero is None:
