@@ -30,7 +30,14 @@ from offload.ir import (
 from offload.ir.verifier import shape_conflicts
 from offload.schemas.generated import onnx_pb2 as pb
 
-from . import onnx_contrib, onnx_contrib_attention, onnx_contrib_gqa, onnx_contrib_quant, onnx_gradient  # noqa: F401  (these register rewrites)
+from . import (  # noqa: F401  (these register rewrites)
+    onnx_contrib,
+    onnx_contrib_attention,
+    onnx_contrib_gqa,
+    onnx_contrib_nbits,
+    onnx_contrib_quant,
+    onnx_gradient,
+)
 from .finish import typed_and_verified
 from .onnx_versions import upgrade
 

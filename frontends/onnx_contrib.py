@@ -11,7 +11,8 @@ fails to run with the usual "no CPU kernel for com.microsoft::<Op>".
 
 This module holds the registry (``contrib``, ``handles``, ``rewrite``) and the activation,
 product and normalization ops; ``onnx_contrib_attention.py``, ``onnx_contrib_gqa.py``
-(GroupQueryAttention) and ``onnx_contrib_quant.py`` register theirs with the same decorator, and
+(GroupQueryAttention), ``onnx_contrib_quant.py`` and ``onnx_contrib_nbits.py`` (weight-only
+quantized MatMulNBits, GatherBlockQuantized) register theirs with the same decorator, and
 ``onnx.py`` imports them.
 """
 
