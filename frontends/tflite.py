@@ -22,7 +22,7 @@ their rules to ``RULES``. ``Node``, ``rule``, ``RULES`` and the helpers rules sh
 ``tflite_nn_ops`` (L2 pooling, LRN, 3-D convolutions, non-max suppression); the RNN cells
 in ``tflite_rnn``; RFFT2D and every operator on complex tensors in ``tflite_fft``; the StableHLO
 operators that call subgraphs (COMPOSITE, CASE) or move elements (GATHER, SCATTER, REDUCE_WINDOW)
-in ``tflite_stablehlo``.
+in ``tflite_stablehlo``, its random bit generator in ``tflite_stablehlo_rng``.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from . import (  # noqa: F401  (the rule modules register their rules in RULES)
     tflite_slices,
     tflite_sparse,
     tflite_stablehlo,
+    tflite_stablehlo_rng,
     tflite_tensor_ops,
 )
 from .finish import typed_and_verified

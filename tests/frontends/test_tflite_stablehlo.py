@@ -12,6 +12,7 @@ import offload
 from offload.errors import ModelFormatError
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator as B
 from offload.schemas.generated.tflite.BuiltinOptions2 import BuiltinOptions2
+from offload.schemas.generated.tflite.RngAlgorithm import RngAlgorithm
 from offload.schemas.generated.tflite.TensorType import TensorType as TT
 from tests.delegates.opencl_support import needs_opencl
 from tests.frontends.tflite.build import Graph, Op, T, build
@@ -264,3 +265,23 @@ def test_reduce_window_pools_with_strides_and_padding(code, tmp_path):
         [2],
     )
     check(build([main, reducer_graph(code)]), {"x": floats(1, 7, 6, 2)}, tmp_path, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "algorithm, state, ttype, shape",
+    [
+        (RngAlgorithm.PHILOX, 3, TT.INT32, [2, 3]),
+        (RngAlgorithm.THREEFRY, 2, TT.INT64, [3, 3]),
+    ],
+)
+def test_rng_bit_generator_gives_litert_bits_and_state(algorithm, state, ttype, shape, tmp_path):
+    """Partial last blocks, 64-bit outputs from word pairs, and a counter that wraps past 2⁶⁴."""
+    opts = options("StablehloRngBitGeneratorOptions", BuiltinOptions2, algorithm=algorithm)
+    data = one_op(
+        B.STABLEHLO_RNG_BIT_GENERATOR,
+        [T("s", [state], TT.UINT64)],
+        [T("next", [state], TT.UINT64), T("bits", shape, ttype)],
+        opts_2=opts,
+    )
+    s = np.array([0x9E3779B9_12345678, 0xFFFFFFFF_FFFFFFFE, 77][:state], np.uint64)
+    check(data, {"s": s}, tmp_path, rtol=0, atol=0)
