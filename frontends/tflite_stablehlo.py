@@ -131,6 +131,14 @@ def shift_left(node: Node) -> list:
 # GATHER and SCATTER: an operand index per element, built in the graph.
 
 
+def _static(node: Node, i: int) -> list[int]:
+    """Input ``i``'s dimensions, all known: the index constants built here depend on them."""
+    dims = list(node.dims(i))
+    if not all(isinstance(d, int) for d in dims):
+        raise node.unsupported(f"input {i} has dimensions {dims} known only at run time")
+    return dims
+
+
 def _ints_options(options, *fields: str) -> list[list[int]]:
     """The vector ``fields`` of ``options``, as lists of ints (empty where absent)."""
     return [[int(v) for v in options.items(f)] for f in fields]
@@ -138,7 +146,7 @@ def _ints_options(options, *fields: str) -> list[list[int]]:
 
 def _index_vectors(node: Node, i: int, index_vector_dim: int) -> tuple[Value, list[int], int]:
     """Input ``i`` (the start indices) as int64 [batch..., K], its batch shape and K."""
-    shape = list(node.shape(i))
+    shape = _static(node, i)
     if index_vector_dim == len(shape):
         shape.append(1)
         x = node.one("Unsqueeze", [node.inputs[i], node.ints([len(shape) - 1])])
@@ -170,7 +178,7 @@ def gather(node: Node) -> list:
     offset_dims, collapsed, start_map, sizes = _ints_options(
         o, "offset_dims", "collapsed_slice_dims", "start_index_map", "slice_sizes"
     )
-    operand = list(node.shape(0))
+    operand = _static(node, 0)
     rank = len(operand)
     vectors, batch, k = _index_vectors(node, 1, int(o.get("index_vector_dim")))
     if (
@@ -242,7 +250,7 @@ def scatter(node: Node) -> list:
         o, "update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims"
     )
     reducer = _reducer(node, int(o.get("update_computation_subgraph_index")), "update computation")
-    operand, updates = list(node.shape(0)), list(node.shape(2))
+    operand, updates = _static(node, 0), _static(node, 2)
     rank = len(operand)
     vectors, batch, k = _index_vectors(node, 1, int(o.get("index_vector_dim")))
     window_operand = [d for d in range(rank) if d not in inserted]
@@ -312,7 +320,7 @@ def reduce_window(node: Node) -> list:
         raise node.unsupported(
             f"{len(node.inputs) // 2} operands: only one operand with its init value is supported"
         )
-    shape = list(node.shape(0))
+    shape = _static(node, 0)
     rank = len(shape)
 
     def field(name: str, default: int) -> list[int]:

@@ -9,7 +9,7 @@ import pytest
 from flatbuffers import flexbuffers
 
 import offload
-from offload.errors import ModelFormatError
+from offload.errors import ModelFormatError, UnsupportedOpError
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator as B
 from offload.schemas.generated.tflite.BuiltinOptions2 import BuiltinOptions2
 from offload.schemas.generated.tflite.RngAlgorithm import RngAlgorithm
@@ -131,6 +131,23 @@ def test_a_composite_in_every_layer_is_not_taken_for_runaway_calls(tmp_path):
     )
     data = build([Graph(tensors, ops, [0], [layers]), layer])
     check(data, {"h0": floats(4)}, tmp_path, rtol=0, atol=0)
+
+
+def test_composite_passes_int8_values_as_stored(tmp_path):
+    """An int8 decomposition (ADD with scales): its operands go in quantized, as its tensors say."""
+    tensors = [T("x", [6], TT.INT8, quant=(0.05, 3)), T("y", [6], TT.INT8, quant=(0.1, -2))]
+    main = Graph(tensors, [Op(B.STABLEHLO_COMPOSITE, [0], [1], options_2=composite(1, "q"))], [0], [1])
+    inner = Graph(tensors, [Op(B.ADD, [0, 0], [1], options("AddOptions"))], [0], [1])
+    x = np.array([-128, -50, 0, 3, 60, 127], np.int8)
+    check(build([main, inner]), {"x": x}, tmp_path, rtol=0, atol=0)
+
+
+def test_gather_of_an_operand_sized_at_run_time_is_refused():
+    rows = gather_options([1], [0], [0], [1, 4])
+    table = T("table", [6, 4], signature=[-1, 4])
+    data = one_op(B.STABLEHLO_GATHER, [table, T("ids", [3, 1], I32)], [T("y", [3, 4])], opts_2=rows)
+    with pytest.raises(UnsupportedOpError, match=r"STABLEHLO_GATHER\): input 0 has dimensions .* run time"):
+        offload.load(data)
 
 
 @pytest.mark.parametrize(
