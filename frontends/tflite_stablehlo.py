@@ -8,7 +8,9 @@ STABLEHLO_COMPOSITE, CASE, GATHER, SCATTER, REDUCE_WINDOW and SHIFT_LEFT, in ONN
 2. CASE runs branch ``index`` (the last one for an index outside [0, n)) on the operands after
    the index: a chain of ONNX Ifs, ``index == k`` picking branch k, the last branch in the last
    else.
-3. GATHER: every output element's operand index is built in the graph — the start index vector
+3. GATHER that takes whole slices along one axis (``x[i]``, an embedding lookup) is ONNX's
+   Gather on the index clamped to the axis. Any other: every output element's operand index is
+   built in the graph — the start index vector
    of its batch position placed on the operand dims ``start_index_map`` names and clamped so the
    slice fits (StableHLO's rule), plus the element's offset in the slice — and read with
    GatherND; the collapsed slice dims are then dropped and the offset dims moved to
@@ -172,6 +174,19 @@ def _placed(node: Node, vectors: Value, k: int, dims_map: list[int], rank: int) 
     return node.one("Gather", [extended, node.ints(columns)], {"axis": -1})
 
 
+def _taken_axis(operand, collapsed, start_map, sizes, offset_dims, nb) -> int | None:
+    """The axis when a gather takes whole slices along one axis, its batch dims where that axis
+    was (ONNX Gather's layout); None otherwise."""
+    if len(start_map) != 1 or collapsed != start_map:
+        return None
+    axis, rank = start_map[0], len(operand)
+    if sizes[axis] != 1 or any(sizes[d] != operand[d] for d in range(rank) if d != axis):
+        return None
+    if offset_dims != [*range(axis), *range(axis + nb, rank - 1 + nb)]:
+        return None
+    return axis
+
+
 @rule("STABLEHLO_GATHER", version=1, inputs=2)
 def gather(node: Node) -> list:
     o = options_2(node, "StablehloGatherOptions")
@@ -192,6 +207,12 @@ def gather(node: Node) -> list:
             f"slice sizes {sizes}, collapsed dims {collapsed} and offset dims {offset_dims} "
             f"do not fit an operand of shape {operand}"
         )
+    nb = len(batch)
+    axis = _taken_axis(operand, collapsed, start_map, sizes, offset_dims, nb)
+    if axis is not None:  # x.take(i, axis): ONNX's Gather, the index clamped as StableHLO clamps it
+        index = node.one("Reshape", [vectors, node.ints(batch)])
+        index = node.one("Max", [node.one("Min", [index, node.ints(operand[axis] - 1)]), node.ints(0)])
+        return node.op("Gather", [node.inputs[0], index], {"axis": axis})
     start = _placed(node, vectors, k, start_map, rank)
     start = node.one(
         "Max",
@@ -200,7 +221,6 @@ def gather(node: Node) -> list:
             node.ints(np.zeros(rank, np.int64)),
         ],
     )
-    nb = len(batch)
     start = node.one("Reshape", [start, node.ints([*batch, *[1] * rank, rank])])
     grid = np.zeros((*sizes, rank), np.int64)
     for d in range(rank):

@@ -222,18 +222,24 @@ def gather_options(offset_dims, collapsed, start_map, sizes):
 
 
 def test_gather_rows_and_clamped_windows(tmp_path):
-    """An embedding lookup (rows of a [6, 4] table) and 2×2 windows of a [5, 6] operand whose
-    starts past the edge are clamped."""
+    """An embedding lookup (rows of a [6, 4] table, ONNX's Gather; an id past the end clamped)
+    and 2×2 windows of a [5, 6] operand whose starts past the edge are clamped (GatherND)."""
     rows = gather_options([1], [0], [0], [1, 4])
     data = one_op(
-        B.STABLEHLO_GATHER, [T("table", [6, 4]), T("ids", [3, 1], I32)], [T("y", [3, 4])], opts_2=rows
+        B.STABLEHLO_GATHER, [T("table", [6, 4]), T("ids", [4, 1], I32)], [T("y", [4, 4])], opts_2=rows
     )
-    check(data, {"table": floats(6, 4), "ids": np.array([[5], [0], [2]], np.int32)}, tmp_path)
+    assert _op_types(data) >= {"Gather"} and "GatherND" not in _op_types(data)
+    check(data, {"table": floats(6, 4), "ids": np.array([[5], [0], [2], [9]], np.int32)}, tmp_path)
     windows = gather_options([0, 2], [], [1, 0], [2, 2])
     data = one_op(
         B.STABLEHLO_GATHER, [T("x", [5, 6]), T("at", [3, 2], I32)], [T("y", [2, 3, 2])], opts_2=windows
     )
+    assert "GatherND" in _op_types(data)
     check(data, {"x": floats(5, 6), "at": np.array([[1, 2], [5, 4], [-1, 0]], np.int32)}, tmp_path)
+
+
+def _op_types(data: bytes) -> set:
+    return {op.op_type for op in offload.load(data).main.body.walk()}
 
 
 def reducer_graph(code, options_fn=None) -> Graph:
