@@ -20,7 +20,9 @@ their rules to ``RULES``. ``Node``, ``rule``, ``RULES`` and the helpers rules sh
 ``tflite_node``; the builtin operators' rules in ``tflite_ops``, ``tflite_tensor_ops``,
 ``tflite_array_ops`` (element moves, scatters, segments), ``tflite_math_ops`` and
 ``tflite_nn_ops`` (L2 pooling, LRN, 3-D convolutions, non-max suppression); the RNN cells
-in ``tflite_rnn``; RFFT2D and every operator on complex tensors in ``tflite_fft``.
+in ``tflite_rnn``; RFFT2D and every operator on complex tensors in ``tflite_fft``; the StableHLO
+operators that call subgraphs (COMPOSITE, CASE) or move elements (GATHER, SCATTER, REDUCE_WINDOW)
+in ``tflite_stablehlo``, its random bit generator in ``tflite_stablehlo_rng``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ from . import (  # noqa: F401  (the rule modules register their rules in RULES)
     tflite_rnn,
     tflite_slices,
     tflite_sparse,
+    tflite_stablehlo,
+    tflite_stablehlo_rng,
     tflite_tensor_ops,
 )
 from .finish import typed_and_verified
@@ -75,7 +79,13 @@ from .tflite_sparse import sparse_constant
 
 MAX_RANK = 64
 MAX_CALL_DEPTH = 16  # subgraphs calling subgraphs (WHILE, IF): deeper is refused
-MAX_TRANSLATIONS_PER_SUBGRAPH = 8  # subgraph translations in all, per subgraph of the file
+MAX_TRANSLATIONS_PER_SUBGRAPH = 8  # subgraph translations in all, per subgraph and call site
+# operators that call subgraphs: each may translate one more subgraph (a composite used in every
+# layer of a model calls its decomposition as many times)
+CALLING_OPS = ("WHILE", "IF", "CALL_ONCE", "STABLEHLO_WHILE", "STABLEHLO_COMPOSITE", "STABLEHLO_CASE")
+# operators whose rule takes their inputs and gives their outputs as stored, quantized or not:
+# the quantization ops, and those that pass values to subgraphs which read them as stored
+AS_STORED = ("QUANTIZE", "DEQUANTIZE", "STABLEHLO_COMPOSITE", "STABLEHLO_CASE")
 
 _OPERATOR_NAMES = {v: k for k, v in vars(BuiltinOperator).items() if not k.startswith("_")}
 # Below this code, old files store the operator in deprecated_builtin_code only.
@@ -94,6 +104,7 @@ class _Importer:
         self.block = Block(name="main")
         self.namer = Namer()
         self.real: dict[str, Value] = {}  # a quantized value's name → its dequantized value
+        self._call_sites: int | None = None
 
     def fail(self, what: str) -> ModelFormatError:
         return ModelFormatError(f"{self.origin}: malformed tflite model: {what}")
@@ -357,9 +368,10 @@ class _Importer:
         # a subgraph is translated once per call site (WHILE's condition twice): a file whose IFs
         # call the next subgraph from both branches would double the work at every level
         self.translated += 1
-        if self.translated > MAX_TRANSLATIONS_PER_SUBGRAPH * len(subgraphs):
+        if self.translated > MAX_TRANSLATIONS_PER_SUBGRAPH * (len(subgraphs) + self.call_sites()):
             raise self.fail(
-                f"subgraphs are called more than {MAX_TRANSLATIONS_PER_SUBGRAPH}× their number in all"
+                f"subgraphs are called more than {MAX_TRANSLATIONS_PER_SUBGRAPH}× their number "
+                "(and that of the operators calling them) in all"
             )
         # a called subgraph's values are named within it, so that they never take a name the
         # caller's own tensors (translated after them) carry
@@ -370,6 +382,17 @@ class _Importer:
             return self._operators(graph, sg, inputs, variables, out_names or {}, scope)
         finally:
             self.calling.pop()
+
+    def call_sites(self) -> int:
+        """How many operators of the file call a subgraph (counted once)."""
+        if self._call_sites is None:
+            calling = {k for k, (name, _) in enumerate(self.codes) if name in CALLING_OPS}
+            self._call_sites = sum(
+                op.get("opcode_index") in calling
+                for graph in self.model.get("subgraphs")
+                for op in graph.items("operators")
+            )
+        return self._call_sites
 
     def _operators(self, graph: Table, sg: int, inputs: list, variables, out_names: dict, scope: str):
         codes = self.codes
@@ -451,12 +474,12 @@ class _Importer:
             fn = complex_rule(node) or fn  # complex tensors are float pairs (tflite_fft)
             results = tflite_int8.translate(node)  # full-integer int8: LiteRT's integer arithmetic
             exact = results is not None
-            if not exact and name not in ("QUANTIZE", "DEQUANTIZE"):
+            if not exact and name not in AS_STORED:
                 self.quantization_around(node)
             results = fn(node) if not exact else results
             if len(results) != len(outs):
                 raise node.fail(f"has {len(outs)} outputs, its translation {len(results)}")
-            if not exact and name not in ("QUANTIZE", "DEQUANTIZE"):
+            if not exact and name not in AS_STORED:
                 results = [
                     self.quantized(v, t, f"{path}.outputs[{k}]")
                     for k, (v, t) in enumerate(zip(results, node.outputs))

@@ -45,14 +45,21 @@ _COUNTER_TYPES = (TflType.INT32, TflType.INT64)
 
 def _nested(node: Node, name: str, sg: int, inputs: list, extra=None) -> Block:
     """A block holding subgraph ``sg`` on ``inputs`` (then ``extra(results)``'s values)."""
+
+    def build() -> list:
+        results = [v for _, v in node.imp.subgraph(sg, inputs)]
+        return results if extra is None else extra(results)
+
+    return in_block(node, name, build)
+
+
+def in_block(node: Node, name: str, build) -> Block:
+    """A new block holding the ops ``build()`` adds, its outputs the values it returns."""
     imp = node.imp
     outer, real = imp.block, dict(imp.real)
     block = imp.block = Block(name=imp.namer.fresh(name))
     try:
-        results = [v for _, v in imp.subgraph(sg, inputs)]
-        if extra is not None:
-            results = extra(results)
-        block.outputs = [_own_output(node, block, v) for v in results]
+        block.outputs = [_own_output(node, block, v) for v in build()]
     finally:
         imp.block, imp.real = outer, real
     return block

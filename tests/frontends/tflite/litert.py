@@ -46,7 +46,7 @@ def check(data: bytes, feeds: dict, tmp_path, rtol=1e-6, atol=1e-6, backend=None
 
 def options(table: str, union=BuiltinOptions, **fields) -> callable:
     """A builder of the ``table`` options (e.g. "UnpackOptions") with ``fields`` set (a numpy
-    array for a vector field: float32, int64 or int32); ``union`` BuiltinOptions2 for the
+    array for a vector field: float32, int64, uint8 or int32; a str for a string); ``union`` BuiltinOptions2 for the
     operators whose options sit in the second union."""
     module = importlib.import_module(f"offload.schemas.generated.tflite.{table}")
 
@@ -58,12 +58,16 @@ def options(table: str, union=BuiltinOptions, **fields) -> callable:
         for field, value in fields.items():
             if isinstance(value, np.ndarray):  # a vector: written before the table
                 getattr(module, f"Start{camel(field)}Vector")(b, len(value))
-                prepend = {np.float32: b.PrependFloat32, np.int64: b.PrependInt64}.get(
-                    value.dtype.type, b.PrependInt32
-                )
+                prepend = {
+                    np.float32: b.PrependFloat32,
+                    np.int64: b.PrependInt64,
+                    np.uint8: b.PrependUint8,
+                }.get(value.dtype.type, b.PrependInt32)
                 for v in reversed(value.tolist()):
                     prepend(v)
                 value = b.EndVector()
+            elif isinstance(value, str):
+                value = b.CreateString(value)
             values[field] = value
         module.Start(b)
         for field, value in values.items():
