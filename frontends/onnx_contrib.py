@@ -246,6 +246,54 @@ def _fused_conv(n: _Node):
     return [activation(n, y, n.attr("activation", ""), list(n.attr("activation_params", [])))]
 
 
+# FusedGemm's activations (those onnxruntime's CPU kernel takes) and the parameters each reads
+# from activation_alpha / activation_beta / activation_gamma; onnxruntime requires every one.
+_GEMM_ACTIVATIONS = {
+    "Relu": (),
+    "Tanh": (),
+    "Sigmoid": (),
+    "Softsign": (),
+    "Softplus": (),
+    "LeakyRelu": ("alpha",),
+    "Elu": ("alpha",),
+    "ThresholdedRelu": ("alpha",),
+    "HardSigmoid": ("alpha", "beta"),
+    "Selu": ("alpha", "gamma"),
+    "ParametricSoftplus": ("alpha", "beta"),
+    "ScaledTanh": ("alpha", "beta"),
+}
+
+
+def _gemm_activation(n: _Node, y: Value) -> Value:
+    name = n.attr("activation", "")
+    if name not in _GEMM_ACTIVATIONS:
+        raise n.refuse(f"activation {name!r} (one of {', '.join(_GEMM_ACTIVATIONS)})")
+    missing = [f"activation_{k}" for k in _GEMM_ACTIVATIONS[name] if f"activation_{k}" not in n.attrs]
+    if missing:
+        raise n.refuse(f"activation {name} without {' and '.join(missing)}")
+    p = {k: float(n.attrs[f"activation_{k}"]) for k in _GEMM_ACTIVATIONS[name]}
+    if name == "ParametricSoftplus":  # alpha * ln(1 + exp(beta * y))
+        return n.one("Mul", [n.like(p["alpha"], y), n.one("Softplus", [n.one("Mul", [y, n.like(p["beta"], y)])])])
+    if name == "ScaledTanh":  # alpha * tanh(beta * y)
+        return n.one("Mul", [n.like(p["alpha"], y), n.one("Tanh", [n.one("Mul", [y, n.like(p["beta"], y)])])])
+    return n.one(name, [y], p)
+
+
+@contrib("FusedGemm")
+def _fused_gemm(n: _Node):
+    """activation(Gemm(A, B, C))."""
+    attrs = {k: n.attrs[k] for k in ("alpha", "beta", "transA", "transB") if k in n.attrs}
+    inputs = [n.input(0), n.input(1)] + ([n.input(2)] if n.input(2) is not None else [])
+    return [_gemm_activation(n, n.one("Gemm", inputs, attrs))]
+
+
+@contrib("Trilu")
+def _trilu(n: _Node):
+    """ONNX's Trilu (the contrib op predates it, with the same inputs and ``upper``)."""
+    inputs = [n.input(0)] + ([n.input(1)] if n.input(1) is not None else [])
+    return [n.one("Trilu", inputs, {"upper": int(n.attr("upper", 1))})]
+
+
 # ---- normalizations ------------------------------------------------------------------------
 
 
