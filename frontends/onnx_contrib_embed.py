@@ -1,4 +1,5 @@
-"""com.microsoft::EmbedLayerNormalization (BERT-family models optimized by onnxruntime) as ONNX ops.
+"""com.microsoft::EmbedLayerNormalization (BERT-family models optimized by onnxruntime) and its
+quantized form QEmbedLayerNormalization as ONNX ops.
 
 The embedding sum ``word_embedding[input_ids] + position_embedding[positions] (+
 segment_embedding[segment_ids])`` is three Gathers and Adds; ``positions`` are ``position_ids``
@@ -40,11 +41,10 @@ def _mask_index(n: _Node, ids: Value, mask: Value | None) -> Value:
     return n.one("ReduceSum", [ones, n.const([1])], {"keepdims": 0})
 
 
-@contrib("EmbedLayerNormalization")
-def _embed_layer_norm(n: _Node):
-    ids, segment_ids, words, positions, segments, gamma, beta, mask, position_ids = (
-        n.input(i) for i in range(9)
-    )
+def _embedded(n: _Node, tables: list, mask: Value | None, position_ids: Value | None) -> list:
+    """The node's outputs from its float tables: words, positions, segments (or None), gamma, beta."""
+    ids, segment_ids = n.input(0), n.input(1)
+    words, positions, segments, gamma, beta = tables
     if n.rank(ids) != 2:
         raise n.refuse(f"with input_ids '{ids.name}' of rank {n.rank(ids)} ([batch, sequence] expected)")
     if n.attr("mask_index_type", 1) not in (0, 1):
@@ -57,3 +57,24 @@ def _embed_layer_norm(n: _Node):
     eps = float(n.attr("epsilon", 1e-12))
     y = n.one("LayerNormalization", [total, gamma, beta], {"axis": -1, "epsilon": eps})
     return [y, _mask_index(n, ids, mask) if n.wants(1) else None, total]
+
+
+@contrib("EmbedLayerNormalization")
+def _embed_layer_norm(n: _Node):
+    return _embedded(n, [n.input(i) for i in range(2, 7)], n.input(7), n.input(8))
+
+
+@contrib("QEmbedLayerNormalization")
+def _quantized_embed_layer_norm(n: _Node):
+    """The tables, gamma and beta quantized (inputs 2-6, their scales 8-12, zero points 13-17),
+    each read through a DequantizeLinear; no position_ids, no embedding sum output."""
+    tables = []
+    for i in range(2, 7):
+        q, scale, zero = n.input(i), n.input(i + 6), n.input(i + 11)
+        if q is None:
+            tables.append(None)
+            continue
+        if scale is None:
+            raise n.refuse(f"without the scale (input {i + 6}) of '{q.name}'")
+        tables.append(n.one("DequantizeLinear", [q, scale, zero]))
+    return _embedded(n, tables, n.input(7), None)[:2]

@@ -84,6 +84,33 @@ def test_embed_layer_normalization(kwargs):
     _check(data, feeds, **SUMS)
 
 
+def _quantized_table(a: np.ndarray):
+    """uint8 values, scale and zero point of ``a`` over its range widened to hold 0."""
+    lo, hi = min(float(a.min()), 0.0), max(float(a.max()), 0.0)
+    scale = np.float32((hi - lo) / 255)
+    zero = np.uint8(round(-lo / scale))
+    return np.clip(np.round(a / scale) + zero, 0, 255).astype(np.uint8), scale, zero
+
+
+@pytest.mark.parametrize("with_segment", [True, False])
+def test_quantized_embed_layer_normalization(with_segment):
+    b, s = 2, 6
+    feeds = {"ids": _ids(VOCAB, b, s), "mask": RNG.choice(np.array([0, 1, 2], np.int32), (b, s))}
+    if with_segment:
+        feeds["seg"] = _ids(2, b, s)
+    shapes = {"words": (VOCAB, H), "positions": (POSITIONS, H), "segments": (2, H), "gamma": (H,), "beta": (H,)}
+    inits = []
+    for name, shape in shapes.items():
+        q, scale, zero = _quantized_table(normal(RNG, *shape))
+        inits += [(name, q), (name + "_s", scale), (name + "_z", zero)]
+    tables = [k if with_segment or k != "segments" else "" for k in shapes]
+    inputs = ["ids", "seg" if with_segment else "", *tables[:3], *tables[3:], "mask"]
+    inputs += [t + "_s" if t else "" for t in tables] + [t + "_z" if t else "" for t in tables]
+    n = node("QEmbedLayerNormalization", inputs, ["y", "mi"], epsilon=1e-5)
+    data = contrib_model([n], feeds, ["y", ("mi", np.int32)], inits)
+    _check(data, feeds, **SUMS)
+
+
 def test_embed_layer_normalization_bad_mask_index_type_is_refused():
     data, _ = _embed_model(mask_index_type=3)
     with pytest.raises(UnsupportedOpError, match=r"EmbedLayerNormalization with mask_index_type=3"):
