@@ -10,10 +10,12 @@ node, the op and what it holds; an operator of the domain without a rewrite impo
 fails to run with the usual "no CPU kernel for com.microsoft::<Op>".
 
 This module holds the registry (``contrib``, ``handles``, ``rewrite``) and the activation,
-product and normalization ops; ``onnx_contrib_attention.py``, ``onnx_contrib_gqa.py``
-(GroupQueryAttention), ``onnx_contrib_quant.py`` and ``onnx_contrib_nbits.py`` (weight-only
-quantized MatMulNBits, GatherBlockQuantized) register theirs with the same decorator, and
-``onnx.py`` imports them.
+product (FusedMatMul, FusedConv, FusedGemm), Trilu and normalization ops, and keeps Inverse as it
+is (no ONNX operator inverts a matrix: ir/contrib_ops.py); ``onnx_contrib_attention.py``,
+``onnx_contrib_gqa.py`` (GroupQueryAttention), ``onnx_contrib_embed.py``
+((Q)EmbedLayerNormalization), ``onnx_contrib_quant.py`` and ``onnx_contrib_nbits.py``
+(weight-only quantized MatMulNBits, GatherBlockQuantized) register theirs with the same
+decorator, and ``onnx.py`` imports them.
 """
 
 from __future__ import annotations
@@ -292,6 +294,16 @@ def _trilu(n: _Node):
     """ONNX's Trilu (the contrib op predates it, with the same inputs and ``upper``)."""
     inputs = [n.input(0)] + ([n.input(1)] if n.input(1) is not None else [])
     return [n.one("Trilu", inputs, {"upper": int(n.attr("upper", 1))})]
+
+
+@contrib("Inverse")
+def _inverse(n: _Node):
+    """The node as it is: no ONNX operator inverts a matrix (its schema in ir/contrib_ops.py, its
+    CPU kernel in runtime/kernels/linalg.py)."""
+    x = n.input(0)
+    if n.dtype(x) not in (DataType.FLOAT, DataType.DOUBLE, DataType.FLOAT16):
+        raise n.refuse(f"of '{x.name}' of {n.dtype(x).name.lower()} (float, double or float16)")
+    return n.op("Inverse", [x], {}, domain=n.domain)
 
 
 # ---- normalizations ------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 import offload
 from offload import runtime
-from offload.errors import ModelFormatError, UnsupportedOpError
+from offload.errors import KernelError, ModelFormatError, UnsupportedOpError
 from tests.delegates.opencl_support import needs_opencl, run_on_opencl
 from tests.frontends.contrib_support import (
     ELEMENTWISE,
@@ -258,6 +258,30 @@ def test_trilu(upper, k):
     inits = [("k", np.int64(k))] if k is not None else []
     data = contrib_model([node("Trilu", ["x", "k"] if k is not None else ["x"], ["y"], upper=upper)], feeds, ["y"], inits)
     _check(data, feeds, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype,shape", [(np.float32, (3, 3)), (np.float32, (2, 4, 5, 5)), (np.float64, (4, 4))])
+def test_inverse(dtype, shape):
+    n = shape[-1]
+    feeds = {"x": (RNG.standard_normal(shape) + n * np.eye(n)).astype(dtype)}  # well conditioned
+    data = contrib_model([node("Inverse", ["x"], ["y"])], feeds, [("y", dtype)])
+    _check(data, feeds, **SUMS)
+
+
+def test_inverse_of_a_singular_matrix_is_an_error():
+    feeds = {"x": np.ones((2, 3, 3), np.float32)}
+    program = offload.load(contrib_model([node("Inverse", ["x"], ["y"])], feeds, ["y"]))
+    with pytest.raises(KernelError, match=r"Inverse: X holds a singular matrix"):
+        offload.evaluate(program, feeds)
+
+
+def test_qlinear_softmax_axis_out_of_range_is_refused():
+    feeds = {"x": _q(np.uint8, 2, 3)}
+    inits = [("s", np.float32(0.1)), ("z", np.uint8(0))]
+    n = node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"], opset=13, axis=2)
+    data = contrib_model([n], feeds, [("y", np.uint8)], inits)
+    with pytest.raises(UnsupportedOpError, match=r"QLinearSoftmax with axis=2 for an input of rank 2"):
+        offload.load(data)
 
 
 def test_missing_required_attribute_names_the_node():
