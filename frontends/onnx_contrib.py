@@ -275,7 +275,9 @@ def _gemm_activation(n: _Node, y: Value) -> Value:
         raise n.refuse(f"activation {name} without {' and '.join(missing)}")
     p = {k: float(n.attrs[f"activation_{k}"]) for k in _GEMM_ACTIVATIONS[name]}
     if name == "ParametricSoftplus":  # alpha * ln(1 + exp(beta * y))
-        return n.one("Mul", [n.like(p["alpha"], y), n.one("Softplus", [n.one("Mul", [y, n.like(p["beta"], y)])])])
+        return n.one(
+            "Mul", [n.like(p["alpha"], y), n.one("Softplus", [n.one("Mul", [y, n.like(p["beta"], y)])])]
+        )
     if name == "ScaledTanh":  # alpha * tanh(beta * y)
         return n.one("Mul", [n.like(p["alpha"], y), n.one("Tanh", [n.one("Mul", [y, n.like(p["beta"], y)])])])
     return n.one(name, [y], p)

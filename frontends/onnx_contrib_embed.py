@@ -51,7 +51,9 @@ def _embedded(n: _Node, tables: list, mask: Value | None, position_ids: Value | 
         raise n.refuse(f"with mask_index_type={n.attr('mask_index_type')} (0 or 1)")
     if (segment_ids is None) != (segments is None):
         raise n.refuse("with only one of segment_ids and segment_embedding (both or neither)")
-    total = n.one("Add", [n.one("Gather", [words, ids], {"axis": 0}), _positions(n, ids, positions, position_ids)])
+    total = n.one(
+        "Add", [n.one("Gather", [words, ids], {"axis": 0}), _positions(n, ids, positions, position_ids)]
+    )
     if segments is not None:
         total = n.one("Add", [total, n.one("Gather", [segments, segment_ids], {"axis": 0})])
     eps = float(n.attr("epsilon", 1e-12))

@@ -12,7 +12,6 @@ from offload import runtime
 from offload.errors import KernelError, ModelFormatError, UnsupportedOpError
 from tests.delegates.opencl_support import needs_opencl, run_on_opencl
 from tests.frontends.contrib_support import (
-    ELEMENTWISE,
     SUMS,
     compare,
     contrib_model,
@@ -65,7 +64,9 @@ def _embed_model(with_segment=True, with_mask=True, with_positions=False, output
         ("beta", normal(RNG, H)),
     ]
     outs = [("mi", np.int32) if o == "mi" else o for o in outputs if o]
-    return contrib_model([node("EmbedLayerNormalization", inputs, list(outputs), **attrs)], feeds, outs, inits), feeds
+    return contrib_model(
+        [node("EmbedLayerNormalization", inputs, list(outputs), **attrs)], feeds, outs, inits
+    ), feeds
 
 
 @pytest.mark.parametrize(
@@ -98,7 +99,13 @@ def test_quantized_embed_layer_normalization(with_segment):
     feeds = {"ids": _ids(VOCAB, b, s), "mask": RNG.choice(np.array([0, 1, 2], np.int32), (b, s))}
     if with_segment:
         feeds["seg"] = _ids(2, b, s)
-    shapes = {"words": (VOCAB, H), "positions": (POSITIONS, H), "segments": (2, H), "gamma": (H,), "beta": (H,)}
+    shapes = {
+        "words": (VOCAB, H),
+        "positions": (POSITIONS, H),
+        "segments": (2, H),
+        "gamma": (H,),
+        "beta": (H,),
+    }
     inits = []
     for name, shape in shapes.items():
         q, scale, zero = _quantized_table(normal(RNG, *shape))
@@ -135,13 +142,20 @@ def _steps_from_onnxruntime(data: bytes, feeds: dict, program=None) -> int:
     worst = 0
     for got in (offload.evaluate(program, feeds), _through_pte(program, feeds)):
         for k, v in want.items():
-            assert got[k].dtype == v.dtype and got[k].shape == v.shape, (k, got[k].dtype, got[k].shape, v.shape)
+            assert got[k].dtype == v.dtype and got[k].shape == v.shape, (
+                k,
+                got[k].dtype,
+                got[k].shape,
+                v.shape,
+            )
             worst = max(worst, int(np.abs(got[k].astype(np.int64) - v.astype(np.int64)).max()))
     return worst
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
-@pytest.mark.parametrize("opset,axis,shape", [(13, -1, (4, 6, 10)), (13, 1, (4, 6, 10)), (12, 1, (4, 3, 5)), (12, None, (2, 3, 4))])
+@pytest.mark.parametrize(
+    "opset,axis,shape", [(13, -1, (4, 6, 10)), (13, 1, (4, 6, 10)), (12, 1, (4, 3, 5)), (12, None, (2, 3, 4))]
+)
 def test_qlinear_softmax(dtype, opset, axis, shape):
     feeds = {"x": _q(dtype, *shape)}
     # the scales and zero points onnxruntime's quantizer gives Softmax's output
@@ -248,7 +262,9 @@ def test_fused_gemm_unknown_activation_is_refused():
     data = contrib_model(
         [node("FusedGemm", ["a", "b"], ["y"], activation="Swish")], feeds, ["y"], [("b", normal(RNG, 3, 2))]
     )
-    with pytest.raises(UnsupportedOpError, match=r"FusedGemm activation 'Swish' \(one of Relu, .*\) is not supported"):
+    with pytest.raises(
+        UnsupportedOpError, match=r"FusedGemm activation 'Swish' \(one of Relu, .*\) is not supported"
+    ):
         offload.load(data)
 
 
@@ -256,11 +272,15 @@ def test_fused_gemm_unknown_activation_is_refused():
 def test_trilu(upper, k):
     feeds = {"x": normal(RNG, 2, 4, 5)}
     inits = [("k", np.int64(k))] if k is not None else []
-    data = contrib_model([node("Trilu", ["x", "k"] if k is not None else ["x"], ["y"], upper=upper)], feeds, ["y"], inits)
+    data = contrib_model(
+        [node("Trilu", ["x", "k"] if k is not None else ["x"], ["y"], upper=upper)], feeds, ["y"], inits
+    )
     _check(data, feeds, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("dtype,shape", [(np.float32, (3, 3)), (np.float32, (2, 4, 5, 5)), (np.float64, (4, 4))])
+@pytest.mark.parametrize(
+    "dtype,shape", [(np.float32, (3, 3)), (np.float32, (2, 4, 5, 5)), (np.float64, (4, 4))]
+)
 def test_inverse(dtype, shape):
     n = shape[-1]
     feeds = {"x": (RNG.standard_normal(shape) + n * np.eye(n)).astype(dtype)}  # well conditioned
@@ -287,7 +307,9 @@ def test_qlinear_softmax_axis_out_of_range_is_refused():
 def test_missing_required_attribute_names_the_node():
     feeds = {"x": _q(np.uint8, 2, 3)}
     inits = [("s", np.float32(0.1)), ("z", np.uint8(0))]
-    data = contrib_model([node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"])], feeds, [("y", np.uint8)], inits)
+    data = contrib_model(
+        [node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"])], feeds, [("y", np.uint8)], inits
+    )
     with pytest.raises(ModelFormatError, match=r"QLinearSoftmax has no attribute 'opset'"):
         offload.load(data)
 
