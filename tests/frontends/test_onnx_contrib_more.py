@@ -184,31 +184,32 @@ def test_qlinear_where(dtype):
     assert _steps_from_onnxruntime(data, feeds) == 0
 
 
-@pytest.mark.parametrize("channels_last", [1, 0])
-def test_qlinear_conv_channels_last(channels_last):
-    x = _q(np.uint8, 1, 3, 7, 6)
+@pytest.mark.parametrize("channels_last,dtype", [(1, np.uint8), (0, np.uint8), (1, np.int8)])
+def test_qlinear_conv_channels_last(channels_last, dtype):
+    x = _q(dtype, 1, 3, 7, 6)
     feeds = {"x": x.transpose(0, 2, 3, 1).copy() if channels_last else x}
     inits = [
         ("xs", np.float32(0.02)),
-        ("xz", np.uint8(128)),
+        ("xz", dtype(5)),
         # onnxruntime's u8 x s8 products saturate pair sums to int16 (test_onnx_contrib_quant.py):
         # weights in [-64, 63] keep every pair sum within it
         ("w", RNG.integers(-64, 64, (4, 3, 3, 3)).astype(np.int8)),
         ("ws", (RNG.random(4) * 0.01 + 0.005).astype(np.float32)),
         ("wz", np.zeros(4, np.int8)),
         ("ys", np.float32(0.05)),
-        ("yz", np.uint8(120)),
+        ("yz", dtype(-3 if dtype == np.int8 else 120)),
         ("b", RNG.integers(-500, 500, 4).astype(np.int32)),
     ]
     attrs = {"pads": [1, 1, 1, 1], "strides": [2, 1], "kernel_shape": [3, 3], "channels_last": channels_last}
     data = contrib_model(
         [node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], **attrs)],
         feeds,
-        [("y", np.uint8)],
+        [("y", dtype)],
         inits,
     )
     program = offload.load(data)
-    assert "QLinearConv" in [op.op_type for op in program.main.body.operations]
+    ops = [(op.domain, op.op_type) for op in program.main.body.operations]
+    assert ("", "QLinearConv") in ops and ("com.microsoft", "QLinearConv") not in ops
     assert _steps_from_onnxruntime(data, feeds, program) == 0
 
 
