@@ -33,6 +33,7 @@ from offload.schemas.generated import onnx_pb2 as pb
 from . import (  # noqa: F401  (these register rewrites)
     onnx_contrib,
     onnx_contrib_attention,
+    onnx_contrib_embed,
     onnx_contrib_gqa,
     onnx_contrib_nbits,
     onnx_contrib_quant,

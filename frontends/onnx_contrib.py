@@ -10,10 +10,12 @@ node, the op and what it holds; an operator of the domain without a rewrite impo
 fails to run with the usual "no CPU kernel for com.microsoft::<Op>".
 
 This module holds the registry (``contrib``, ``handles``, ``rewrite``) and the activation,
-product and normalization ops; ``onnx_contrib_attention.py``, ``onnx_contrib_gqa.py``
-(GroupQueryAttention), ``onnx_contrib_quant.py`` and ``onnx_contrib_nbits.py`` (weight-only
-quantized MatMulNBits, GatherBlockQuantized) register theirs with the same decorator, and
-``onnx.py`` imports them.
+product (FusedMatMul, FusedConv, FusedGemm), Trilu and normalization ops, and keeps Inverse as it
+is (no ONNX operator inverts a matrix: ir/contrib_ops.py); ``onnx_contrib_attention.py``,
+``onnx_contrib_gqa.py`` (GroupQueryAttention), ``onnx_contrib_embed.py``
+((Q)EmbedLayerNormalization), ``onnx_contrib_quant.py`` and ``onnx_contrib_nbits.py``
+(weight-only quantized MatMulNBits, GatherBlockQuantized) register theirs with the same
+decorator, and ``onnx.py`` imports them.
 """
 
 from __future__ import annotations
@@ -244,6 +246,66 @@ def _fused_conv(n: _Node):
     if n.input(3) is not None:
         y = n.one("Add", [y, n.input(3)])
     return [activation(n, y, n.attr("activation", ""), list(n.attr("activation_params", [])))]
+
+
+# FusedGemm's activations (those onnxruntime's CPU kernel takes) and the parameters each reads
+# from activation_alpha / activation_beta / activation_gamma; onnxruntime requires every one.
+_GEMM_ACTIVATIONS = {
+    "Relu": (),
+    "Tanh": (),
+    "Sigmoid": (),
+    "Softsign": (),
+    "Softplus": (),
+    "LeakyRelu": ("alpha",),
+    "Elu": ("alpha",),
+    "ThresholdedRelu": ("alpha",),
+    "HardSigmoid": ("alpha", "beta"),
+    "Selu": ("alpha", "gamma"),
+    "ParametricSoftplus": ("alpha", "beta"),
+    "ScaledTanh": ("alpha", "beta"),
+}
+
+
+def _gemm_activation(n: _Node, y: Value) -> Value:
+    name = n.attr("activation", "")
+    if name not in _GEMM_ACTIVATIONS:
+        raise n.refuse(f"activation {name!r} (one of {', '.join(_GEMM_ACTIVATIONS)})")
+    missing = [f"activation_{k}" for k in _GEMM_ACTIVATIONS[name] if f"activation_{k}" not in n.attrs]
+    if missing:
+        raise n.refuse(f"activation {name} without {' and '.join(missing)}")
+    p = {k: float(n.attrs[f"activation_{k}"]) for k in _GEMM_ACTIVATIONS[name]}
+    if name == "ParametricSoftplus":  # alpha * ln(1 + exp(beta * y))
+        return n.one(
+            "Mul", [n.like(p["alpha"], y), n.one("Softplus", [n.one("Mul", [y, n.like(p["beta"], y)])])]
+        )
+    if name == "ScaledTanh":  # alpha * tanh(beta * y)
+        return n.one("Mul", [n.like(p["alpha"], y), n.one("Tanh", [n.one("Mul", [y, n.like(p["beta"], y)])])])
+    return n.one(name, [y], p)
+
+
+@contrib("FusedGemm")
+def _fused_gemm(n: _Node):
+    """activation(Gemm(A, B, C))."""
+    attrs = {k: n.attrs[k] for k in ("alpha", "beta", "transA", "transB") if k in n.attrs}
+    inputs = [n.input(0), n.input(1)] + ([n.input(2)] if n.input(2) is not None else [])
+    return [_gemm_activation(n, n.one("Gemm", inputs, attrs))]
+
+
+@contrib("Trilu")
+def _trilu(n: _Node):
+    """ONNX's Trilu (the contrib op predates it, with the same inputs and ``upper``)."""
+    inputs = [n.input(0)] + ([n.input(1)] if n.input(1) is not None else [])
+    return [n.one("Trilu", inputs, {"upper": int(n.attr("upper", 1))})]
+
+
+@contrib("Inverse")
+def _inverse(n: _Node):
+    """The node as it is: no ONNX operator inverts a matrix (its schema in ir/contrib_ops.py, its
+    CPU kernel in runtime/kernels/linalg.py)."""
+    x = n.input(0)
+    if n.dtype(x) not in (DataType.FLOAT, DataType.DOUBLE, DataType.FLOAT16):
+        raise n.refuse(f"of '{x.name}' of {n.dtype(x).name.lower()} (float, double or float16)")
+    return n.op("Inverse", [x], {}, domain=n.domain)
 
 
 # ---- normalizations ------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""Matrix product kernels: MatMul, Gemm, Einsum, Det and the quantized integer products."""
+"""Matrix product kernels: MatMul, Gemm, Einsum, Det, com.microsoft::Inverse and the quantized
+integer products."""
 
 from __future__ import annotations
 
 import functools
 
 import numpy as np
+
+from offload.errors import KernelError, ShapeError
 
 from . import kernel, prepared
 from ._util import out_for
@@ -192,6 +195,18 @@ def einsum(ctx, *Inputs, equation):
 def det(ctx, X):
     x = widened(X)
     return np.asarray(np.linalg.det(x)).astype(X.dtype, copy=False)
+
+
+@kernel("Inverse", domain="com.microsoft")
+def inverse(ctx, X):
+    """com.microsoft::Inverse: each [n, n] matrix of X inverted, in float64 (LU with partial
+    pivoting) and rounded once to X's type; a singular matrix is an error naming the op."""
+    if X.ndim < 2 or X.shape[-1] != X.shape[-2]:
+        raise ShapeError(f"com.microsoft::Inverse: X has shape {list(X.shape)}, expected [..., n, n]")
+    try:
+        return np.linalg.inv(np.asarray(X, np.float64)).astype(X.dtype, copy=False)
+    except np.linalg.LinAlgError:
+        raise KernelError("com.microsoft::Inverse: X holds a singular matrix, which has no inverse") from None
 
 
 def _row_param(v, a):
