@@ -161,7 +161,12 @@ def fuse_layernorm_or_instancenorm(program: Program) -> bool:
                 inputs.append(rw.constant(block, _squeeze(beta_full, lead, norm_shape), stem=f"{name}_bias"))
             attrs = {"axis": lead, "epsilon": eps}
             fused = rw.build(block, "LayerNormalization", inputs, attrs, before=last, stem="layer_norm")
-        elif r >= 3 and axes == tuple(range(2, r)) and isinstance(shape[1], int) and _per_channel(gamma, beta, shape):
+        elif (
+            r >= 3
+            and axes == tuple(range(2, r))
+            and isinstance(shape[1], int)
+            and _per_channel(gamma, beta, shape)
+        ):
             channels = shape[1]
             inputs = [
                 x,
