@@ -3,6 +3,7 @@ single-user checks that see block results, and one ``Rewriter`` per pass run."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import numpy as np
@@ -16,6 +17,16 @@ def blocks(block: Block) -> Iterator[Block]:
     yield block
     for op in block.walk():
         yield from op.blocks
+
+
+def name_counts(block: Block) -> Counter:
+    """How many values of ``block`` and the blocks nested in it have each name."""
+    counts: Counter = Counter()
+    for b in blocks(block):
+        counts.update(list(b.constants))
+        counts.update(v.name for v in b.inputs)
+        counts.update(v.name for op in b.operations for v in op.outputs if v is not None)
+    return counts
 
 
 def const(v: Value | None) -> np.ndarray | None:

@@ -21,6 +21,8 @@ DEFAULT: tuple[str, ...] = (
     # float16 programs (Core ML's default precision) compute in float32, as the GPU backends do
     "quantization::fp16_compute_in_fp32",
     "cleanup::const_elimination",
+    # after the folding that makes a shape test's condition a constant; its types then help all below
+    "cleanup::inline_constant_if",
     "cleanup::noop_elimination",
     "cleanup::dead_code_elimination",
     # a branch's or body's weights in the top block: the GPU backends take them from there

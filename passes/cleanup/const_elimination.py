@@ -8,7 +8,9 @@ with nested blocks, non-tensor results, results that are function outputs (their
 the interface), and ops whose kernel fails (the failure belongs to run time).
 
 Folding with the static shapes inference found makes ``Shape → Gather → Concat → Reshape``
-chains of static models disappear: the Reshape reads a constant shape afterwards.
+chains of static models disappear: the Reshape reads a constant shape afterwards. A Gather of
+constant indices from a Shape also folds when the dims it picks are static though others are
+not (an exporter's ``x.shape[1] == 1`` test of a tensor of symbolic length).
 
 Before::
 
@@ -45,10 +47,36 @@ MAX_ELEMENTS = 1 << 22  # 16 MiB of float32: a conv weight, not an activation of
 RANDOM = RANDOM_OPS
 
 
+def _static_dims(op: Operation) -> np.ndarray | None:
+    """``Gather(Shape(x), indices)`` when every dim it picks is a number."""
+    shape_op = op.inputs[0].producer
+    indices = op.inputs[1].const_value if op.inputs[1] is not None else None
+    if shape_op is None or shape_op.op_type != "Shape" or shape_op.domain or indices is None:
+        return None
+    if op.attributes.get("axis", 0) != 0:
+        return None
+    t = shape_op.inputs[0].type
+    if not isinstance(t, TensorType) or t.shape is None:
+        return None
+    r = len(t.shape)
+    start, end = shape_op.attributes.get("start", 0), shape_op.attributes.get("end", r)
+    dims = t.shape[slice(*(min(max(i + r if i < 0 else i, 0), r) for i in (start, end)))]
+    n = len(dims)
+    if indices.dtype.kind not in "iu" or not all(-n <= i < n for i in indices.reshape(-1).tolist()):
+        return None
+    picked = [dims[i] for i in indices.reshape(-1).tolist()]
+    if not all(isinstance(d, int) for d in picked):
+        return None
+    return np.array(picked, dtype=np.int64).reshape(indices.shape)
+
+
 def _compute(op: Operation) -> list | None:
     """The values of ``op``'s outputs, or None when they cannot be computed now."""
     if op.op_type in ("Shape", "Size") and not op.domain:
         value = fold_op(op)
+        return None if value is None else [value]
+    if op.op_type == "Gather" and not op.domain and op.inputs[0].const_value is None:
+        value = _static_dims(op)
         return None if value is None else [value]
     if any(v is not None and v.const_value is None for v in op.inputs):
         return None

@@ -33,22 +33,10 @@ After::
 
 from __future__ import annotations
 
-from collections import Counter
+from offload.ir import Program
 
-from offload.ir import Block, Program
-
-from ..pattern import Rewriter, blocks
+from ..pattern import Rewriter, blocks, name_counts
 from ..registry import graph_pass
-
-
-def _name_counts(block: Block) -> Counter:
-    """How many values of ``block`` and the blocks nested in it have each name."""
-    counts: Counter = Counter()
-    for b in blocks(block):
-        counts.update(list(b.constants))
-        counts.update(v.name for v in b.inputs)
-        counts.update(v.name for op in b.operations for v in op.outputs if v is not None)
-    return counts
 
 
 @graph_pass("cleanup::hoist_nested_constants")
@@ -60,7 +48,7 @@ def hoist_nested_constants(program: Program) -> bool:
         nested = [b for b in blocks(top) if b is not top and b.constants]
         if not nested:
             continue
-        counts = _name_counts(top)
+        counts = name_counts(top)
         for block in nested:
             for name, v in list(block.constants.items()):
                 if rw.returned(v):

@@ -10,7 +10,13 @@ with one value, becomes
   k..r-1, of a float x whose normalized dims are static, and gamma / beta vary only along
   them (Scale and B take the normalized shape; Scale is ones when there is no gamma);
 * ``InstanceNormalization(x, scale, B, epsilon=eps)`` when x has rank ≥ 3, the axes are every
-  spatial axis 2..r-1, and gamma / beta are per channel (one value or (C,1,…), (1,C,1,…)).
+  spatial axis 2..r-1 (static), and gamma / beta are per channel (one value or (C,1,…),
+  (1,C,1,…)) of a static channel count.
+
+The other dims of x may be symbols or unknown (a batch, a sequence length): x needs a known
+rank only. The result keeps x's shape when it keeps x's rank (eps and the exponent are one
+value, so only their rank can broadcast) and gamma / beta vary along the normalized axes (or
+the channel) alone: those are the checks, not an equality of types that an unknown dim fails.
 
 Both ops compute the same mean, variance and quotient, so the result differs by float
 rounding only. A gamma or beta that varies along other axes, axes that are neither form, or
@@ -37,9 +43,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from offload.ir import Operation, Program, Value
+from offload.ir import Operation, Program, TensorType, Value
 
-from ..pattern import Rewriter, const, is_float, other_input, same_type, scalar, static_shape, with_scalar
+from ..pattern import Rewriter, const, is_float, other_input, rank, scalar, with_scalar
 from ..registry import graph_pass
 
 
@@ -52,6 +58,12 @@ def _axes(op: Operation | None, r: int) -> tuple[int, ...] | None:
         return None
     axes = sorted({int(i) % r for i in a.reshape(-1)})
     return tuple(axes) if len(axes) == a.size else None
+
+
+def _shape(v: Value) -> tuple | None:
+    """The dims of ``v`` (numbers, symbols or None) when its rank is known."""
+    t = v.type
+    return tuple(t.shape) if isinstance(t, TensorType) and t.shape is not None else None
 
 
 def _single(rw: Rewriter, v: Value, op_type: str) -> Operation | None:
@@ -103,8 +115,10 @@ def fuse_layernorm_or_instancenorm(program: Program) -> bool:
         if mean.op_type != "ReduceMean" or not rw.alive(mean) or not is_float(mean.inputs[0]):
             continue
         x = mean.inputs[0]
-        shape = static_shape(x)
+        shape = _shape(x)
         axes = None if shape is None else _axes(mean, len(shape))
+        if axes is not None and not all(isinstance(shape[a], int) for a in axes):
+            continue
         sub = _single(rw, mean.outputs[0], "Sub")
         if axes is None or sub is None or list(sub.inputs) != [x, mean.outputs[0]]:
             continue
@@ -126,9 +140,9 @@ def fuse_layernorm_or_instancenorm(program: Program) -> bool:
             continue
         affine, gamma, beta = _affine(rw, div.outputs[0])
         last = (affine or [div])[-1]
-        if not same_type(x, last.outputs[0]):
-            continue  # gamma or beta broadcast the result to another shape
         r = len(shape)
+        if rank(last.outputs[0]) != r:
+            continue  # a one-valued eps, exponent or gamma of a higher rank broadcast the result
         gamma_full, beta_full = _along(gamma, shape, axes), _along(beta, shape, axes)
         layer = axes == tuple(range(axes[0], r))
         layer = (
@@ -147,7 +161,12 @@ def fuse_layernorm_or_instancenorm(program: Program) -> bool:
                 inputs.append(rw.constant(block, _squeeze(beta_full, lead, norm_shape), stem=f"{name}_bias"))
             attrs = {"axis": lead, "epsilon": eps}
             fused = rw.build(block, "LayerNormalization", inputs, attrs, before=last, stem="layer_norm")
-        elif r >= 3 and axes == tuple(range(2, r)) and _per_channel(gamma, beta, shape):
+        elif (
+            r >= 3
+            and axes == tuple(range(2, r))
+            and isinstance(shape[1], int)
+            and _per_channel(gamma, beta, shape)
+        ):
             channels = shape[1]
             inputs = [
                 x,

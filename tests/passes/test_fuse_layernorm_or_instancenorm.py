@@ -103,3 +103,58 @@ def test_eps_that_is_not_one_number_stays():
     np.testing.assert_allclose(
         offload.evaluate(out, {"x": x})["y"], onnxruntime_run(data, {"x": x})["y"], rtol=1e-5, atol=1e-5
     )
+
+
+def _from_reshape(data: bytes) -> bytes:
+    """The same pattern reading x = Reshape(flat, shape) + bias(8) of a shape that is an input:
+    x's rank is known (3, the shape's length) and only its last dim (the bias's), as after an
+    exporter's computed Reshape."""
+    m = onnx.load_from_string(data)
+    m.graph.node.insert(0, node("Reshape", ["flat", "shape"], ["r"]))
+    m.graph.node.insert(1, node("Add", ["r", "xb"], ["x"]))
+    m.graph.initializer.append(onnx.numpy_helper.from_array(rand(8, seed=4), "xb"))
+    del m.graph.input[:]
+    m.graph.input.extend(
+        [
+            onnx.helper.make_tensor_value_info("flat", F32, ["n"]),
+            onnx.helper.make_tensor_value_info("shape", onnx.TensorProto.INT64, [3]),
+        ]
+    )
+    return m.SerializeToString()
+
+
+@pytest.mark.parametrize("dims", ["symbols", "unknown"])
+def test_layernorm_fuses_with_leading_dims_not_static(dims):
+    data = _norm(("batch", "seq", 8), [-1], rand(8, seed=1), rand(8, seed=2))
+    if dims == "unknown":
+        data = _from_reshape(data)
+    _, out = optimized(data, P)
+    assert op_types(out)["LayerNormalization"] == 1 and op_types(out)["ReduceMean"] == 0
+    for shape in ((2, 5, 8), (1, 3, 8)):
+        x = rand(*shape, seed=3) * 2 + 1
+        feeds = {"x": x} if dims == "symbols" else {"flat": x.reshape(-1), "shape": np.array(shape, I64)}
+        np.testing.assert_allclose(
+            offload.evaluate(out, feeds)["y"], onnxruntime_run(data, feeds)["y"], rtol=1e-5, atol=1e-5
+        )
+
+
+def test_normalization_with_a_symbolic_normalized_dim_stays():
+    original, out = optimized(_norm((2, 5, "d"), [-1], None, None), P)
+    assert op_types(out) == op_types(original)
+
+
+def test_eps_of_a_higher_rank_stays():
+    # onnxruntime's own LayerNorm fusion drops the broadcast here, so numpy in float64 is the reference
+    gamma, eps = rand(8, seed=1), np.full((1, 1, 1, 1), 1e-5, np.float32)
+    m = onnx.load_from_string(_norm(("batch", "seq", 8), [-1], gamma))
+    for init in m.graph.initializer:
+        if init.name == "eps":
+            init.CopyFrom(onnx.numpy_helper.from_array(eps, "eps"))
+    original, out = optimized(m.SerializeToString(), P)
+    assert op_types(out) == op_types(original)
+    x = rand(2, 5, 8, seed=3)
+    d = x.astype(np.float64) - x.mean(-1, keepdims=True, dtype=np.float64)
+    want = d / np.sqrt((d * d).mean(-1, keepdims=True) + eps.astype(np.float64)) * gamma
+    got = offload.evaluate(out, {"x": x})["y"]
+    assert got.shape == want.shape == (1, 2, 5, 8)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
