@@ -4,6 +4,11 @@
   first, as onnxruntime multiplies each sum by it), plus the bias.
 - **DynamicQuantizeMatMul**: DynamicQuantizeLinear of A (uint8, the range widened to hold 0, as
   onnxruntime quantizes it), then the same.
+- **QAttention**: MatMulInteger of the quantized input and the packed Q | K | V weights (zero
+  points per tensor, the weight's per column too), Cast to float, times input_scale *
+  weight_scale, plus the bias, then Attention's split, past, mask and ONNX Attention
+  (onnx_contrib_attention.py). onnxruntime's CPU takes a uint8 input only; an int8 one is the
+  same integer product.
 - **QGemm**: MatMulInteger of the (transposed) operands plus the int32 C, times
   alpha * a_scale * b_scale; quantized with y_scale / y_zero_point where given, float otherwise.
 - **QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
@@ -28,6 +33,7 @@ import numpy as np
 from offload.ir import DataType, Value
 
 from .onnx_contrib import _Node, contrib
+from .onnx_contrib_attention import packed_attention
 
 
 def _to_float(n: _Node, acc: Value, scale: Value, bias: Value | None) -> Value:
@@ -61,6 +67,19 @@ def _dequantized(n: _Node, x: Value, scale: Value, zero: Value | None) -> Value:
 
 def _quantized(n: _Node, y: Value, scale: Value, zero: Value | None, like: Value) -> Value:
     return n.one("QuantizeLinear", [y, scale, _zero(n, zero, like)])
+
+
+@contrib("QAttention")
+def _q_attention(n: _Node):
+    x, w, bias, x_scale, w_scale, mask, x_zero, w_zero, past = (n.input(i) for i in range(9))
+    for value, zero in ((x, x_zero), (w, w_zero)):
+        types = {n.dtype(value)} | ({n.dtype(zero)} if zero is not None else set())
+        if not types <= {DataType.INT8, DataType.UINT8} or len(types) != 1:
+            names = f"'{value.name}'" + (f" and zero point '{zero.name}'" if zero is not None else "")
+            raise n.refuse(f"with {names} of {sorted(t.name.lower() for t in types)} (int8 or uint8, alike)")
+    acc = n.one("MatMulInteger", [x, w, x_zero, w_zero])
+    proj = _to_float(n, acc, n.one("Mul", [x_scale, w_scale]), bias)
+    return packed_attention(n, proj, w, mask, past, None)
 
 
 @contrib("QGemm")

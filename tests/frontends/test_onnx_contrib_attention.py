@@ -29,6 +29,8 @@ def _x(*shape, scale=2.0):
 def _mask(kind: str, b: int, s: int, t: int) -> np.ndarray:
     if kind == "1d":
         return np.array([t, t - 2][:b], np.int32)
+    if kind == "1d_start":  # each row's end, then each row's start
+        return np.array([t, t - 1, 1, 2][: 2 * b], np.int32)
     if kind == "2d":
         m = np.ones((b, t), np.int32)
         m[1, -3:] = 0
@@ -44,6 +46,7 @@ def _mask(kind: str, b: int, s: int, t: int) -> np.ndarray:
         (None, 0, 0, False, None),
         ("2d", 0, 0, False, None),
         ("1d", 0, 0, False, None),
+        ("1d_start", 0, 0, False, None),
         ("3d", 0, 0, False, None),
         (None, 1, 0, False, None),
         ("2d", 1, 0, True, None),
