@@ -21,8 +21,9 @@ their rules to ``RULES``. ``Node``, ``rule``, ``RULES`` and the helpers rules sh
 ``tflite_array_ops`` (element moves, scatters, segments), ``tflite_math_ops`` and
 ``tflite_nn_ops`` (L2 pooling, LRN, 3-D convolutions, non-max suppression); the RNN cells
 in ``tflite_rnn``; RFFT2D and every operator on complex tensors in ``tflite_fft``; the StableHLO
-operators that call subgraphs (COMPOSITE, CASE) or move elements (GATHER, SCATTER, REDUCE_WINDOW)
-in ``tflite_stablehlo``, its random bit generator in ``tflite_stablehlo_rng``.
+operators that call subgraphs (COMPOSITE, CASE) or move elements (GATHER, SCATTER, REDUCE_WINDOW,
+and the builtin REDUCE_WINDOW) in ``tflite_stablehlo``, its random bit generator in
+``tflite_stablehlo_rng``.
 """
 
 from __future__ import annotations

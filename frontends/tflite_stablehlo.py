@@ -22,7 +22,8 @@ STABLEHLO_COMPOSITE, CASE, GATHER, SCATTER, REDUCE_WINDOW and SHIFT_LEFT, in ONN
    its end and dropped, so such an update is skipped.
 5. REDUCE_WINDOW: the operand dilated and padded with the init value, then, for each position
    of the window, one strided Slice; the body subgraph's one operator combines them, starting
-   from the init value.
+   from the init value. The builtin REDUCE_WINDOW (no base dilations, no padding, its window
+   given by constant inputs and its function by ReduceWindowOptions) is the same translation.
 6. SHIFT_LEFT: BitShift LEFT. A shift outside [0, bits) gives 0, StableHLO's definition; LiteRT
    shifts by C's ``<<`` there, which is undefined (x86 takes the count modulo 32).
 
@@ -39,7 +40,7 @@ from offload.ir import DataType, Value
 
 from .tflite_array_ops import _dilated
 from .tflite_control import in_block
-from .tflite_node import Node, rule
+from .tflite_node import Node, _out_dtype, rule
 
 MAX_WINDOW_POSITIONS = 1024  # REDUCE_WINDOW is one Slice per position of its window
 
@@ -340,15 +341,55 @@ def reduce_window(node: Node) -> list:
         raise node.unsupported(
             f"{len(node.inputs) // 2} operands: only one operand with its init value is supported"
         )
-    shape = _static(node, 0)
-    rank = len(shape)
+    rank = len(_static(node, 0))
 
     def field(name: str, default: int) -> list[int]:
         (values,) = _ints_options(o, name)
         return values if values else [default] * (2 * rank if name == "padding" else rank)
 
+    body = _reducer(node, int(o.get("body_subgraph_index")), "body")
+    if body is None:
+        raise node.unsupported("its body returns its second input, which is no reduction")
     window, strides = field("window_dimensions", 1), field("window_strides", 1)
-    base, dilation, padding = field("base_dilations", 1), field("window_dilations", 1), field("padding", 0)
+    dilations = field("base_dilations", 1), field("window_dilations", 1)
+    return [
+        windowed(node, node.inputs[0], _REDUCERS[body][0], window, strides, dilations, field("padding", 0))
+    ]
+
+
+# REDUCE_WINDOW (the builtin): its ReduceWindowFunction as the ONNX op that combines two values;
+# ALL and ANY of numbers combine their truth (v != 0), given back as 0 or 1 of the operand's type
+_WINDOW_FUNCTIONS = {1: "Add", 2: "Mul", 3: "Min", 4: "Max", 5: "And", 6: "Or"}
+
+
+@rule("REDUCE_WINDOW", version=1, inputs=5)
+def builtin_reduce_window(node: Node) -> list:
+    """The operand, its init value, then constant int64 window dimensions, strides and window
+    dilations: STABLEHLO_REDUCE_WINDOW without base dilations or padding."""
+    function = int(options_2(node, "ReduceWindowOptions").get("reduce_function"))
+    if function not in _WINDOW_FUNCTIONS:
+        raise node.unsupported(
+            f"reduce_function {function} (ADD, MUL, MINIMUM, MAXIMUM, ALL or ANY expected)"
+        )
+    combine = _WINDOW_FUNCTIONS[function]
+    window, strides, dilation = ([int(v) for v in node.const(i).reshape(-1)] for i in (2, 3, 4))
+    rank = len(_static(node, 0))
+    x, init = node.inputs[0], node.one("Reshape", [node.inputs[1], node.ints([])])
+    dtype = _out_dtype(node)
+    logical = combine in ("And", "Or") and dtype != DataType.BOOL
+    if logical:
+        x, init = (node.one("Cast", [v], {"to": int(DataType.BOOL)}) for v in (x, init))
+    y = windowed(node, x, combine, window, strides, ([1] * rank, dilation), [0] * (2 * rank), init)
+    return [node.one("Cast", [y], {"to": int(dtype)}) if logical else y]
+
+
+def windowed(node: Node, x: Value, combine: str, window, strides, dilations, padding, init=None) -> Value:
+    """``x`` reduced over each window by ``combine`` from ``init`` (else input 1): dilated by
+    ``dilations[0]`` and padded with the init value, then one strided Slice per window position
+    (``dilations[1]`` apart)."""
+    shape = _static(node, 0)
+    rank = len(shape)
+    base, dilation = dilations
     if (
         not len(window) == len(strides) == len(base) == len(dilation) == rank
         or len(padding) != 2 * rank
@@ -362,12 +403,9 @@ def reduce_window(node: Node) -> list:
     positions = int(np.prod(window, dtype=np.int64))
     if positions > MAX_WINDOW_POSITIONS:
         raise node.unsupported(f"a window of {positions} positions (more than {MAX_WINDOW_POSITIONS})")
-    body = _reducer(node, int(o.get("body_subgraph_index")), "body")
-    if body is None:
-        raise node.unsupported("its body returns its second input, which is no reduction")
-    combine = _REDUCERS[body][0]
-    init = node.one("Reshape", [node.inputs[1], node.ints([])])
-    x, dims = _dilated(node, node.inputs[0], shape, base, init)
+    if init is None:
+        init = node.one("Reshape", [node.inputs[1], node.ints([])])
+    x, dims = _dilated(node, x, shape, base, init)
     pads = np.asarray(padding, np.int64).reshape(rank, 2)
     if pads.any():
         x = node.one("Pad", [x, node.ints(np.concatenate([pads[:, 0], pads[:, 1]])), init])
@@ -375,7 +413,7 @@ def reduce_window(node: Node) -> list:
     spans = [(w - 1) * r + 1 for w, r in zip(window, dilation)]
     out = [(d - s) // st + 1 if d >= s else 0 for d, s, st in zip(dims, spans, strides)]
     if not all(out):
-        return node.op("Expand", [init, node.ints(out)])
+        return node.one("Expand", [init, node.ints(out)])
     result = init
     for offset in np.ndindex(*window):
         starts = [j * r for j, r in zip(offset, dilation)]
@@ -384,4 +422,4 @@ def reduce_window(node: Node) -> list:
             "Slice", [x, node.ints(starts), node.ints(ends), node.ints(list(range(rank))), node.ints(strides)]
         )
         result = node.one(combine, [result, part])
-    return [result]
+    return result

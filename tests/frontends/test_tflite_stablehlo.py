@@ -1,5 +1,5 @@
 """TFLite's StableHLO operators of frontends/tflite_stablehlo.py (COMPOSITE, CASE, GATHER,
-SCATTER, REDUCE_WINDOW, SHIFT_LEFT) in hand-built models run by LiteRT live as the reference;
+SCATTER, REDUCE_WINDOW, SHIFT_LEFT) and the builtin REDUCE_WINDOW in hand-built models run by LiteRT live as the reference;
 offload runs each with ``evaluate`` and from a ``.pte`` (one on opencl too)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import offload
 from offload.errors import ModelFormatError, UnsupportedOpError
 from offload.schemas.generated.tflite.BuiltinOperator import BuiltinOperator as B
 from offload.schemas.generated.tflite.BuiltinOptions2 import BuiltinOptions2
+from offload.schemas.generated.tflite.ReduceWindowFunction import ReduceWindowFunction as RWF
 from offload.schemas.generated.tflite.RngAlgorithm import RngAlgorithm
 from offload.schemas.generated.tflite.TensorType import TensorType as TT
 from tests.delegates.opencl_support import needs_opencl
@@ -308,3 +309,52 @@ def test_rng_bit_generator_gives_litert_bits_and_state(algorithm, state, ttype, 
     )
     s = np.array([0x9E3779B9_12345678, 0xFFFFFFFF_FFFFFFFE, 77][:state], np.uint64)
     check(data, {"s": s}, tmp_path, rtol=0, atol=0)
+
+
+def builtin_reduce_window(
+    function: int, x: np.ndarray, ttype, init, window, strides, dilations, out
+) -> bytes:
+    """One REDUCE_WINDOW (the builtin) over input ``x``, its window given as int64 constants."""
+    ints = [
+        T(name, [len(window)], TT.INT64, np.array(v, np.int64))
+        for name, v in zip("wsd", (window, strides, dilations))
+    ]
+    inputs = [T("x", list(x.shape), ttype), T("init", [], ttype, np.array(init, x.dtype)), *ints]
+    opts = options("ReduceWindowOptions", BuiltinOptions2, reduce_function=function)
+    return one_op(B.REDUCE_WINDOW, inputs, [T("y", out, ttype)], opts_2=opts)
+
+
+@pytest.mark.parametrize(
+    "function,dtype,init,window,strides,dilations,out",
+    [
+        (RWF.ADD, np.float32, 0.0, [1, 2, 2, 1], [1, 2, 2, 1], [1, 1, 1, 1], [1, 2, 3, 2]),
+        (RWF.MAXIMUM, np.float32, -np.inf, [1, 2, 2, 1], [1, 1, 1, 1], [1, 2, 2, 1], [1, 3, 4, 2]),
+        (RWF.MUL, np.int32, 1, [2, 3], [1, 2], [1, 1], [4, 2]),
+        (RWF.MINIMUM, np.int8, 100, [3, 2], [2, 1], [1, 2], [2, 4]),
+        (RWF.ALL, np.bool_, True, [2, 2], [1, 2], [1, 1], [4, 3]),
+        (RWF.ANY, np.bool_, False, [2, 2], [2, 1], [2, 1], [2, 5]),
+        (RWF.ALL, np.float32, 1.0, [2, 2], [1, 2], [1, 1], [4, 3]),
+        (RWF.ANY, np.int32, 0, [1, 2], [1, 1], [1, 1], [5, 5]),
+        (RWF.ADD, np.float32, 0.5, [6, 1], [1, 1], [1, 1], [0, 6]),
+    ],
+)
+def test_builtin_reduce_window(function, dtype, init, window, strides, dilations, out, tmp_path):
+    shape = [1, 5, 6, 2] if len(window) == 4 else [5, 6]
+    if dtype == np.float32:
+        x = floats(*shape)
+        if function == RWF.ALL:
+            x[RNG.random(shape) < 0.2] = 0.0
+    else:
+        low = {RWF.ANY: -1, RWF.MUL: 1}.get(function, 0)
+        x = RNG.integers(low, 50 if dtype == np.int8 else 3, shape).astype(dtype)
+        if function == RWF.ANY:
+            x[RNG.random(shape) < 0.6] = 0
+    ttype = {np.float32: F32, np.int32: I32, np.int8: TT.INT8, np.bool_: TT.BOOL}[dtype]
+    data = builtin_reduce_window(function, x, ttype, init, window, strides, dilations, out)
+    check(data, {"x": x}, tmp_path, rtol=1e-6)
+
+
+def test_builtin_reduce_window_refuses_an_unknown_function():
+    data = builtin_reduce_window(RWF.UNSUPPORTED, floats(5, 6), F32, 0.0, [2, 2], [1, 1], [1, 1], [4, 5])
+    with pytest.raises(UnsupportedOpError, match=r"REDUCE_WINDOW.*reduce_function 0"):
+        offload.load(data)
