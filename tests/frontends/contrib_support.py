@@ -76,3 +76,19 @@ FLOAT = TensorProto.FLOAT
 
 def normal(rng, *shape, scale=1.0) -> np.ndarray:
     return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def attention_mask(rng, kind: str, b: int, s: int, t: int) -> np.ndarray:
+    """A mask_index of onnxruntime's attention ops over t keys: "1d" (each row's valid length),
+    "1d_start" (each row's end, then each row's start), "2d" (B x T) or "3d" (B x S x T)."""
+    if kind == "1d":
+        return np.array([t, t - 2][:b], np.int32)
+    if kind == "1d_start":
+        return np.array([t, t - 1, 1, 2][: 2 * b], np.int32)
+    if kind == "2d":
+        m = np.ones((b, t), np.int32)
+        m[1, -3:] = 0
+        return m
+    m = (rng.random((b, s, t)) > 0.3).astype(np.int32)
+    m[..., 0] = 1
+    return m

@@ -12,6 +12,7 @@ from tests.delegates.opencl_support import needs_opencl, run_on_opencl
 from tests.frontends.contrib_support import (
     ELEMENTWISE,
     SUMS,
+    attention_mask,
     compare,
     contrib_model,
     node,
@@ -27,14 +28,7 @@ def _x(*shape, scale=2.0):
 
 
 def _mask(kind: str, b: int, s: int, t: int) -> np.ndarray:
-    if kind == "1d":
-        return np.array([t, t - 2][:b], np.int32)
-    if kind == "1d_start":  # each row's end, then each row's start
-        return np.array([t, t - 1, 1, 2][: 2 * b], np.int32)
-    if kind == "2d":
-        m = np.ones((b, t), np.int32)
-        m[1, -3:] = 0
-        return m
+    return attention_mask(RNG, kind, b, s, t)
     m = (RNG.random((b, s, t)) > 0.3).astype(np.int32)
     m[..., 0] = 1
     return m
