@@ -186,7 +186,10 @@ def _weights(op: Operation) -> tuple[np.ndarray, np.ndarray | None]:
     a = op.attributes
     w = op.inputs[1].const_value
     scales = np.asarray(a["w_scales"], np.float32)
-    real_w = (w.astype(np.float32) * scales.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
+    w = w.astype(np.float32)
+    if a.get("w_zero_point"):  # uint8 weights
+        w = w - np.float32(a["w_zero_point"])
+    real_w = (w * scales.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
     b = op.inputs[2] if len(op.inputs) > 2 else None
     real_b = None
     if b is not None:
