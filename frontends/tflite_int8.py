@@ -71,7 +71,7 @@ def translate(node) -> list | None:
 EIGHT_BIT = (DataType.INT8, DataType.UINT8)
 
 
-def _per_tensor_int8(t, dtypes=EIGHT_BIT) -> bool:
+def _per_tensor_8bit(t, dtypes=EIGHT_BIT) -> bool:
     return t is not None and t.dtype in dtypes and t.quant is not None and t.quant.scale.size == 1
 
 
@@ -79,12 +79,14 @@ def _activation_dtype(node) -> DataType | None:
     """INT8 or UINT8 where every activation is a per-tensor quantized tensor of that one type."""
     types = [v.type for v in node.inputs if v is not None and v.const_value is None]
     types += [node.imp.tensor_type(t, f"operator {node.index} output") for t in node.outputs]
-    if not all(_per_tensor_int8(t) for t in types) or len({t.dtype for t in types}) != 1:
+    if not all(_per_tensor_8bit(t) for t in types) or len({t.dtype for t in types}) != 1:
         return None
     for t in types:
         scale = float(t.quant.scale.reshape(-1)[0])
         if not np.isfinite(scale) or scale <= 0:
-            raise node.fail(f"an {t.dtype.name.lower()} tensor has quantization scale {scale}, not a positive number")
+            raise node.fail(
+                f"an {t.dtype.name.lower()} tensor has quantization scale {scale}, not a positive number"
+            )
     return types[0].dtype
 
 
@@ -99,10 +101,10 @@ def _q(t) -> tuple[float, int]:
 
 
 def _in(node, i: int) -> tuple[float, int]:
-    """Input ``i``'s scale and zero point; a constant input is not checked by ``_all_int8``."""
+    """Input ``i``'s scale and zero point; a constant input is not checked by ``_activation_dtype``."""
     v = node.inputs[i] if i < len(node.inputs) else None
     out = node.imp.tensor_type(node.outputs[0], f"operator {node.index} output")
-    if v is None or not _per_tensor_int8(v.type, (out.dtype,)):
+    if v is None or not _per_tensor_8bit(v.type, (out.dtype,)):
         name = out.dtype.name.lower()
         raise node.fail(
             f"input {i} is not an {name} tensor with one quantization scale, as its {name} operator needs"

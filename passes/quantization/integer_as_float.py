@@ -8,7 +8,7 @@ each int8 value with a scale getting a float "real" value:
 
 1. An ``offload.tflite`` integer op becomes its float operator (``FLOAT_FORMS``) on the real
    values of its inputs: Conv / FullyConnected read their int8 weights dequantized per output
-   channel (and int32 biases at x_scale · w_scale), a Lookup becomes the function it tabulates
+   channel (uint8 weights less their ``w_zero_point``; int32 biases at x_scale · w_scale), a Lookup becomes the function it tabulates
    (``function``: Tanh, Sigmoid, HardSwish, LeakyRelu …), and the output clamp (the fused
    activation and the int8 range, ``[y_min, y_max]``) a Clip of its real range.
 2. ``QuantizeLinear(f)`` inside the model is dropped: its real value is ``f`` clamped to the

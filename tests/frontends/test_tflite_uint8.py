@@ -42,7 +42,12 @@ def conv_model(rng, depthwise=False, stride=1, padding=0, act=1, cin=8, cout=16,
     ]
     common = dict(padding=padding, stride_w=stride, stride_h=stride, fused_activation_function=act)
     if depthwise:
-        op = Op(B.DEPTHWISE_CONV_2D, [0, 1, 2], [3], options("DepthwiseConv2DOptions", depth_multiplier=cout // cin, **common))
+        op = Op(
+            B.DEPTHWISE_CONV_2D,
+            [0, 1, 2],
+            [3],
+            options("DepthwiseConv2DOptions", depth_multiplier=cout // cin, **common),
+        )
     else:
         op = Op(B.CONV_2D, [0, 1, 2], [3], options("Conv2DOptions", **common))
     return build([Graph(ts, [op], [0], [3])])
@@ -56,7 +61,9 @@ def fc_model(rng, act=0, k=64, n=48) -> bytes:
         T("b", [n], TT.INT32, data=_bias(rng, n), quant=(xs * ws, 0)),
         T("y", [BATCH, n], U8, quant=(0.2, 100)),
     ]
-    op = Op(B.FULLY_CONNECTED, [0, 1, 2], [3], options("FullyConnectedOptions", fused_activation_function=act))
+    op = Op(
+        B.FULLY_CONNECTED, [0, 1, 2], [3], options("FullyConnectedOptions", fused_activation_function=act)
+    )
     return build([Graph(ts, [op], [0], [3])])
 
 
@@ -131,14 +138,14 @@ def _feeds(data: bytes, rng) -> dict:
     from ai_edge_litert.interpreter import Interpreter
 
     interp = Interpreter(model_content=data)
-    return {
-        d["name"]: rng.integers(0, 256, d["shape"]).astype(np.uint8) for d in interp.get_input_details()
-    }
+    return {d["name"]: rng.integers(0, 256, d["shape"]).astype(np.uint8) for d in interp.get_input_details()}
 
 
 def _integer_ops(data: bytes) -> list[str]:
     program = offload.load(data)
-    return sorted(op.op_type for op in program.functions["forward"].body.operations if op.domain == "offload.tflite")
+    return sorted(
+        op.op_type for op in program.functions["forward"].body.operations if op.domain == "offload.tflite"
+    )
 
 
 def _exact(data: bytes, tmp_path, seed: int) -> None:
@@ -163,7 +170,9 @@ def test_uint8_fully_connected_is_litert_exactly(tmp_path, act):
     _exact(data, tmp_path, 2)
 
 
-@pytest.mark.parametrize("name, act", [("add", 0), ("add", 1), ("add", 3), ("sub", 0), ("mul", 1), ("div", 0)])
+@pytest.mark.parametrize(
+    "name, act", [("add", 0), ("add", 1), ("add", 3), ("sub", 0), ("mul", 1), ("div", 0)]
+)
 def test_uint8_binary_operators_are_litert_exactly(tmp_path, name, act):
     data = binary_model(name, act)
     assert _integer_ops(data) == [name.capitalize()]
@@ -244,9 +253,21 @@ def chain_model(rng) -> bytes:
     same = dict(padding=0, stride_w=1, stride_h=1)
     ops = [
         Op(B.CONV_2D, [0, 1, 2], [3], options("Conv2DOptions", fused_activation_function=3, **same)),
-        Op(B.DEPTHWISE_CONV_2D, [3, 4, 5], [6], options("DepthwiseConv2DOptions", depth_multiplier=1, fused_activation_function=1, **same)),
+        Op(
+            B.DEPTHWISE_CONV_2D,
+            [3, 4, 5],
+            [6],
+            options("DepthwiseConv2DOptions", depth_multiplier=1, fused_activation_function=1, **same),
+        ),
         Op(B.ADD, [6, 3], [7], options("AddOptions")),
-        Op(B.AVERAGE_POOL_2D, [7], [8], options("Pool2DOptions", padding=1, stride_w=1, stride_h=1, filter_width=size, filter_height=size)),
+        Op(
+            B.AVERAGE_POOL_2D,
+            [7],
+            [8],
+            options(
+                "Pool2DOptions", padding=1, stride_w=1, stride_h=1, filter_width=size, filter_height=size
+            ),
+        ),
         Op(B.RESHAPE, [8, 14], [9]),
         Op(B.FULLY_CONNECTED, [9, 10, 11], [12], options("FullyConnectedOptions")),
         Op(B.SOFTMAX, [12], [13], options("SoftmaxOptions", beta=1.0)),
