@@ -1,4 +1,4 @@
-"""The 256-entry tables of TFLite's unary int8 operators, as LiteRT's CPU kernels compute them.
+"""The 256-entry tables of TFLite's unary int8 (and uint8) operators, as LiteRT's CPU kernels compute them.
 
 Every unary operator on int8 is a function of 256 inputs; ``offload.tflite::Lookup`` runs it as
 a table built here once, at import, by the arithmetic of the kernel LiteRT runs for it:
@@ -33,30 +33,40 @@ from offload.runtime.kernels.fixed_point import (
 INPUTS = np.arange(-128, 128, dtype=np.int64)  # table entry k is the value for input k - 128
 
 
-def _int8(values) -> np.ndarray:
-    return np.clip(values, -128, 127).astype(np.int8)
+def _inputs(dtype) -> np.ndarray:
+    """The 256 inputs in table order: -128..127 for int8 (entry k is input k - 128), 0..255 for
+    uint8 (entry k is input k)."""
+    return INPUTS if np.dtype(dtype) == np.int8 else np.arange(256, dtype=np.int64)
 
 
-def float_table(fn, x_scale: float, x_zero: int, y_scale: float, y_zero: int) -> np.ndarray:
-    x = np.float32(x_scale) * (INPUTS - x_zero).astype(np.float32)
+def _int8(values, dtype=np.int8) -> np.ndarray:
+    """``values`` saturated to ``dtype`` (int8 or uint8)."""
+    info = np.iinfo(dtype)
+    return np.clip(values, info.min, info.max).astype(dtype)
+
+
+def float_table(fn, x_scale: float, x_zero: int, y_scale: float, y_zero: int, dtype=np.int8) -> np.ndarray:
+    x = np.float32(x_scale) * (_inputs(dtype) - x_zero).astype(np.float32)
     y = fn(x).astype(np.float32)
-    return _int8(np.rint(y / np.float32(y_scale)) + y_zero)
+    return _int8(np.rint(y / np.float32(y_scale)) + y_zero, dtype)
 
 
-def leaky_relu_table(alpha: float, x_scale: float, x_zero: int, y_scale: float, y_zero: int) -> np.ndarray:
+def leaky_relu_table(
+    alpha: float, x_scale: float, x_zero: int, y_scale: float, y_zero: int, dtype=np.int8
+) -> np.ndarray:
     ratio = np.float32(x_scale) / np.float32(y_scale)
     positive = int(np.rint(np.float32(256.0) * ratio))
     negative = int(np.rint(np.float32(256.0) * (np.float32(alpha) * ratio)))
-    x = INPUTS - x_zero
-    return _int8(((x * np.where(x >= 0, positive, negative) + 128) >> 8) + y_zero)
+    x = _inputs(dtype) - x_zero
+    return _int8(((x * np.where(x >= 0, positive, negative) + 128) >> 8) + y_zero, dtype)
 
 
-def hard_swish_table(x_scale: float, x_zero: int, y_scale: float, y_zero: int) -> np.ndarray:
+def hard_swish_table(x_scale: float, x_zero: int, y_scale: float, y_zero: int, dtype=np.int8) -> np.ndarray:
     hires = np.float32(1.0 / 128.0) * np.float32(x_scale)
     out_mantissa, out_exponent = quantize_multiplier(float(hires / np.float32(y_scale)))
     relu_mantissa, relu_exponent = quantize_multiplier(float(hires / np.float32(3.0 / 32768.0)))
     out_multiplier, relu_multiplier = to_int16_multiplier(out_mantissa), to_int16_multiplier(relu_mantissa)
-    x = saturate16((INPUTS - x_zero) * 128)
+    x = saturate16((_inputs(dtype) - x_zero) * 128)
     preshift = srdhm(x, out_multiplier, 16)
     reluish = x
     if relu_exponent > 0:
@@ -69,15 +79,22 @@ def hard_swish_table(x_scale: float, x_zero: int, y_scale: float, y_zero: int) -
     reluish = (reluish + (1 << 15)) >> 1
     product = reluish * preshift
     product = np.where(product >= 0, product >> 15, -((-product) >> 15))  # truncating, not rounding
-    return _int8(rounding_divide_by_pot(product, -out_exponent) + y_zero)
+    return _int8(rounding_divide_by_pot(product, -out_exponent) + y_zero, dtype)
 
 
 def requantize_table(
-    x_scale: float, x_zero: int, y_scale: float, y_zero: int, lo: int = -128, hi: int = 127, absolute=False
+    x_scale: float,
+    x_zero: int,
+    y_scale: float,
+    y_zero: int,
+    lo: int = -128,
+    hi: int = 127,
+    absolute=False,
+    dtype=np.int8,
 ) -> np.ndarray:
     mantissa, exponent = quantize_multiplier(float(np.float32(x_scale) / np.float32(y_scale)))
-    x = INPUTS - x_zero
+    x = _inputs(dtype) - x_zero
     if absolute:
         x = np.abs(x)
     y = multiply_by_quantized_multiplier(x, mantissa, exponent) + y_zero
-    return _int8(np.clip(y, lo, hi))
+    return _int8(np.clip(y, lo, hi), dtype)

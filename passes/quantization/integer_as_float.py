@@ -8,7 +8,7 @@ each int8 value with a scale getting a float "real" value:
 
 1. An ``offload.tflite`` integer op becomes its float operator (``FLOAT_FORMS``) on the real
    values of its inputs: Conv / FullyConnected read their int8 weights dequantized per output
-   channel (and int32 biases at x_scale · w_scale), a Lookup becomes the function it tabulates
+   channel (uint8 weights less their ``w_zero_point``; int32 biases at x_scale · w_scale), a Lookup becomes the function it tabulates
    (``function``: Tanh, Sigmoid, HardSwish, LeakyRelu …), and the output clamp (the fused
    activation and the int8 range, ``[y_min, y_max]``) a Clip of its real range.
 2. ``QuantizeLinear(f)`` inside the model is dropped: its real value is ``f`` clamped to the
@@ -186,7 +186,10 @@ def _weights(op: Operation) -> tuple[np.ndarray, np.ndarray | None]:
     a = op.attributes
     w = op.inputs[1].const_value
     scales = np.asarray(a["w_scales"], np.float32)
-    real_w = (w.astype(np.float32) * scales.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
+    w = w.astype(np.float32)
+    if a.get("w_zero_point"):  # uint8 weights
+        w = w - np.float32(a["w_zero_point"])
+    real_w = (w * scales.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
     b = op.inputs[2] if len(op.inputs) > 2 else None
     real_b = None
     if b is not None:

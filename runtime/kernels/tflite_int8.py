@@ -15,7 +15,10 @@ Each kernel here names the arithmetic it reproduces (docs/tflite.md "Quantizatio
 - **Lookup**: any unary operator on int8 is a table of 256 entries, built at import the way the
   kernel LiteRT runs computes each entry (frontends/tflite_int8.py).
 
-Accumulators are exact: int8 products summed in float64 (exact below 2^53) or int64.
+The uint8 forms (legacy TF1 quantized models: uint8 activations, uint8 weights with a zero
+point) are the same arithmetic on 0..255: the result has the input's type (int8 or uint8).
+
+Accumulators are exact: 8-bit products summed in float64 (exact below 2^53) or int64.
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ def _f32(v) -> np.ndarray:
     return np.asarray(v, np.float32)
 
 
-def requantize_fp32(acc: np.ndarray, scale, zero_point: int, lo: int, hi: int) -> np.ndarray:
-    """XNNPACK's fp32 requantization of an exact integer accumulator (float64 or int64)."""
+def requantize_fp32(acc: np.ndarray, scale, zero_point: int, lo: int, hi: int, dtype=np.int8) -> np.ndarray:
+    """XNNPACK's fp32 requantization of an exact integer accumulator (float64 or int64), as
+    ``dtype`` (int8, or uint8)."""
     y = np.rint(acc.astype(np.float32) * _f32(scale))
-    return np.clip(y + zero_point, lo, hi).astype(np.int8)
+    return np.clip(y + zero_point, lo, hi).astype(dtype)
 
 
 def _channel_scale(x_scale, w_scales, y_scale) -> np.ndarray:
@@ -62,6 +66,7 @@ def conv(
     x_scale,
     x_zero_point,
     w_scales,
+    w_zero_point=0,
     y_scale,
     y_zero_point,
     y_min,
@@ -72,7 +77,7 @@ def conv(
         x,
         w,
         x_zero_point,
-        None,
+        w_zero_point or None,
         auto_pad,
         dilations,
         group,
@@ -84,17 +89,21 @@ def conv(
     if b is not None:
         acc = acc + b.astype(np.float64).reshape((-1, *spatial))
     scale = _channel_scale(x_scale, w_scales, y_scale).reshape((-1, *spatial))
-    return requantize_fp32(acc, scale, y_zero_point, y_min, y_max)
+    return requantize_fp32(acc, scale, y_zero_point, y_min, y_max, x.dtype)
 
 
 @kernel("FullyConnected", domain=DOMAIN)
 def fully_connected(
-    ctx, x, w, b=None, *, x_scale, x_zero_point, w_scales, y_scale, y_zero_point, y_min, y_max
+    ctx, x, w, b=None, *, x_scale, x_zero_point, w_scales, w_zero_point=0, y_scale, y_zero_point, y_min, y_max
 ):
-    acc = (x.astype(np.float64) - x_zero_point) @ w.astype(np.float64).T
+    weights = w.astype(np.float64)
+    if w_zero_point:
+        weights = weights - w_zero_point
+    acc = (x.astype(np.float64) - x_zero_point) @ weights.T
     if b is not None:
         acc = acc + b.astype(np.float64)
-    return requantize_fp32(acc, _channel_scale(x_scale, w_scales, y_scale), y_zero_point, y_min, y_max)
+    scale = _channel_scale(x_scale, w_scales, y_scale)
+    return requantize_fp32(acc, scale, y_zero_point, y_min, y_max, x.dtype)
 
 
 def add_parameters(a_ratio: np.float32, b_ratio: np.float32) -> tuple[int, int, int]:
@@ -116,7 +125,7 @@ def _add(a, b, sign, a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_ze
     )
     bias = (1 << (shift - 1)) - a_mult * a_zero_point - b_mult * b_zero_point
     acc = bias + a.astype(np.int64) * a_mult + b.astype(np.int64) * b_mult
-    return np.clip((acc >> shift) + y_zero_point, y_min, y_max).astype(np.int8)
+    return np.clip((acc >> shift) + y_zero_point, y_min, y_max).astype(a.dtype)
 
 
 @kernel("Add", domain=DOMAIN)
@@ -133,7 +142,7 @@ def sub(ctx, a, b, *, a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_z
 def mul(ctx, a, b, *, a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point, y_min, y_max):
     acc = (a.astype(np.int64) - a_zero_point) * (b.astype(np.int64) - b_zero_point)
     scale = _f32(a_scale) * _f32(b_scale) / _f32(y_scale)
-    return requantize_fp32(acc, scale, y_zero_point, y_min, y_max)
+    return requantize_fp32(acc, scale, y_zero_point, y_min, y_max, a.dtype)
 
 
 def _reduce_axes(x, axes) -> tuple[int, ...]:
@@ -148,7 +157,8 @@ def reduce_sum(x, axes, keepdims, x_scale, x_zero_point, y_scale, y_zero_point, 
     scale = _f32(x_scale) / _f32(y_scale)
     if mean:
         scale = scale / np.float32(np.prod([x.shape[a] for a in dims], dtype=np.int64))
-    return requantize_fp32(total, scale, y_zero_point, -128, 127)
+    info = np.iinfo(x.dtype)
+    return requantize_fp32(total, scale, y_zero_point, info.min, info.max, x.dtype)
 
 
 @kernel("Mean", domain=DOMAIN)
@@ -163,19 +173,21 @@ def sum_(ctx, x, axes, *, keepdims, x_scale, x_zero_point, y_scale, y_zero_point
 
 @kernel("AveragePool", domain=DOMAIN)
 def average_pool(ctx, x, *, auto_pad, kernel_shape, pads, strides, y_scale, y_zero_point, y_min, y_max):
-    """TFLite's builtin int8 average pool: the window's raw sum over the elements inside the
-    input, divided by their count, rounding half away from zero (input and output share a scale)."""
+    """TFLite's builtin int8 (and uint8) average pool: the window's raw sum over the elements
+    inside the input, divided by their count, rounding half away from zero (input and output
+    share a scale; a uint8 sum is never negative, so that is uint8's half up)."""
     g = _geometry("offload.tflite::AveragePool", x.shape, kernel_shape, auto_pad, None, pads, strides)
     sums = _fold_windows(x.astype(np.float64), g, np.add, 0).astype(np.int64)
     counts = _window_counts(g, x.shape[2:]).astype(np.int64)
     y = np.sign(sums) * ((np.abs(sums) + counts // 2) // counts)
-    return np.clip(y, y_min, y_max).astype(np.int8)
+    return np.clip(y, y_min, y_max).astype(x.dtype)
 
 
 @kernel("Lookup", domain=DOMAIN)
 def lookup(ctx, x, table, *, function, alpha, x_scale, x_zero_point, y_scale, y_zero_point, y_min, y_max):
-    """``table[x + 128]``: a unary int8 operator as the 256 values it takes."""
-    return table[x.astype(np.int64) + 128]
+    """``table[x + 128]``: a unary int8 operator as the 256 values it takes (``table[x]`` for
+    uint8, whose table starts at input 0)."""
+    return table[x.astype(np.int64) + (128 if x.dtype == np.int8 else 0)]
 
 
 @kernel("Div", domain=DOMAIN)
@@ -185,6 +197,7 @@ def div(ctx, a, b, *, a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_z
     the total shift (past 31 bits as LiteRT's x86 build shifts: a numerator 1 unit from its zero
     point can come out saturated). A divisor at its zero point (a real 0) gives what LiteRT's
     arithmetic gives for it, not an error: TFLite checks it only in debug builds."""
+    dtype = a.dtype
     a = a.astype(np.int64) - a_zero_point
     b = b.astype(np.int64) - b_zero_point
     a, b = np.broadcast_arrays(np.where(b < 0, -a, a), np.abs(b))
@@ -194,7 +207,7 @@ def div(ctx, a, b, *, a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_z
     mantissa, exponent = fp.quantize_multiplier(float(a_scale) / (float(b_scale) * float(y_scale)))
     total = exponent - over_unit - headroom
     y = fp.rounding_divide_by_pot_x86(fp.srdhm(quotient, mantissa), -total) + y_zero_point
-    return np.clip(y, y_min, y_max).astype(np.int8)
+    return np.clip(y, y_min, y_max).astype(dtype)
 
 
 @kernel("SquaredDifference", domain=DOMAIN)
@@ -213,7 +226,7 @@ def squared_difference(
     ]
     diff = scaled[0] - scaled[1]
     y = fp.multiply_by_quantized_multiplier(diff * diff, *fp.quantize_multiplier(out_real)) + y_zero_point
-    return np.clip(y, y_min, y_max).astype(np.int8)
+    return np.clip(y, y_min, y_max).astype(a.dtype)
 
 
 def _bilinear_taps(size: int, out: int, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -241,10 +254,11 @@ def resize_bilinear(ctx, x, sizes, *, coordinate_transformation_mode, y_scale, y
     check_result((x.shape[0], height, width, x.shape[3]), np.int64, "offload.tflite::ResizeBilinear")
     top, bottom, wy = _bilinear_taps(x.shape[1], height, coordinate_transformation_mode)
     left, right, wx = _bilinear_taps(x.shape[2], width, coordinate_transformation_mode)
+    info = np.iinfo(x.dtype)
     x = x.astype(np.int64)
     rows_top, rows_bottom = x[:, top], x[:, bottom]
     wx, wy = wx[None, None, :, None], wy[None, :, None, None]
     upper = (rows_top[:, :, left] << 11) + (rows_top[:, :, right] - rows_top[:, :, left]) * wx
     lower = (rows_bottom[:, :, left] << 11) + (rows_bottom[:, :, right] - rows_bottom[:, :, left]) * wx
     acc = (upper << 11) + (lower - upper) * wy
-    return np.clip((acc + (1 << 21)) >> 22, -128, 127).astype(np.int8)
+    return np.clip((acc + (1 << 21)) >> 22, info.min, info.max).astype(info.dtype)
