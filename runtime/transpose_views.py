@@ -1,0 +1,158 @@
+"""Transposes of floats as prepared steps in a shape specialization, where what reads them sees
+the arrays the kernel step gives them.
+
+Transpose's kernel returns a strided view of its input, and what reads a float view computes on
+its strides (a MatMul takes another BLAS path on a view than on a contiguous copy: other
+rounding), so a float Transpose has no prepared call of its own (``kernels.tensor.
+_transpose_call``) and its kernel step ends every bound run it stands in, its readers falling
+back to their kernels. A specialization knows the Transpose's readers, and two cases give them
+the kernel's arrays:
+
+1. Every reader is a prepared Reshape, Flatten, Squeeze or Unsqueeze whose result from the
+   kernel's view is C-contiguous: that result holds the values in C order, a copy of the
+   transposed values into the Transpose's own place then its reshape: the same array.
+   Transpose (1, 0, 2) of [9, 2, 8] then Reshape to [2, 72] (an attention's heads joined).
+2. Every reader is a prepared call that takes any layout (``any_layout``: MatMul, Softmax,
+   Shape) and computes on the strides it is given: the Transpose's place holds a copy of its
+   input in the input's order, and the slot's array in each arena set is that place transposed
+   as the kernel transposes its input: the same shape, strides and values. The readers are
+   called as a step that is not bound calls them (their ``__call__``), whose results on a
+   strided operand are the kernel's; a call's cheaper bound form may assume C-contiguous
+   operands.
+
+Neither case holds for a reader of another kind (an Add's result keeps its operand's
+layout), a method result, a value with other writers, or a reader fused into another step."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .folded_values import _Folded
+from .steps import MethodState, _KernelStep, _PreparedStep
+from .straight_paths import _Skipped
+
+_RESHAPES = frozenset(f"onnx::{op}" for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"))
+
+
+class _CopyTransposed:
+    """The input's axes permuted, copied into the output's C-contiguous view (case 1)."""
+
+    __slots__ = ("perm",)
+
+    def __init__(self, perm: tuple):
+        self.perm = perm
+
+    def __call__(self, out, x):
+        moved = x.transpose(self.perm)
+        if moved.shape != out.shape:  # copyto would broadcast it
+            raise TypeError("not the declared shape")
+        np.copyto(out, moved, casting="no")
+
+    def bind(self, out, x):
+        return functools.partial(np.copyto, out, x.transpose(self.perm), casting="no")
+
+
+class _CopyUntransposed(_CopyTransposed):
+    """The input copied in its own order into the place under the output's strided view (case 2:
+    the view is that place transposed, so writing the transposed input through it is this copy)."""
+
+    __slots__ = ()
+
+    def bind(self, out, x):
+        return functools.partial(np.copyto, out.transpose(tuple(np.argsort(self.perm))), x, casting="no")
+
+
+class _CalledPlain:
+    """A prepared call taking any layout, bound as its ``__call__`` (case 2's readers)."""
+
+    __slots__ = ("call",)
+    any_layout = True
+
+    def __init__(self, call):
+        self.call = call
+
+    def __call__(self, out, *args):
+        return self.call(out, *args)
+
+    def bind(self, out, *args):
+        return functools.partial(self.call, out, *args)
+
+
+def _reshape_contiguous(step: _PreparedStep, in_shape: tuple, dtype, perm: tuple) -> bool:
+    """Whether Reshape-like ``step``'s kernel gives a C-contiguous array from the transposed view."""
+    shape = getattr(step.call, "shape", None)
+    if shape is None:
+        return False
+    strided = np.empty(in_shape, dtype).transpose(perm)
+    return np.reshape(strided, shape).flags.c_contiguous
+
+
+def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict) -> dict[int, tuple]:
+    """Make the Transpose kernel steps at ``candidates`` (pc, input spec, output spec) prepared
+    steps where case 1 or 2 holds, their readers in case 2 _CalledPlain; the places they write
+    go into ``held`` (slot → (dtype, shape)) where the file's arena has none. Returns, for case
+    2, slot → (input shape, perm): the view each arena set gives the slot (``strided_view``)."""
+    if not candidates:
+        return {}
+    readers: dict[int, list[int]] = {}
+    writers: dict[int, int] = {}
+    for pc, step in enumerate(steps):
+        if isinstance(step, (_Folded, _Skipped)):  # never run
+            continue
+        info = step.info()
+        for slot in set(info.reads):
+            readers.setdefault(slot, []).append(pc)
+        for slot in info.writes:
+            writers[slot] = writers.get(slot, 0) + 1
+    results, inputs = set(m._output_slots), set(m._input_slots)
+    strided: dict[int, tuple] = {}
+    for pc, (in_dtype, in_shape), (out_dtype, out_shape) in candidates:
+        kernel = steps[pc]
+        if type(kernel) is not _KernelStep or len(kernel.in_slots) != 1 or in_dtype != out_dtype:
+            continue
+        out = kernel.out_slots[0]
+        rank = len(in_shape)
+        perm = kernel.attrs.get("perm")
+        perm = tuple(range(rank))[::-1] if perm is None else tuple(int(p) for p in perm)
+        if sorted(perm) != list(range(rank)) or tuple(in_shape[p] for p in perm) != tuple(out_shape):
+            continue
+        reading = readers.get(out, [])
+        if not reading or out in results or out in inputs or writers.get(out) != 1:
+            continue
+        steps_reading = [steps[r] for r in reading]
+        if any(type(s) is not _PreparedStep for s in steps_reading):  # a _FusedAway among them too
+            continue
+        if all(
+            s.kernel.op_name in _RESHAPES
+            and s.in_slots[0] == out
+            and out not in s.in_slots[1:]
+            and _reshape_contiguous(s, tuple(in_shape), in_dtype, perm)
+            for s in steps_reading
+        ):
+            call = _CopyTransposed(perm)
+        elif all(getattr(s.call, "any_layout", False) for s in steps_reading):
+            call = _CopyUntransposed(perm)
+            strided[out] = (tuple(in_shape), perm)
+            for r, s in zip(reading, steps_reading):
+                plain = steps[r] = _PreparedStep()
+                plain.call, plain.in_slots, plain.kernel, plain.out_slot = (
+                    s.call if isinstance(s.call, _CalledPlain) else _CalledPlain(s.call),
+                    s.in_slots,
+                    s.kernel,
+                    s.out_slot,
+                )
+        else:
+            continue
+        step = steps[pc] = _PreparedStep()
+        step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
+        if m._planned[out] is None:
+            held[out] = (out_dtype, tuple(out_shape))
+    return strided
+
+
+def strided_view(place: np.ndarray, in_shape: tuple, perm: tuple) -> np.ndarray:
+    """The array a case-2 Transpose's slot holds: its C-contiguous ``place`` as the kernel's view
+    of an input of ``in_shape`` in that place."""
+    return place.reshape(in_shape).transpose(perm)
