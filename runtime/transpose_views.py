@@ -21,7 +21,9 @@ the kernel's arrays:
    operands.
 
 Neither case holds for a reader of another kind (an Add's result keeps its operand's
-layout), a method result, a value with other writers, or a reader fused into another step."""
+layout), a method result, a value with other writers, or a reader fused into another step;
+case 2 not for a reader of the Transpose's input or of another Transpose of it too (the kernels'
+views share memory: numpy multiplies a matrix by its own transpose by BLAS's syrk, other bits)."""
 
 from __future__ import annotations
 
@@ -106,6 +108,13 @@ def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict
             readers.setdefault(slot, []).append(pc)
         for slot in info.writes:
             writers[slot] = writers.get(slot, 0) + 1
+    # Each Transpose's input with the slots of the kernel's views of it: the input and its
+    # Transposes. A reader of two of them gets views of one array from the kernels, and numpy's
+    # matmul of a matrix by its own transpose takes another BLAS routine (syrk) than of copies.
+    views: dict[int, set[int]] = {}
+    for step in steps:
+        if type(step) is _KernelStep and step.op_name == "onnx::Transpose" and step.in_slots[0]:
+            views.setdefault(step.in_slots[0], {step.in_slots[0]}).add(step.out_slots[0])
     results, inputs = set(m._output_slots), set(m._input_slots)
     strided: dict[int, tuple] = {}
     for pc, (in_dtype, in_shape), (out_dtype, out_shape) in candidates:
@@ -132,7 +141,9 @@ def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict
             for s in steps_reading
         ):
             call = _CopyTransposed(perm)
-        elif all(getattr(s.call, "any_layout", False) for s in steps_reading):
+        elif all(getattr(s.call, "any_layout", False) for s in steps_reading) and not any(
+            set(s.in_slots) & views.get(kernel.in_slots[0], set()) - {out} for s in steps_reading
+        ):
             call = _CopyUntransposed(perm)
             strided[out] = (tuple(in_shape), perm)
             for r, s in zip(reading, steps_reading):

@@ -1,0 +1,105 @@
+"""Float Transposes prepared in a shape specialization (runtime/transpose_views.py): a copy read
+by Reshapes, a strided view read by MatMuls (an attention block's heads), a kernel step where an
+Add reads it; and LayerNormalization's bound call. Values against onnxruntime, and bit for bit
+what ``offload.evaluate`` gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import offload
+from offload.runtime.kernels.layer_norm_prepared import _layer_norm_prepared, _normalize
+from offload.runtime.kernels.normalization import layer_normalization
+from offload.runtime.steps import _PreparedStep
+from offload.runtime.transpose_views import _CalledPlain
+
+from .onnx_graphs import model_bytes
+
+F32 = TensorProto.FLOAT
+
+
+def _attention_heads() -> bytes:
+    """x, v [n, 2, 8] (n symbolic): q = Transpose(x, (1, 0, 2)), k = Transpose(v, (1, 2, 0)),
+    q @ k, its Softmax @ q (MatMuls reading strided views); Transpose(1, 0, 2) of that joined by a
+    Reshape (a copy). Kernel steps: an Add of a Transpose, and x's two Transposes multiplied
+    (views of one array: numpy's matmul takes BLAS's syrk for them)."""
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["q"], perm=[1, 0, 2]),
+        helper.make_node("Transpose", ["v"], ["k"], perm=[1, 2, 0]),
+        helper.make_node("MatMul", ["q", "k"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "q"], ["a"]),
+        helper.make_node("Transpose", ["a"], ["b"], perm=[1, 0, 2]),
+        helper.make_node("Reshape", ["b", "joined"], ["y"]),
+        helper.make_node("Transpose", ["v"], ["r"], perm=[1, 0, 2]),
+        helper.make_node("Add", ["r", "r"], ["z"]),
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 2, 0]),
+        helper.make_node("Transpose", ["x"], ["xq"], perm=[1, 0, 2]),
+        helper.make_node("MatMul", ["xq", "xt"], ["g"]),
+    ]
+    joined = np.array([0, 16], np.int64)
+    return model_bytes(
+        nodes,
+        [("x", F32, ["n", 2, 8]), ("v", F32, ["n", 2, 8])],
+        [("y", F32, None), ("z", F32, None), ("g", F32, None)],
+        [("joined", joined)],
+    )
+
+
+def test_transposes_of_an_attention_block_are_prepared_and_match():
+    data = _attention_heads()
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for n in (9, 9, 9, 5, 5, 5):
+        feeds = {name: rng.standard_normal((n, 2, 8)).astype(np.float32) for name in ("x", "v")}
+        got = method.run(feeds)
+        want = offload.evaluate(program, feeds)
+        for name in ("y", "z", "g"):
+            assert got[name].tobytes() == want[name].tobytes(), name
+        for name, ref in zip(("y", "z", "g"), session.run(["y", "z", "g"], feeds)):
+            np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-5)
+    for n in (9, 5):
+        plan = method._specializations.entries[((n, 2, 8), (n, 2, 8))]
+        calls = {}
+        for step in plan.steps:
+            op = getattr(step, "kernel", step).op_name
+            calls.setdefault(op, []).append(type(step.call) if type(step) is _PreparedStep else type(step))
+        # q and k as strided views, b as a copy; r (read by an Add), xt and xq kernel steps
+        assert sorted(c.__name__ for c in calls["onnx::Transpose"]) == sorted(
+            ["_CopyUntransposed", "_CopyUntransposed", "_CopyTransposed"] + ["_KernelStep"] * 3
+        )
+        assert calls["onnx::MatMul"][:2] == [_CalledPlain, _CalledPlain]
+        assert calls["onnx::MatMul"][2] is not _CalledPlain
+        assert len(plan.strided) == 2
+        planned = plan.pool[0][0]
+        for slot, (shape, perm) in plan.strided.items():  # transposed as the kernel's view
+            assert planned[slot].strides == np.empty(shape, np.float32).transpose(perm).strides
+
+
+def test_layer_norm_bound_call_is_the_kernels_bits():
+    rng = np.random.default_rng(4)
+    for dtype, stash in ((np.float32, 1), (np.float64, 11)):
+        for shape, axis in (((9, 16), -1), ((1, 5, 32), -1), ((2, 3, 7, 33), 2), ((3, 1000), 0)):
+            x = (rng.standard_normal(shape) * 40 + 3).astype(dtype)
+            scale, bias = (rng.standard_normal(shape[axis:]).astype(dtype) for _ in range(2))
+            spec = [(np.dtype(dtype), shape), (np.dtype(dtype), scale.shape), (np.dtype(dtype), bias.shape)]
+            attrs = {"axis": axis, "epsilon": 1e-5, "stash_type": stash}
+            call = _layer_norm_prepared(attrs, spec, (np.dtype(dtype), shape))
+            want = layer_normalization(None, x, scale, bias, **attrs)[0]
+            out = np.empty(shape, dtype)
+            bound = call.bind(out, x, scale, bias)
+            assert bound.func is _normalize
+            for _ in range(2):
+                bound()
+                assert out.tobytes() == want.tobytes()
+            out[:] = 0
+            call(out, x, scale, bias)
+            assert out.tobytes() == want.tobytes()
+            expect = (x - x.mean(axis=tuple(range(axis % x.ndim, x.ndim)), keepdims=True, dtype=np.float64))
+            var = (expect * expect).mean(axis=tuple(range(axis % x.ndim, x.ndim)), keepdims=True)
+            ref = expect / np.sqrt(var + 1e-5) * scale + bias
+            np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
