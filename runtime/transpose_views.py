@@ -9,9 +9,10 @@ back to their kernels. A specialization knows the Transpose's readers, and two c
 the kernel's arrays:
 
 1. Every reader is a prepared Reshape, Flatten, Squeeze or Unsqueeze whose result from the
-   kernel's view is C-contiguous: that result holds the values in C order, a copy of the
-   transposed values into the Transpose's own place then its reshape: the same array.
-   Transpose (1, 0, 2) of [9, 2, 8] then Reshape to [2, 72] (an attention's heads joined).
+   kernel's view is C-contiguous, or a prepared Conv (its kernel convolves a C-contiguous copy
+   of the view): what they compute from the values in C order, which a copy of the transposed
+   values into the Transpose's own place holds. Transpose (1, 0, 2) of [9, 2, 8] then Reshape
+   to [9, 16] (an attention's heads joined); Transpose (0, 2, 1) of [1, 9, 16] into a 1-D Conv.
 2. Every reader is a prepared call that takes any layout (``any_layout``: MatMul, Softmax,
    Shape) and computes on the strides it is given: the Transpose's place holds a copy of its
    input in the input's order, and the slot's array in each arena set is that place transposed
@@ -36,6 +37,9 @@ from .steps import MethodState, _KernelStep, _PreparedStep
 from .straight_paths import _Skipped
 
 _RESHAPES = frozenset(f"onnx::{op}" for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"))
+# Ops whose prepared calls exist only where the kernel computes on a C-contiguous copy of its
+# first input: a float Conv (``conv_recipe._conv_by_recipe``'s ascontiguousarray).
+_COPYING = frozenset({"onnx::Conv"})
 
 
 class _CopyTransposed:
@@ -134,10 +138,12 @@ def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict
         if any(type(s) is not _PreparedStep for s in steps_reading):  # a _FusedAway among them too
             continue
         if all(
-            s.kernel.op_name in _RESHAPES
-            and s.in_slots[0] == out
+            s.in_slots[0] == out
             and out not in s.in_slots[1:]
-            and _reshape_contiguous(s, tuple(in_shape), in_dtype, perm)
+            and (
+                s.kernel.op_name in _COPYING
+                or (s.kernel.op_name in _RESHAPES and _reshape_contiguous(s, tuple(in_shape), in_dtype, perm))
+            )
             for s in steps_reading
         ):
             call = _CopyTransposed(perm)
