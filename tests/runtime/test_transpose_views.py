@@ -1,6 +1,6 @@
 """Float Transposes prepared in a shape specialization (runtime/transpose_views.py): a copy read
 by Reshapes, a strided view read by MatMuls (an attention block's heads), a kernel step where an
-Add reads it; and LayerNormalization's bound call. Values against onnxruntime, and bit for bit
+Add reads it; and LayerNormalization's and Softmax's bound calls. Values against onnxruntime, and bit for bit
 what ``offload.evaluate`` gives."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from onnx import TensorProto, helper
 
 import offload
 from offload.runtime.kernels.layer_norm_prepared import _layer_norm_prepared, _normalize
-from offload.runtime.kernels.normalization import layer_normalization
+from offload.runtime.kernels.normalization import layer_normalization, softmax
+from offload.runtime.kernels.softmax_prepared import _softmax_into, _softmax_prepared
 from offload.runtime.steps import _PreparedStep
 from offload.runtime.transpose_views import _CalledPlain
 
@@ -105,3 +106,30 @@ def test_layer_norm_bound_call_is_the_kernels_bits():
             var = (expect * expect).mean(axis=tuple(range(axis % x.ndim, x.ndim)), keepdims=True)
             ref = expect / np.sqrt(var + 1e-5) * scale + bias
             np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+class _NoPlace:
+    """A kernel context without arena views: the kernel allocates its result, as evaluate's."""
+
+    def out(self, i):
+        return None
+
+
+def test_softmax_bound_call_is_the_kernels_bits():
+    rng = np.random.default_rng(6)
+    for dtype in (np.float32, np.float64):
+        for shape, axis in (((2, 9, 9), -1), ((3, 5, 7), 1), ((4, 300), 0)):
+            x = (rng.standard_normal(shape) * 8).astype(dtype)
+            call = _softmax_prepared({"axis": axis}, [(np.dtype(dtype), shape)], (np.dtype(dtype), shape))
+            want = softmax(_NoPlace(), x, axis=axis)
+            out = np.empty(shape, dtype)
+            bound = call.bind(out, x)
+            assert bound.func is _softmax_into
+            for _ in range(2):
+                bound()
+                assert out.tobytes() == want.tobytes()
+            wide = np.exp(x.astype(np.float64) - x.max(axis=axis, keepdims=True))
+            np.testing.assert_allclose(out, wide / wide.sum(axis=axis, keepdims=True), rtol=1e-5, atol=1e-7)
+            strided = call.bind(out, x.T.copy().T) if x.ndim == 2 else None  # another layout: the call itself
+            if strided is not None:
+                assert strided.func is call
