@@ -8,8 +8,10 @@ view, their squares into one scratch array, and the division by the deviation, t
 the shift happen in the view in place: 0.33 ms against the kernel's 0.44 for a [1, 400, 384]
 float32 encoder's (CPU time, one thread). Smaller blocks of rows kept in the cache were slower
 (0.67 ms by 64 KB blocks): numpy's per-call cost outweighs the memory passes at this size. The
-means are numpy's means over the same trailing axes of the same rows, and every other value goes
-through the same ufunc on the same operands, so the bits are the kernel's."""
+means are numpy's means over the same trailing axes of the same rows (np.mean's sum and
+division, ``_normalize``), and every other value goes through the same ufunc on the same
+operands, so the bits are the kernel's. Bound, the call makes its scratch arrays once: on
+[9, 16] rows 34 against 66 us a call on the loaded 2-core machine."""
 
 from __future__ import annotations
 
