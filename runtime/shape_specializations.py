@@ -384,7 +384,7 @@ class _ShapeSpecialization:
         _fuse_epilogues(m, steps)
         _fuse_depthwise_pointwise(m, steps)
         _fuse_quantize_pairs(m, steps)
-        self.strided = prepare_transposes(m, steps, transposes, held)
+        self.strided = prepare_transposes(m, steps, transposes, held, lambda i: _known_spec(m, i, seen))
         self.steps = steps
         certain = _static_inputs(m) | (inputs & set(held)) | set(self.folded)
         self.fast_steps, self.bound_runs = _bind_runs(m, steps, certain)

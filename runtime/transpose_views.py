@@ -14,7 +14,9 @@ the kernel's arrays:
    values into the Transpose's own place holds. Transpose (1, 0, 2) of [9, 2, 8] then Reshape
    to [9, 16] (an attention's heads joined); Transpose (0, 2, 1) of [1, 9, 16] into a 1-D Conv.
 2. Every reader is a prepared call that takes any layout (``any_layout``: MatMul, Softmax,
-   Shape) and computes on the strides it is given: the Transpose's place holds a copy of its
+   Shape) and computes on the strides it is given, or an Add, Sub, Mul, Div, Max or Min whose
+   kernel's result from the view is C-contiguous (``_elementwise_contiguous``: the residual
+   Add beside an attention's MatMul): the Transpose's place holds a copy of its
    input in the input's order, and the slot's array in each arena set is that place transposed
    as the kernel transposes its input: the same shape, strides and values. The readers are
    called as a step that is not bound calls them (their ``__call__``), whose results on a
@@ -33,6 +35,7 @@ import functools
 import numpy as np
 
 from .folded_values import _Folded
+from .kernels import UfuncCall
 from .steps import MethodState, _KernelStep, _PreparedStep
 from .straight_paths import _Skipped
 
@@ -40,6 +43,9 @@ _RESHAPES = frozenset(f"onnx::{op}" for op in ("Reshape", "Flatten", "Squeeze", 
 # Ops whose prepared calls exist only where the kernel computes on a C-contiguous copy of its
 # first input: a float Conv (``conv_recipe._conv_by_recipe``'s ascontiguousarray).
 _COPYING = frozenset({"onnx::Conv"})
+# Ufuncs whose every element is one correctly rounded operation, whatever loop numpy runs it by
+# (a strided operand takes other loops than contiguous ones: exp and tanh may round otherwise).
+_EXACT = frozenset({np.add, np.subtract, np.multiply, np.divide, np.maximum, np.minimum})
 
 
 class _CopyTransposed:
@@ -95,7 +101,26 @@ def _reshape_contiguous(step: _PreparedStep, in_shape: tuple, dtype, perm: tuple
     return np.reshape(strided, shape).flags.c_contiguous
 
 
-def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict) -> dict[int, tuple]:
+def _elementwise_contiguous(step: _PreparedStep, out: int, view: np.ndarray, spec_of) -> bool:
+    """Whether ``step`` is one exact ufunc (``_EXACT``) whose kernel, given the Transpose's
+    ``view`` and C-contiguous operands of their specs, gets a C-contiguous result from numpy: the
+    values that its bound call writes into its C-contiguous view, in the same layout. Unbound,
+    such a step takes its kernel on the strided view, as before."""
+    call = step.call
+    if not isinstance(call, UfuncCall) or type(call).bind is not UfuncCall.bind or call.extra:
+        return False
+    if call.fn not in _EXACT:
+        return False
+    operands = []
+    for i in step.in_slots:
+        spec = None if i == out else spec_of(i) if i else None
+        if i != out and spec is None:
+            return False
+        operands.append(view if i == out else np.zeros(spec[1], spec[0]))
+    return call.fn(*operands).flags.c_contiguous
+
+
+def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict, spec_of) -> dict[int, tuple]:
     """Make the Transpose kernel steps at ``candidates`` (pc, input spec, output spec) prepared
     steps where case 1 or 2 holds, their readers in case 2 _CalledPlain; the places they write
     go into ``held`` (slot → (dtype, shape)) where the file's arena has none. Returns, for case
@@ -147,12 +172,18 @@ def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict
             for s in steps_reading
         ):
             call = _CopyTransposed(perm)
-        elif all(getattr(s.call, "any_layout", False) for s in steps_reading) and not any(
+        elif all(
+            getattr(s.call, "any_layout", False)
+            or _elementwise_contiguous(s, out, np.zeros(in_shape, in_dtype).transpose(perm), spec_of)
+            for s in steps_reading
+        ) and not any(
             set(s.in_slots) & views.get(kernel.in_slots[0], set()) - {out} for s in steps_reading
         ):
             call = _CopyUntransposed(perm)
             strided[out] = (tuple(in_shape), perm)
             for r, s in zip(reading, steps_reading):
+                if not getattr(s.call, "any_layout", False):
+                    continue  # an exact ufunc: bound as it is, unbound by its kernel
                 plain = steps[r] = _PreparedStep()
                 plain.call, plain.in_slots, plain.kernel, plain.out_slot = (
                     s.call if isinstance(s.call, _CalledPlain) else _CalledPlain(s.call),

@@ -24,7 +24,8 @@ F32 = TensorProto.FLOAT
 def _attention_heads() -> bytes:
     """x, v [n, 2, 8] (n symbolic): q = Transpose(x, (1, 0, 2)), k = Transpose(v, (1, 2, 0)),
     q @ k, its Softmax @ q (MatMuls reading strided views); Transpose(1, 0, 2) of that joined by a
-    Reshape (a copy), and v's (1, 2, 0) into a 1-D Conv (a copy). Kernel steps: an Add of a Transpose, and x's two Transposes multiplied
+    Reshape (a copy), v's (1, 2, 0) into a 1-D Conv (a copy), v's (0, 2, 1) into a MatMul and
+    the residual Add of its product (a strided view; numpy adds it into a C-ordered result). Kernel steps: an Add of a Transpose, and x's two Transposes multiplied
     (views of one array: numpy's matmul takes BLAS's syrk for them)."""
     nodes = [
         helper.make_node("Transpose", ["x"], ["q"], perm=[1, 0, 2]),
@@ -41,13 +42,20 @@ def _attention_heads() -> bytes:
         helper.make_node("MatMul", ["xq", "xt"], ["g"]),
         helper.make_node("Transpose", ["v"], ["vt"], perm=[1, 2, 0]),
         helper.make_node("Conv", ["vt", "wc"], ["c"], pads=[1, 1]),
+        helper.make_node("Transpose", ["v"], ["h"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["h", "wm"], ["hm"]),
+        helper.make_node("Add", ["h", "hm"], ["res"]),
     ]
     joined = np.array([0, 16], np.int64)
     return model_bytes(
         nodes,
         [("x", F32, ["n", 2, 8]), ("v", F32, ["n", 2, 8])],
-        [("y", F32, None), ("z", F32, None), ("g", F32, None), ("c", F32, None)],
-        [("joined", joined), ("wc", np.random.default_rng(5).standard_normal((4, 8, 3)).astype(np.float32))],
+        [("y", F32, None), ("z", F32, None), ("g", F32, None), ("c", F32, None), ("res", F32, None)],
+        [
+            ("joined", joined),
+            ("wc", np.random.default_rng(5).standard_normal((4, 8, 3)).astype(np.float32)),
+            ("wm", np.random.default_rng(7).standard_normal((2, 2)).astype(np.float32)),
+        ],
     )
 
 
@@ -61,9 +69,10 @@ def test_transposes_of_an_attention_block_are_prepared_and_match():
         feeds = {name: rng.standard_normal((n, 2, 8)).astype(np.float32) for name in ("x", "v")}
         got = method.run(feeds)
         want = offload.evaluate(program, feeds)
-        for name in ("y", "z", "g", "c"):
+        names = ("y", "z", "g", "c", "res")
+        for name in names:
             assert got[name].tobytes() == want[name].tobytes(), name
-        for name, ref in zip(("y", "z", "g", "c"), session.run(["y", "z", "g", "c"], feeds)):
+        for name, ref in zip(names, session.run(list(names), feeds)):
             np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-5)
     for n in (9, 5):
         plan = method._specializations.entries[((n, 2, 8), (n, 2, 8))]
@@ -71,13 +80,16 @@ def test_transposes_of_an_attention_block_are_prepared_and_match():
         for step in plan.steps:
             op = getattr(step, "kernel", step).op_name
             calls.setdefault(op, []).append(type(step.call) if type(step) is _PreparedStep else type(step))
-        # q and k as strided views, b and vt as copies; r (read by an Add), xt and xq kernel steps
+        # q, k and h as strided views, b and vt as copies; r (read by an Add of itself), xt and
+        # xq kernel steps
         assert sorted(c.__name__ for c in calls["onnx::Transpose"]) == sorted(
-            ["_CopyUntransposed"] * 2 + ["_CopyTransposed"] * 2 + ["_KernelStep"] * 3
+            ["_CopyUntransposed"] * 3 + ["_CopyTransposed"] * 2 + ["_KernelStep"] * 3
         )
         assert calls["onnx::MatMul"][:2] == [_CalledPlain, _CalledPlain]
         assert calls["onnx::MatMul"][2] is not _CalledPlain
-        assert len(plan.strided) == 2
+        assert calls["onnx::MatMul"][3] is _CalledPlain
+        assert [c.__name__ for c in calls["onnx::Add"]] == ["_AddCall", "_AddCall"]  # bound as they are
+        assert len(plan.strided) == 3
         planned = plan.pool[0][0]
         for slot, (shape, perm) in plan.strided.items():  # transposed as the kernel's view
             assert planned[slot].strides == np.empty(shape, np.float32).transpose(perm).strides
