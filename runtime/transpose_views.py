@@ -10,7 +10,8 @@ the kernel's arrays:
 
 1. Every reader is a prepared Reshape, Flatten, Squeeze or Unsqueeze whose result from the
    kernel's view is C-contiguous, or a prepared Conv (its kernel convolves a C-contiguous copy
-   of the view): what they compute from the values in C order, which a copy of the transposed
+   of the view), or a prepared RNN, GRU or LSTM reading it as X (they copy X's values before
+   their products): what they compute from the values in C order, which a copy of the transposed
    values into the Transpose's own place holds. Transpose (1, 0, 2) of [9, 2, 8] then Reshape
    to [9, 16] (an attention's heads joined); Transpose (0, 2, 1) of [1, 9, 16] into a 1-D Conv.
 2. Every reader is a prepared call that takes any layout (``any_layout``: MatMul, Softmax,
@@ -36,13 +37,17 @@ import numpy as np
 
 from .folded_values import _Folded
 from .kernels import UfuncCall
-from .steps import MethodState, _KernelStep, _PreparedStep
+from .steps import MethodState, _KernelStep, _PreparedOutputsStep, _PreparedStep
 from .straight_paths import _Skipped
 
 _RESHAPES = frozenset(f"onnx::{op}" for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"))
 # Ops whose prepared calls exist only where the kernel computes on a C-contiguous copy of its
 # first input: a float Conv (``conv_recipe._conv_by_recipe``'s ascontiguousarray).
 _COPYING = frozenset({"onnx::Conv"})
+# Ops whose prepared calls (kernels.prepared_outputs: plain RNN, GRU and LSTM only) copy X's
+# values into their own buffer before any product (``recurrent_frame``'s input products), as
+# their kernels do: they take X in any layout.
+_RECURRENT = frozenset({"onnx::RNN", "onnx::GRU", "onnx::LSTM"})
 # Ufuncs whose every element is one correctly rounded operation, whatever loop numpy runs it by
 # (a strided operand takes other loops than contiguous ones: exp and tanh may round otherwise).
 _EXACT = frozenset({np.add, np.subtract, np.multiply, np.divide, np.maximum, np.minimum})
@@ -120,6 +125,19 @@ def _elementwise_contiguous(step: _PreparedStep, out: int, view: np.ndarray, spe
     return call.fn(*operands).flags.c_contiguous
 
 
+def _reads_values(step, out: int, in_shape: tuple, dtype, perm: tuple) -> bool:
+    """Whether ``step`` reads slot ``out`` as its first input only and computes from its values
+    in C order alone (case 1)."""
+    if not step.in_slots or step.in_slots[0] != out or out in step.in_slots[1:]:
+        return False
+    op = step.kernel.op_name
+    if type(step) is _PreparedOutputsStep:
+        return op in _RECURRENT
+    if type(step) is not _PreparedStep:
+        return False
+    return op in _COPYING or (op in _RESHAPES and _reshape_contiguous(step, in_shape, dtype, perm))
+
+
 def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict, spec_of) -> dict[int, tuple]:
     """Make the Transpose kernel steps at ``candidates`` (pc, input spec, output spec) prepared
     steps where case 1 or 2 holds, their readers in case 2 _CalledPlain; the places they write
@@ -160,18 +178,10 @@ def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict
         if not reading or out in results or out in inputs or writers.get(out) != 1:
             continue
         steps_reading = [steps[r] for r in reading]
-        if any(type(s) is not _PreparedStep for s in steps_reading):  # a _FusedAway among them too
-            continue
-        if all(
-            s.in_slots[0] == out
-            and out not in s.in_slots[1:]
-            and (
-                s.kernel.op_name in _COPYING
-                or (s.kernel.op_name in _RESHAPES and _reshape_contiguous(s, tuple(in_shape), in_dtype, perm))
-            )
-            for s in steps_reading
-        ):
+        if all(_reads_values(s, out, tuple(in_shape), in_dtype, perm) for s in steps_reading):
             call = _CopyTransposed(perm)
+        elif any(type(s) is not _PreparedStep for s in steps_reading):  # a _FusedAway among them too
+            continue
         elif all(
             getattr(s.call, "any_layout", False)
             or _elementwise_contiguous(s, out, np.zeros(in_shape, in_dtype).transpose(perm), spec_of)

@@ -145,3 +145,31 @@ def test_softmax_bound_call_is_the_kernels_bits():
             strided = call.bind(out, x.T.copy().T) if x.ndim == 2 else None  # another layout: the call itself
             if strided is not None:
                 assert strided.func is call
+
+
+def test_transpose_into_an_lstm_is_a_copy():
+    """u [2, n, 4] to X [n, 2, 4] of a plain LSTM: a copy (the LSTM copies X's values first)."""
+    rng = np.random.default_rng(8)
+    W, R = (rng.standard_normal((1, 12, k)).astype(np.float32) for k in (4, 3))
+    data = model_bytes(
+        [
+            helper.make_node("Transpose", ["u"], ["x"], perm=[1, 0, 2]),
+            helper.make_node("LSTM", ["x", "W", "R"], ["y", "yh"], hidden_size=3),
+        ],
+        [("u", F32, [2, "n", 4])],
+        [("y", F32, None), ("yh", F32, None)],
+        [("W", W), ("R", R)],
+    )
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        feeds = {"u": rng.standard_normal((2, 6, 4)).astype(np.float32)}
+        got = method.run(feeds)
+        want = offload.evaluate(program, feeds)
+        for name, ref in zip(("y", "yh"), session.run(["y", "yh"], feeds)):
+            assert got[name].tobytes() == want[name].tobytes(), name
+            np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-6)
+    plan = method._specializations.entries[((2, 6, 4),)]
+    (step,) = [s for s in plan.steps if getattr(s, "kernel", s).op_name == "onnx::Transpose"]
+    assert type(step) is _PreparedStep and type(step.call).__name__ == "_CopyTransposed"
