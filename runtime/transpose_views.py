@@ -27,7 +27,8 @@ the kernel's arrays:
 Neither case holds for a reader of another kind (an Add's result keeps its operand's
 layout), a method result, a value with other writers, or a reader fused into another step;
 case 2 not for a reader of the Transpose's input or of another Transpose of it too (the kernels'
-views share memory: numpy multiplies a matrix by its own transpose by BLAS's syrk, other bits)."""
+views share memory: numpy multiplies a matrix by its own transpose by BLAS's syrk, other bits),
+nor for an input that is not in memory of its own (``_own_place``)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ import numpy as np
 
 from .folded_values import _Folded
 from .kernels import UfuncCall
-from .steps import MethodState, _KernelStep, _PreparedOutputsStep, _PreparedStep
+from .steps import MethodState, _FusedAway, _KernelStep, _PreparedOutputsStep, _PreparedStep
 from .straight_paths import _Skipped
 
 _RESHAPES = frozenset(f"onnx::{op}" for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"))
@@ -125,6 +126,20 @@ def _elementwise_contiguous(step: _PreparedStep, out: int, view: np.ndarray, spe
     return call.fn(*operands).flags.c_contiguous
 
 
+def _own_place(m: MethodState, slot: int, producers: dict, held: dict) -> bool:
+    """Whether ``slot`` holds an array of its own memory: a constant, a method input with a place
+    (a run copies it in; not the caller's array), or the result of prepared steps only (in their
+    arena views). A kernel's
+    result may be a view sharing memory with another value (a Slice, a Reshape), and views of one
+    array read by one MatMul take other BLAS routines than copies: case 2 keeps such sharing only
+    among the Transposes of one input (``views``)."""
+    if slot in producers:  # (a _FusedAway's value: the fused prepared call writes its view)
+        return producers[slot] <= {_PreparedStep, _PreparedOutputsStep, _FusedAway}
+    if slot in set(m._input_slots):
+        return m._planned[slot] is not None or slot in held
+    return isinstance(m._initial[slot], np.ndarray)
+
+
 def _reads_values(step, out: int, in_shape: tuple, dtype, perm: tuple) -> bool:
     """Whether ``step`` reads slot ``out`` as its first input only and computes from its values
     in C order alone (case 1)."""
@@ -162,6 +177,11 @@ def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict
     for step in steps:
         if type(step) is _KernelStep and step.op_name == "onnx::Transpose" and step.in_slots[0]:
             views.setdefault(step.in_slots[0], {step.in_slots[0]}).add(step.out_slots[0])
+    producers: dict[int, set[type]] = {}  # slot → the kinds of step that write it
+    for step in steps:
+        if not isinstance(step, (_Folded, _Skipped)):
+            for slot in step.info().writes:
+                producers.setdefault(slot, set()).add(type(step))
     results, inputs = set(m._output_slots), set(m._input_slots)
     strided: dict[int, tuple] = {}
     for pc, (in_dtype, in_shape), (out_dtype, out_shape) in candidates:
@@ -181,6 +201,8 @@ def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict
         if all(_reads_values(s, out, tuple(in_shape), in_dtype, perm) for s in steps_reading):
             call = _CopyTransposed(perm)
         elif any(type(s) is not _PreparedStep for s in steps_reading):  # a _FusedAway among them too
+            continue
+        elif not _own_place(m, kernel.in_slots[0], producers, held):
             continue
         elif all(
             getattr(s.call, "any_layout", False)
