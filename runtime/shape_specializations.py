@@ -326,7 +326,17 @@ class _ShapeSpecialization:
     each method input they read (slot → (offset, dtype, shape)). Arena sets (the file's arenas and
     one of the specialization's) are made as runs need them and kept in ``pool``."""
 
-    __slots__ = ("bound_runs", "fast_steps", "folded", "layout", "method", "nbytes", "pool", "steps", "strided")
+    __slots__ = (
+        "bound_runs",
+        "fast_steps",
+        "folded",
+        "layout",
+        "method",
+        "nbytes",
+        "pool",
+        "steps",
+        "strided",
+    )
 
     def __init__(self, m: MethodState, seen: dict):
         self.method = m

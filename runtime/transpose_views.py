@@ -153,7 +153,33 @@ def _reads_values(step, out: int, in_shape: tuple, dtype, perm: tuple) -> bool:
     return op in _COPYING or (op in _RESHAPES and _reshape_contiguous(step, in_shape, dtype, perm))
 
 
-def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict, spec_of) -> dict[int, tuple]:
+def _reads_strided(
+    m: MethodState, kernel, steps_reading: list, views: dict, producers: dict, held: dict, spec_of
+) -> bool:
+    """Whether case 2 holds for Transpose ``kernel`` read by ``steps_reading``."""
+    (x,), out = kernel.in_slots, kernel.out_slots[0]
+    if any(type(s) is not _PreparedStep for s in steps_reading):  # a _FusedAway among them too
+        return False
+    if not _own_place(m, x, producers, held):
+        return False
+    if any(set(s.in_slots) & views.get(x, set()) - {out} for s in steps_reading):
+        return False
+    (in_dtype, in_shape), perm = spec_of(x), _perm(kernel, len(spec_of(x)[1]))
+    view = np.zeros(in_shape, in_dtype).transpose(perm)
+    return all(
+        getattr(s.call, "any_layout", False) or _elementwise_contiguous(s, out, view, spec_of)
+        for s in steps_reading
+    )
+
+
+def _perm(kernel, rank: int) -> tuple:
+    perm = kernel.attrs.get("perm")
+    return tuple(range(rank))[::-1] if perm is None else tuple(int(p) for p in perm)
+
+
+def prepare_transposes(
+    m: MethodState, steps: list, candidates: list, held: dict, spec_of
+) -> dict[int, tuple]:
     """Make the Transpose kernel steps at ``candidates`` (pc, input spec, output spec) prepared
     steps where case 1 or 2 holds, their readers in case 2 _CalledPlain; the places they write
     go into ``held`` (slot → (dtype, shape)) where the file's arena has none. Returns, for case
@@ -190,8 +216,7 @@ def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict
             continue
         out = kernel.out_slots[0]
         rank = len(in_shape)
-        perm = kernel.attrs.get("perm")
-        perm = tuple(range(rank))[::-1] if perm is None else tuple(int(p) for p in perm)
+        perm = _perm(kernel, rank)
         if sorted(perm) != list(range(rank)) or tuple(in_shape[p] for p in perm) != tuple(out_shape):
             continue
         reading = readers.get(out, [])
@@ -200,17 +225,7 @@ def prepare_transposes(m: MethodState, steps: list, candidates: list, held: dict
         steps_reading = [steps[r] for r in reading]
         if all(_reads_values(s, out, tuple(in_shape), in_dtype, perm) for s in steps_reading):
             call = _CopyTransposed(perm)
-        elif any(type(s) is not _PreparedStep for s in steps_reading):  # a _FusedAway among them too
-            continue
-        elif not _own_place(m, kernel.in_slots[0], producers, held):
-            continue
-        elif all(
-            getattr(s.call, "any_layout", False)
-            or _elementwise_contiguous(s, out, np.zeros(in_shape, in_dtype).transpose(perm), spec_of)
-            for s in steps_reading
-        ) and not any(
-            set(s.in_slots) & views.get(kernel.in_slots[0], set()) - {out} for s in steps_reading
-        ):
+        elif _reads_strided(m, kernel, steps_reading, views, producers, held, spec_of):
             call = _CopyUntransposed(perm)
             strided[out] = (tuple(in_shape), perm)
             for r, s in zip(reading, steps_reading):

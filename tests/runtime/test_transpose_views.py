@@ -111,7 +111,7 @@ def test_layer_norm_bound_call_is_the_kernels_bits():
             out[:] = 0
             call(out, x, scale, bias)
             assert out.tobytes() == want.tobytes()
-            expect = (x - x.mean(axis=tuple(range(axis % x.ndim, x.ndim)), keepdims=True, dtype=np.float64))
+            expect = x - x.mean(axis=tuple(range(axis % x.ndim, x.ndim)), keepdims=True, dtype=np.float64)
             var = (expect * expect).mean(axis=tuple(range(axis % x.ndim, x.ndim)), keepdims=True)
             ref = expect / np.sqrt(var + 1e-5) * scale + bias
             np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
