@@ -20,6 +20,7 @@ from .loop_steps import loop_candidates, loop_notes, loop_step
 from .quantize_pairs import _fuse_quantize_pairs
 from .steps import MethodState, SubPlan, _JumpStep, _KernelStep, _MoveStep, _PreparedStep, _ShapeStep
 from .straight_paths import straighten
+from .transpose_views import prepare_transposes, strided_view
 
 _SHAPE_OF = {"onnx::Shape", "onnx::Size"}
 
@@ -325,7 +326,17 @@ class _ShapeSpecialization:
     each method input they read (slot → (offset, dtype, shape)). Arena sets (the file's arenas and
     one of the specialization's) are made as runs need them and kept in ``pool``."""
 
-    __slots__ = ("bound_runs", "fast_steps", "folded", "layout", "method", "nbytes", "pool", "steps")
+    __slots__ = (
+        "bound_runs",
+        "fast_steps",
+        "folded",
+        "layout",
+        "method",
+        "nbytes",
+        "pool",
+        "steps",
+        "strided",
+    )
 
     def __init__(self, m: MethodState, seen: dict):
         self.method = m
@@ -335,6 +346,7 @@ class _ShapeSpecialization:
         held: dict[int, tuple] = {}  # slot → (dtype, shape) of the values the specialization's arena holds
         self.folded = fold_known(m, steps, seen)  # slot → the known value the run's frames start with
         writers = _straight_line(m)[1]
+        transposes = []  # Transposes of no prepared call: (pc, input spec, output spec)
         for pc in m._specializable_steps:
             kernel = steps[pc]
             if type(kernel) is not _KernelStep:  # folded, or fused into the call before it
@@ -354,6 +366,8 @@ class _ShapeSpecialization:
             factory = kernels.find_prepared("" if domain == "onnx" else domain, op_type)
             call = factory(kernel.attrs, specs, out_spec)
             if call is None:
+                if op_type == "Transpose" and domain in ("", "onnx"):
+                    transposes.append((pc, specs[0], out_spec))
                 continue
             step = steps[pc] = _PreparedStep()
             step.call, step.in_slots, step.kernel, step.out_slot = call, list(kernel.in_slots), kernel, out
@@ -380,6 +394,7 @@ class _ShapeSpecialization:
         _fuse_epilogues(m, steps)
         _fuse_depthwise_pointwise(m, steps)
         _fuse_quantize_pairs(m, steps)
+        self.strided = prepare_transposes(m, steps, transposes, held, lambda i: _known_spec(m, i, seen))
         self.steps = steps
         certain = _static_inputs(m) | (inputs & set(held)) | set(self.folded)
         self.fast_steps, self.bound_runs = _bind_runs(m, steps, certain)
@@ -400,6 +415,8 @@ class _ShapeSpecialization:
         for slot, (offset, dtype, shape) in self.layout.items():
             nbytes = dtype.itemsize * prod(shape)
             planned[slot] = initial[slot] = arena[offset : offset + nbytes].view(dtype).reshape(shape)
+        for slot, (shape, perm) in self.strided.items():
+            planned[slot] = initial[slot] = strided_view(planned[slot], shape, perm)
         for slot, value in self.folded.items():
             initial[slot] = value
         return planned, initial, m._bind(planned, initial, self.bound_runs)

@@ -9,6 +9,8 @@ an array of the same shape and layout as the kernel's, so the bits are the kerne
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import prepared
@@ -51,3 +53,27 @@ class _SoftmaxCall:
         else:
             np.exp(e, out=e)
         np.divide(e, np.sum(e, axis=self.axis, keepdims=True), out=out)
+
+    def bind(self, out, x):
+        """A C-contiguous input's call with the maxima's and sums' arrays made once, and the two
+        reductions as the ufuncs' own ``reduce`` (np.max and np.sum's Python wrappers cost 3-4
+        us a call on a [2, 9, 9] attention's scores, about half the call); any other input's
+        call as above."""
+        if x.dtype != out.dtype or x.shape != out.shape:
+            raise TypeError("not the declared type")
+        if not x.flags.c_contiguous:
+            return functools.partial(self, out, x)
+        kept = out.shape[: self.axis] + (1,) + out.shape[self.axis + 1 :]
+        peaks, sums = np.empty(kept, out.dtype), np.empty(kept, out.dtype)
+        exp = exp32_into if out.dtype == np.float32 else np.exp
+        return functools.partial(_softmax_into, x, out, peaks, sums, self.axis, exp)
+
+
+def _softmax_into(x, out, peaks, sums, axis, exp) -> None:
+    """``_SoftmaxCall``'s steps on a C-contiguous x: np.max(..., initial=-inf) and np.sum are
+    these reductions."""
+    np.maximum.reduce(x, axis, None, peaks, True, -np.inf)
+    np.subtract(x, peaks, out=out)
+    exp(out, out)
+    np.add.reduce(out, axis, None, sums, True)
+    np.divide(out, sums, out=out)
