@@ -142,14 +142,15 @@ def _own_place(m: MethodState, slot: int, producers: dict, held: dict) -> bool:
 
 def _reads_values(step, out: int, in_shape: tuple, dtype, perm: tuple) -> bool:
     """Whether ``step`` reads slot ``out`` as its first input only and computes from its values
-    in C order alone (case 1)."""
+    in C order alone (case 1). Any other kind of step (a kernel step, a move, a jump) reads it
+    as the kernel made it."""
+    if type(step) not in (_PreparedStep, _PreparedOutputsStep):
+        return False
     if not step.in_slots or step.in_slots[0] != out or out in step.in_slots[1:]:
         return False
     op = step.kernel.op_name
     if type(step) is _PreparedOutputsStep:
         return op in _RECURRENT
-    if type(step) is not _PreparedStep:
-        return False
     return op in _COPYING or (op in _RESHAPES and _reshape_contiguous(step, in_shape, dtype, perm))
 
 

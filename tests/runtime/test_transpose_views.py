@@ -170,3 +170,31 @@ def test_transpose_into_an_lstm_is_a_copy():
     plan = method._specializations.entries[((2, 6, 4),)]
     (step,) = [s for s in plan.steps if getattr(s, "kernel", s).op_name == "onnx::Transpose"]
     assert type(step) is _PreparedStep and type(step.call).__name__ == "_CopyTransposed"
+
+
+def test_transposes_read_by_kernel_and_move_steps_stay_kernel_steps():
+    """A Transpose whose reader has no prepared call (CumSum, a kernel step) or is a move (an
+    Identity to an output) is left as it was: bits of ``evaluate``, values of onnxruntime."""
+    nodes = [
+        helper.make_node("Identity", ["x"], ["xi"]),
+        helper.make_node("Transpose", ["xi"], ["t"], perm=[1, 0, 2]),
+        helper.make_node("CumSum", ["t", "axis"], ["c"]),
+        helper.make_node("Transpose", ["xi"], ["u"], perm=[2, 1, 0]),
+        helper.make_node("Identity", ["u"], ["m"]),
+    ]
+    data = model_bytes(
+        nodes,
+        [("x", F32, ["n", 2, 8])],
+        [("c", F32, None), ("m", F32, None)],
+        [("axis", np.array(0, np.int64))],
+    )
+    program = offload.load(data)
+    method = offload.runtime.load(offload.save(program)).method("forward")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(11)
+    for n in (3, 3, 3, 6, 6):
+        feeds = {"x": rng.standard_normal((n, 2, 8)).astype(np.float32)}
+        got, want = method.run(feeds), offload.evaluate(program, feeds)
+        for name, ref in zip(("c", "m"), session.run(["c", "m"], feeds)):
+            assert got[name].tobytes() == want[name].tobytes(), name
+            np.testing.assert_allclose(got[name], ref, rtol=1e-6, atol=1e-6)
