@@ -189,7 +189,14 @@ def prepare_transposes(
         return {}
     readers: dict[int, list[int]] = {}
     writers: dict[int, int] = {}
+    producers: dict[int, set[type]] = {}  # slot → the kinds of step that write it
+    # Each Transpose's input with the slots of the kernel's views of it: the input and its
+    # Transposes. A reader of two of them gets views of one array from the kernels, and numpy's
+    # matmul of a matrix by its own transpose takes another BLAS routine (syrk) than of copies.
+    views: dict[int, set[int]] = {}
     for pc, step in enumerate(steps):
+        if type(step) is _KernelStep and step.op_name == "onnx::Transpose" and step.in_slots[0]:
+            views.setdefault(step.in_slots[0], {step.in_slots[0]}).add(step.out_slots[0])
         if isinstance(step, (_Folded, _Skipped)):  # never run
             continue
         info = step.info()
@@ -197,18 +204,7 @@ def prepare_transposes(
             readers.setdefault(slot, []).append(pc)
         for slot in info.writes:
             writers[slot] = writers.get(slot, 0) + 1
-    # Each Transpose's input with the slots of the kernel's views of it: the input and its
-    # Transposes. A reader of two of them gets views of one array from the kernels, and numpy's
-    # matmul of a matrix by its own transpose takes another BLAS routine (syrk) than of copies.
-    views: dict[int, set[int]] = {}
-    for step in steps:
-        if type(step) is _KernelStep and step.op_name == "onnx::Transpose" and step.in_slots[0]:
-            views.setdefault(step.in_slots[0], {step.in_slots[0]}).add(step.out_slots[0])
-    producers: dict[int, set[type]] = {}  # slot → the kinds of step that write it
-    for step in steps:
-        if not isinstance(step, (_Folded, _Skipped)):
-            for slot in step.info().writes:
-                producers.setdefault(slot, set()).add(type(step))
+            producers.setdefault(slot, set()).add(type(step))
     results, inputs = set(m._output_slots), set(m._input_slots)
     strided: dict[int, tuple] = {}
     for pc, (in_dtype, in_shape), (out_dtype, out_shape) in candidates:
